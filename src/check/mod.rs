@@ -1,0 +1,7 @@
+//! Checking: runs of stateright over models, spec expectations, verdicts.
+
+pub mod gate;
+pub mod run;
+pub mod specs;
+
+pub use run::{replay, run, RunOpts, RunResult, Strategy, Verdict};

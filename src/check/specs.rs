@@ -1,0 +1,139 @@
+//! Spec files (`specs/NAME.toml`): one property each, with its summary, the bugs it guards,
+//! its reachability guards and the expected verdict per (model, profile, variant).
+//!
+//! ```toml
+//! property = "host-integrity"
+//! summary = "every ready host entry holds exactly the KV of the prefix its key names"
+//! bugs = ["vllm #63937"]
+//! reach = ["reach-store-done"]
+//! description = """longer text for kvmc explain"""
+//! [[expect]]
+//! model = "error-mid-prefill"
+//! verdict = "violated"            # profile vllm-0.33 (the model's own) still has #63937
+//! [[expect]]
+//! model = "error-mid-prefill"
+//! profile = "vllm-main"
+//! verdict = "holds"
+//! ```
+
+use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::props::{self, Kind};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    property: Spanned<String>,
+    summary: String,
+    #[serde(default)]
+    bugs: Vec<String>,
+    #[serde(default)]
+    reach: Vec<Spanned<String>>,
+    #[serde(default)]
+    description: String,
+    #[serde(default, rename = "expect")]
+    expects: Vec<RawExpect>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpect {
+    model: Spanned<String>,
+    #[serde(default)]
+    profile: Option<Spanned<String>>,
+    #[serde(default)]
+    variant: Option<Spanned<String>>,
+    verdict: Spanned<String>,
+}
+
+/// One expectation: checking `property` on `model` under (profile, variant) gives `holds`
+/// or `violated`.
+#[derive(Clone, Debug)]
+pub struct Expect {
+    pub model: String,
+    pub profile: Option<String>,
+    pub variant: Option<String>,
+    pub violated: bool,
+    /// Where the expectation is written (file, line).
+    pub at: (PathBuf, usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub property: String,
+    pub summary: String,
+    pub bugs: Vec<String>,
+    pub reach: Vec<String>,
+    pub description: String,
+    pub expects: Vec<Expect>,
+    pub path: PathBuf,
+}
+
+impl Spec {
+    pub fn parse(path: &Path, text: &str) -> Result<Spec> {
+        let raw: RawSpec = toml::from_str(text).map_err(|e| toml_error(path, text, e))?;
+        let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
+        let name = raw.property.get_ref();
+        match props::find(name) {
+            Some(p) if p.kind == Kind::Always => {}
+            Some(_) => return Err(KvmcError::input(path, at(raw.property.span()), format!("'{name}' is a reachability guard, not a property"))),
+            None => return Err(KvmcError::input(path, at(raw.property.span()), format!("unknown property '{name}' (see kvmc list)"))),
+        }
+        let mut reach = Vec::new();
+        for r in &raw.reach {
+            match props::find(r.get_ref()) {
+                Some(p) if p.kind == Kind::Sometimes => reach.push(r.get_ref().clone()),
+                _ => return Err(KvmcError::input(path, at(r.span()), format!("'{}' is not a reachability guard (see kvmc list)", r.get_ref()))),
+            }
+        }
+        let mut expects = Vec::new();
+        for x in &raw.expects {
+            if let Some(p) = &x.profile {
+                if crate::system::rules::profile(p.get_ref()).is_none() {
+                    return Err(KvmcError::input(path, at(p.span()), crate::system::rules::resolve(p.get_ref(), None).unwrap_err()));
+                }
+            }
+            if let Some(v) = &x.variant {
+                if crate::system::rules::variant(v.get_ref()).is_none() {
+                    return Err(KvmcError::input(path, at(v.span()), crate::system::rules::resolve("vllm-0.33", Some(v.get_ref())).unwrap_err()));
+                }
+            }
+            let violated = match x.verdict.get_ref().as_str() {
+                "holds" => false,
+                "violated" => true,
+                other => return Err(KvmcError::input(path, at(x.verdict.span()), format!("verdict must be \"holds\" or \"violated\", got \"{other}\""))),
+            };
+            expects.push(Expect {
+                model: x.model.get_ref().clone(),
+                profile: x.profile.as_ref().map(|p| p.get_ref().clone()),
+                variant: x.variant.as_ref().map(|v| v.get_ref().clone()),
+                violated,
+                at: (path.to_path_buf(), at(x.model.span())),
+            });
+        }
+        Ok(Spec { property: name.clone(), summary: raw.summary, bugs: raw.bugs, reach, description: raw.description, expects, path: path.to_path_buf() })
+    }
+
+    pub fn load(path: &Path) -> Result<Spec> {
+        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        Spec::parse(path, &text)
+    }
+}
+
+/// Every spec in `dir`, sorted by file name; at most one spec per property.
+pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
+    let rd = std::fs::read_dir(dir).map_err(|e| KvmcError::io(dir, e))?;
+    let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+    paths.sort();
+    let mut specs: Vec<Spec> = Vec::new();
+    for p in paths {
+        let s = Spec::load(&p)?;
+        if let Some(other) = specs.iter().find(|o| o.property == s.property) {
+            return Err(KvmcError::input(&p, 1, format!("property '{}' already has a spec in {}", s.property, other.path.display())));
+        }
+        specs.push(s);
+    }
+    Ok(specs)
+}

@@ -1,0 +1,65 @@
+//! User-facing errors, each with its exit code (see docs/exit-codes.md).
+
+use std::path::{Path, PathBuf};
+
+/// Exit codes: a stable, documented table.
+pub mod exit {
+    /// Every verdict is as expected.
+    pub const OK: i32 = 0;
+    /// A bug in kvmc.
+    pub const INTERNAL: i32 = 1;
+    /// Bad usage or bad input (flag, file, model, spec, trace, log).
+    pub const USAGE: i32 = 2;
+    /// A verdict differs from its expectation (or a model is vacuous, or a conformance log
+    /// diverges from the model).
+    pub const VERDICT: i32 = 10;
+    /// A bound or timeout stopped a run before it reached a verdict.
+    pub const INCOMPLETE: i32 = 13;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KvmcError {
+    /// A file could not be read.
+    #[error("{}: {msg}", path.display())]
+    Io { path: PathBuf, msg: String },
+    /// A file was read but is not valid (TOML syntax or meaning).
+    #[error("{}:{line}: {msg}", path.display())]
+    Input { path: PathBuf, line: usize, msg: String },
+    /// A bad flag or argument combination.
+    #[error("{0}")]
+    Usage(String),
+    /// Something kvmc itself got wrong.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl KvmcError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            KvmcError::Io { .. } | KvmcError::Input { .. } | KvmcError::Usage(_) => exit::USAGE,
+            KvmcError::Internal(_) => exit::INTERNAL,
+        }
+    }
+
+    pub fn io(path: &Path, e: impl std::fmt::Display) -> Self {
+        KvmcError::Io { path: path.to_path_buf(), msg: e.to_string() }
+    }
+
+    pub fn input(path: &Path, line: usize, msg: impl Into<String>) -> Self {
+        KvmcError::Input { path: path.to_path_buf(), line, msg: msg.into() }
+    }
+}
+
+/// 1-based line of byte offset `off` in `text`.
+pub fn line_of_offset(text: &str, off: usize) -> usize {
+    text[..off.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// Convert a `toml` deserialization error into an input error with its line.
+pub fn toml_error(path: &Path, text: &str, e: toml::de::Error) -> KvmcError {
+    let line = e.span().map_or(1, |s| line_of_offset(text, s.start));
+    let msg = e.message().trim().to_string();
+    KvmcError::input(path, line, msg)
+}
+
+pub type Result<T> = std::result::Result<T, KvmcError>;

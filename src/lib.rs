@@ -1,0 +1,7 @@
+pub mod check;
+pub mod cli;
+pub mod error;
+pub mod model;
+pub mod props;
+pub mod report;
+pub mod system;

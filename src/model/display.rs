@@ -1,0 +1,222 @@
+//! Rendering for people: states as tables, actions by name, steps as one-line stories.
+
+use super::scope::Scope;
+use super::{live_phase, Action, KvState};
+use crate::system::types::{BlockHash, ContentTag, Status};
+use crate::system::{Direction, Engine, Event};
+use std::fmt::{self, Write};
+
+pub fn action_label(scope: &Scope, a: &Action) -> String {
+    let name = |r: &u16| scope.workload.requests[*r as usize].name.clone();
+    match a {
+        Action::Arrive(r) => format!("arrive {}", name(r)),
+        Action::Step => "step".to_string(),
+        Action::StepSyncLoadFails(k) => format!("step (sync load fails from block {k})"),
+        Action::TransferDone(Direction::Store) => "store copy done".to_string(),
+        Action::TransferDone(Direction::Load) => "load copy done".to_string(),
+        Action::LoadFails(k) => format!("load fails from block {k}"),
+        Action::Abort(r) => format!("abort {}", name(r)),
+        Action::Error(r) => format!("error {}", name(r)),
+    }
+}
+
+fn label(scope: &Scope, h: BlockHash) -> String {
+    scope.workload.label(h)
+}
+
+/// A content tag in workload terms: "A.1" for a full block, "A.1[:1]" for a partial one.
+pub fn content(scope: &Scope, t: ContentTag) -> String {
+    match t {
+        ContentTag::Empty => "-".to_string(),
+        ContentTag::Bad(k) => format!("BAD({k:?})"),
+        ContentTag::Kv { hash, len } => {
+            let b = scope.cfg.block_size;
+            if u32::from(len) == b {
+                return label(scope, BlockHash(hash));
+            }
+            for r in &scope.workload.requests {
+                for i in 0..r.tokens.len() / b as usize + 1 {
+                    let from = i * b as usize;
+                    let to = from + len as usize;
+                    if to <= r.tokens.len() && crate::system::types::fold_tokens(r.parent(i), &r.tokens[from..to]) == hash {
+                        return format!("{}.{}[:{}]", r.name, i, len);
+                    }
+                }
+            }
+            format!("partial({len})")
+        }
+    }
+}
+
+fn names(scope: &Scope, v: &[u16]) -> String {
+    v.iter().map(|r| scope.workload.requests[*r as usize].name.as_str()).collect::<Vec<_>>().join(" ")
+}
+
+fn event_text(scope: &Scope, e: &Event) -> Option<String> {
+    let n = |r: &u16| scope.workload.requests[*r as usize].name.clone();
+    let keys = |ks: &[BlockHash]| ks.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(",");
+    Some(match e {
+        Event::Arrived { .. } => return None,
+        Event::Lookup { req, local, external, load_async } => match external {
+            None => format!("{} lookup: G1 hit {local}, host busy (retry)", n(req)),
+            Some(x) => format!("{} lookup: G1 hit {local}, host hit {x}{}", n(req), if *load_async { " (async)" } else if *x > 0 { " (sync)" } else { "" }),
+        },
+        Event::Admitted { req, resumed, table, num_computed } => {
+            format!("admit {}{} table {table:?} computed {num_computed}", n(req), if *resumed { " (resumed)" } else { "" })
+        }
+        Event::AsyncLoadWait { req, table, .. } => format!("{} waits for its load into {table:?}", n(req)),
+        Event::Scheduled { req, start, tokens, .. } => format!("{} computes [{start},{})", n(req), start + tokens),
+        Event::Preempted { req } => format!("preempt {}", n(req)),
+        Event::G1Evicted { block, hash } => format!("G1 block {block} loses {}", label(scope, *hash)),
+        Event::G1Cached { .. } => return None,
+        Event::HostEvicted { key } => format!("host evicts {}", label(scope, *key)),
+        Event::StoreRefused { req, keys: k } => format!("{} store of [{}] refused: host full", n(req), keys(k)),
+        Event::StoreJob { job, req, keys: k, blocks, .. } => format!("store job {job}: {} [{}] from blocks {blocks:?}", n(req), keys(k)),
+        Event::LoadJob { job, req, keys: k, blocks, sync, .. } => {
+            format!("{} load job {job}: {} [{}] into blocks {blocks:?}", if *sync { "sync" } else { "async" }, n(req), keys(k))
+        }
+        Event::Flush { job } => format!("flush job {job}"),
+        Event::TransferDone { job } => format!("job {job} copied"),
+        Event::TransferFailed { job, invalid } => format!("job {job} failed: blocks {invalid:?} invalid"),
+        Event::JobCompleted { job } => format!("job {job} completed"),
+        Event::Sampled { req, position } => format!("{} samples token {position}", n(req)),
+        Event::Finished { req, reason } => format!("{} finishes ({})", n(req), reason.as_str()),
+        Event::Freed { req, blocks } => format!("{} frees {blocks:?}", n(req)),
+        Event::Violation { property, detail } => format!("VIOLATION {property}: {detail}"),
+    })
+}
+
+/// One step as a story line: what happened, in order.
+pub fn step_story(scope: &Scope, _before: &Engine, _after: &Engine, events: &[Event]) -> String {
+    let parts: Vec<String> = events.iter().filter_map(|e| event_text(scope, e)).collect();
+    if parts.is_empty() {
+        "nothing observable".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// The state as tables (G1, requests, host tier, jobs).
+pub fn render(scope: &Scope, e: &Engine) -> String {
+    let mut s = String::new();
+    let wl = &scope.workload;
+    let _ = writeln!(s, "G1  free queue (head first): {:?}", e.pool.free_queue());
+    let _ = writeln!(s, "    block  ref  hash      content");
+    for b in 1..e.pool.num_blocks() {
+        let h = e.pool.hash[b as usize].map_or("-".to_string(), |h| label(scope, h));
+        let _ = writeln!(s, "    {:<6} {:<4} {:<9} {}", b, e.pool.ref_cnt[b as usize], h, content(scope, e.pool.content[b as usize]));
+    }
+    let _ = writeln!(s, "requests  running [{}]  waiting [{}]  kv-holding [{}]", names(scope, &e.running), names(scope, &e.waiting), names(scope, &e.kv_holding));
+    for (i, q) in e.reqs.iter().enumerate() {
+        let spec = &wl.requests[i];
+        if q.status == Status::Pending {
+            let _ = writeln!(s, "    {:<4} not arrived", spec.name);
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "    {:<4} {:<22} computed {}/{}  out {}/{}  table {:?}{}",
+            spec.name,
+            q.status.short(),
+            q.num_computed,
+            q.num_tokens(spec),
+            q.num_output,
+            spec.max_tokens,
+            q.table,
+            if q.preempted { "  (preempted before)" } else { "" }
+        );
+    }
+    if let Some(oc) = e.conn.offloading() {
+        let _ = writeln!(s, "G2  {} chunks, {} free; eviction order {:?}", oc.host.capacity, oc.host.num_free_slots(), oc.host.eviction_order().iter().map(|k| label(scope, *k)).collect::<Vec<_>>());
+        let _ = writeln!(s, "    key       slot ref  rank      content");
+        for (k, en) in oc.host.entries() {
+            let c: Vec<String> = en.content.iter().map(|t| content(scope, *t)).collect();
+            let _ = writeln!(s, "    {:<9} {:<4} {:<4} {:<9} {}", label(scope, *k), en.slot, en.ref_cnt, format!("{:?}", en.rank), if c.is_empty() { "(writing)".into() } else { c.join(",") });
+        }
+        for (i, st) in oc.reqs.iter().enumerate() {
+            if let Some(st) = st {
+                let _ = writeln!(s, "    conn {:<4} keys {} mirror {:?} cursor {} jobs {:?}", wl.requests[i].name, st.num_keys, st.mirror, st.cursor, st.transfer_jobs);
+            }
+        }
+        for j in &oc.jobs {
+            let _ = writeln!(s, "    job {} {:?} {} [{}] blocks {:?} {}", j.id, j.kind, wl.requests[j.req as usize].name, j.keys.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(","), j.blocks, live_phase(j.phase));
+        }
+    }
+    if e.ghost.violations != 0 {
+        let _ = writeln!(s, "violations flagged: {:#x}", e.ghost.violations);
+    }
+    s
+}
+
+impl fmt::Debug for KvState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&render(&self.scope, &self.engine))
+    }
+}
+
+/// What changed between two states, per component: "G1 ...; G2 ...; A ...".
+pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut g1 = Vec::new();
+    for blk in 1..a.pool.num_blocks() as usize {
+        let (ra, rb) = (a.pool.ref_cnt[blk], b.pool.ref_cnt[blk]);
+        let (ha, hb) = (a.pool.hash[blk], b.pool.hash[blk]);
+        let (ca, cb) = (a.pool.content[blk], b.pool.content[blk]);
+        let mut d = Vec::new();
+        if ra != rb {
+            d.push(format!("ref {ra}->{rb}"));
+        }
+        if ha != hb {
+            let l = |h: Option<BlockHash>| h.map_or("-".to_string(), |h| label(scope, h));
+            d.push(format!("hash {}->{}", l(ha), l(hb)));
+        }
+        if ca != cb {
+            d.push(format!("kv {}->{}", content(scope, ca), content(scope, cb)));
+        }
+        if !d.is_empty() {
+            g1.push(format!("blk{blk} {}", d.join(" ")));
+        }
+    }
+    if !g1.is_empty() {
+        parts.push(format!("G1 {}", g1.join(", ")));
+    }
+    if let (Some(ha), Some(hb)) = (a.conn.offloading(), b.conn.offloading()) {
+        let mut g2 = Vec::new();
+        for (k, eb) in hb.host.entries() {
+            let state = |r: i32| if r < 0 { "writing".to_string() } else if r == 0 { "ready".to_string() } else { format!("pinned x{r}") };
+            match ha.host.get(k) {
+                None => g2.push(format!("+{} ({})", label(scope, *k), state(eb.ref_cnt))),
+                Some(ea) if ea.ref_cnt != eb.ref_cnt || ea.content != eb.content => {
+                    let c: Vec<String> = eb.content.iter().map(|t| content(scope, *t)).collect();
+                    g2.push(format!("{} {} holds {}", label(scope, *k), state(eb.ref_cnt), if c.is_empty() { "-".into() } else { c.join(",") }))
+                }
+                _ => {}
+            }
+        }
+        for (k, _) in ha.host.entries() {
+            if hb.host.get(k).is_none() {
+                g2.push(format!("-{}", label(scope, *k)));
+            }
+        }
+        if !g2.is_empty() {
+            parts.push(format!("G2 {}", g2.join(", ")));
+        }
+    }
+    for (i, (qa, qb)) in a.reqs.iter().zip(&b.reqs).enumerate() {
+        let spec = &scope.workload.requests[i];
+        let mut d = Vec::new();
+        if qa.status != qb.status {
+            d.push(format!("{}->{}", qa.status.short(), qb.status.short()));
+        }
+        if qa.num_computed != qb.num_computed {
+            d.push(format!("computed {}->{}", qa.num_computed, qb.num_computed));
+        }
+        if qa.table != qb.table {
+            d.push(format!("table {:?}", qb.table));
+        }
+        if !d.is_empty() {
+            parts.push(format!("{} {}", spec.name, d.join(" ")));
+        }
+    }
+    parts.join("; ")
+}

@@ -1,0 +1,248 @@
+//! The stateright `Model` over one engine (`system::Engine`), for a scope read from a model
+//! file. Environment actions: arrivals, engine steps, transfer completion or failure, client
+//! aborts and request errors. Engine decisions stay deterministic; only the environment
+//! branches.
+
+pub mod display;
+pub mod scope;
+
+use crate::props::{self, PropDef};
+use crate::system::connector::Phase;
+use crate::system::ghost::Mark;
+use crate::system::{Ctx, Direction, Engine, Events, Rules};
+use scope::{Arrivals, Scope};
+use stateright::{Model, Property};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+pub use scope::parse_tokens;
+
+/// An environment action.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Action {
+    /// Request `r` arrives (`add_request`).
+    Arrive(u16),
+    /// One engine step.
+    Step,
+    /// One engine step whose sync load fails from its `k`-th block on.
+    StepSyncLoadFails(u32),
+    /// The worker's handler finishes its oldest copy of that direction.
+    TransferDone(Direction),
+    /// The oldest async load fails from its `k`-th block on.
+    LoadFails(u32),
+    /// The client aborts request `r`.
+    Abort(u16),
+    /// Request `r` finishes with an error.
+    Error(u16),
+}
+
+/// A model state: the engine, plus the scope for rendering (not part of identity).
+#[derive(Clone)]
+pub struct KvState {
+    pub engine: Engine,
+    pub scope: Arc<Scope>,
+}
+
+impl PartialEq for KvState {
+    fn eq(&self, o: &Self) -> bool {
+        self.engine == o.engine
+    }
+}
+impl Eq for KvState {}
+impl Hash for KvState {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.engine.hash(h)
+    }
+}
+
+/// The model of one scope under one rule set.
+pub struct KvModel {
+    pub scope: Arc<Scope>,
+    pub profile: String,
+    pub variant: Option<String>,
+    pub rules: Rules,
+    /// The properties this run checks (always-properties and their guards).
+    pub props: Vec<&'static PropDef>,
+}
+
+impl KvModel {
+    pub fn new(scope: Arc<Scope>, profile: Option<&str>, variant: Option<&str>, props: Vec<&'static PropDef>) -> Result<Self, String> {
+        let profile = profile.unwrap_or(&scope.profile).to_string();
+        let rules = crate::system::rules::resolve(&profile, variant)?;
+        Ok(KvModel { scope, profile, variant: variant.map(str::to_string), rules, props })
+    }
+
+    pub fn ctx(&self) -> Ctx<'_> {
+        Ctx { cfg: &self.scope.cfg, rules: &self.rules, wl: &self.scope.workload }
+    }
+
+    pub fn init(&self) -> KvState {
+        KvState { engine: Engine::new(&self.scope.cfg, &self.scope.workload), scope: self.scope.clone() }
+    }
+
+    fn arrival_enabled(&self, e: &Engine, r: usize) -> bool {
+        use crate::system::types::Status;
+        if e.reqs[r].status != Status::Pending {
+            return false;
+        }
+        if let Some(a) = self.scope.after[r] {
+            if !e.reqs[a as usize].status.is_finished() {
+                return false;
+            }
+        }
+        match self.scope.arrivals {
+            Arrivals::Any => true,
+            Arrivals::InOrder => r == 0 || e.reqs[r - 1].status != Status::Pending,
+        }
+    }
+
+    /// Apply `a` to `s` (events on or off); None if the action changes nothing. With
+    /// `canonical` the result has job ids and LRU ranks renumbered (the checker's states);
+    /// without, it keeps the real counters (stories, replays).
+    pub fn apply(&self, s: &Engine, a: Action, ev: &mut Events, canonical: bool) -> Option<Engine> {
+        let ctx = self.ctx();
+        let mut e = s.clone();
+        e.ghost.marks = 0;
+        match a {
+            Action::Arrive(r) => e.arrive(ctx, r, ev),
+            Action::Step | Action::StepSyncLoadFails(_) => {
+                e.ghost.idle_steps = s.ghost.idle_steps.saturating_add(1);
+                let fail = if let Action::StepSyncLoadFails(k) = a { Some(k) } else { None };
+                e.step(ctx, fail, ev);
+                if fail.is_some() && !e.ghost.marked(Mark::LoadFailure) {
+                    return None; // no sync load failed: same as a plain step
+                }
+            }
+            Action::TransferDone(d) => {
+                let j = e.next_transfer(d)?;
+                e.transfer_done(ctx, j, ev);
+            }
+            Action::LoadFails(k) => {
+                let j = e.next_transfer(Direction::Load)?;
+                e.transfer_failed(ctx, j, k, ev);
+            }
+            Action::Abort(r) => e.abort(ctx, r, ev),
+            Action::Error(r) => e.error(ctx, r, ev),
+        }
+        if canonical {
+            e.canonicalize();
+        }
+        if matches!(a, Action::Step | Action::StepSyncLoadFails(_)) {
+            let mut same = e.clone();
+            same.ghost.marks = s.ghost.marks;
+            same.ghost.idle_steps = s.ghost.idle_steps;
+            let unchanged = if canonical {
+                same == *s
+            } else {
+                let mut prev = s.clone();
+                prev.canonicalize();
+                same.canonicalize();
+                same == prev
+            };
+            if unchanged {
+                return None;
+            }
+        }
+        Some(e)
+    }
+
+    /// True when work remains and nothing but a fault can move the engine (a deadlock).
+    pub fn is_stuck(&self, s: &Engine) -> bool {
+        if !s.has_work() {
+            return false;
+        }
+        if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r)) {
+            return false;
+        }
+        if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some() {
+            return false;
+        }
+        self.apply(s, Action::Step, &mut Events::off(), true).is_none()
+    }
+
+    /// The most blocks an async load of the next load job has (for failure choices).
+    fn load_fail_choices(&self, e: &Engine) -> u32 {
+        let Some(id) = e.next_transfer(Direction::Load) else { return 0 };
+        e.conn.offloading().and_then(|oc| oc.job(id)).map_or(0, |j| j.blocks.len() as u32)
+    }
+}
+
+impl Model for KvModel {
+    type State = KvState;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<KvState> {
+        vec![self.init()]
+    }
+
+    fn actions(&self, s: &KvState, out: &mut Vec<Action>) {
+        let e = &s.engine;
+        if u32::from(e.ghost.idle_steps) > self.scope.progress_steps {
+            return; // a livelock was found; do not explore past it
+        }
+        for r in 0..e.reqs.len() {
+            if self.arrival_enabled(e, r) {
+                out.push(Action::Arrive(r as u16));
+            }
+        }
+        out.push(Action::Step);
+        let f = &self.scope.faults;
+        if f.load_failure {
+            let sync_budget = self.scope.cfg.offload().map_or(0, |o| o.sync_load_budget_tokens);
+            if sync_budget > 0 {
+                for k in 0..sync_budget.div_ceil(self.scope.cfg.block_size) {
+                    out.push(Action::StepSyncLoadFails(k));
+                }
+            }
+        }
+        if e.next_transfer(Direction::Store).is_some() {
+            out.push(Action::TransferDone(Direction::Store));
+        }
+        if e.next_transfer(Direction::Load).is_some() {
+            out.push(Action::TransferDone(Direction::Load));
+            if f.load_failure {
+                for k in 0..self.load_fail_choices(e) {
+                    out.push(Action::LoadFails(k));
+                }
+            }
+        }
+        for (r, q) in e.reqs.iter().enumerate() {
+            if f.abort && q.status.is_live() {
+                out.push(Action::Abort(r as u16));
+            }
+            if f.error && q.status == crate::system::types::Status::Running {
+                out.push(Action::Error(r as u16));
+            }
+        }
+    }
+
+    fn next_state(&self, s: &KvState, a: Action) -> Option<KvState> {
+        let e = self.apply(&s.engine, a, &mut Events::off(), true)?;
+        Some(KvState { engine: e, scope: s.scope.clone() })
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        self.props.iter().map(|p| props::to_stateright(p)).collect()
+    }
+
+    fn format_action(&self, a: &Action) -> String {
+        display::action_label(&self.scope, a)
+    }
+
+    fn format_step(&self, s: &KvState, a: Action) -> Option<String> {
+        let mut ev = Events::on();
+        let next = self.apply(&s.engine, a, &mut ev, true)?;
+        Some(display::step_story(&self.scope, &s.engine, &next, &ev.list))
+    }
+}
+
+/// Jobs still moving through the worker (for display).
+pub fn live_phase(p: Phase) -> &'static str {
+    match p {
+        Phase::Built => "built",
+        Phase::Queued => "queued",
+        Phase::Submitted => "copying",
+        Phase::Done => "done",
+        Phase::Failed => "failed",
+    }
+}

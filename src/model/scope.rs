@@ -1,0 +1,312 @@
+//! Scope files (`models/NAME.toml`): one bounded scope to explore. See docs/models.md.
+//!
+//! ```toml
+//! description = "two requests sharing a prefix, one host chunk"
+//! [engine]
+//! profile = "vllm-0.33"
+//! connector = "offloading"          # or "none"
+//! block_size = 2
+//! gpu_blocks = 4                    # num_gpu_blocks, including the null block 0
+//! max_num_batched_tokens = 4
+//! load_failure_policy = "fail"      # or "recompute"
+//! [offload]
+//! host_chunks = 2
+//! [[request]]
+//! name = "A"
+//! prompt = "ab|cd"                  # one token per character; '|' and spaces are ignored
+//! output = "x"                      # the tokens it will sample (max_tokens = 1)
+//! [faults]
+//! abort = true
+//! [bounds]
+//! arrivals = "in-order"             # or "any"
+//! ```
+
+use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::system::{ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScope {
+    #[serde(default)]
+    description: String,
+    engine: RawEngine,
+    #[serde(default)]
+    offload: Option<RawOffload>,
+    #[serde(default, rename = "request")]
+    requests: Vec<RawRequest>,
+    #[serde(default)]
+    faults: RawFaults,
+    #[serde(default)]
+    bounds: RawBounds,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEngine {
+    #[serde(default = "default_profile")]
+    profile: Spanned<String>,
+    #[serde(default = "default_connector")]
+    connector: Spanned<String>,
+    block_size: Spanned<u32>,
+    gpu_blocks: Spanned<u32>,
+    max_num_batched_tokens: Spanned<u32>,
+    #[serde(default)]
+    max_num_seqs: Option<u32>,
+    #[serde(default)]
+    max_model_len: Option<Spanned<u32>>,
+    #[serde(default)]
+    long_prefill_token_threshold: u32,
+    #[serde(default = "default_policy")]
+    load_failure_policy: Spanned<String>,
+}
+
+fn default_profile() -> Spanned<String> {
+    Spanned::new(0..0, "vllm-0.33".to_string())
+}
+fn default_connector() -> Spanned<String> {
+    Spanned::new(0..0, "none".to_string())
+}
+fn default_policy() -> Spanned<String> {
+    Spanned::new(0..0, "fail".to_string())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOffload {
+    host_chunks: Spanned<u32>,
+    #[serde(default = "one")]
+    blocks_per_chunk: Spanned<u32>,
+    #[serde(default = "yes")]
+    offload_prompt_only: bool,
+    #[serde(default)]
+    sync_load_budget_tokens: u32,
+}
+
+fn one() -> Spanned<u32> {
+    Spanned::new(0..0, 1)
+}
+fn yes() -> bool {
+    true
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequest {
+    name: Spanned<String>,
+    prompt: Spanned<String>,
+    output: Spanned<String>,
+    #[serde(default)]
+    end: Option<Spanned<String>>,
+    #[serde(default)]
+    after: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFaults {
+    #[serde(default)]
+    abort: bool,
+    #[serde(default)]
+    error: bool,
+    #[serde(default)]
+    load_failure: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBounds {
+    #[serde(default)]
+    arrivals: Option<Spanned<String>>,
+    #[serde(default)]
+    progress_steps: Option<u32>,
+}
+
+/// How arrivals are ordered.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Arrivals {
+    /// Request i arrives only after request i-1 arrived (any time after).
+    InOrder,
+    /// Any pending request may arrive at any time.
+    Any,
+}
+
+/// Which environment faults the model explores.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// A client may abort any live request between steps.
+    pub abort: bool,
+    /// A running request may finish with an error between steps.
+    pub error: bool,
+    /// A load may fail (from any of its blocks on).
+    pub load_failure: bool,
+}
+
+/// A parsed, validated scope.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub name: String,
+    pub path: PathBuf,
+    pub description: String,
+    pub profile: String,
+    pub cfg: EngineConfig,
+    pub workload: Workload,
+    /// `after[r]`: request that must have finished before `r` may arrive.
+    pub after: Vec<Option<u16>>,
+    pub faults: Faults,
+    pub arrivals: Arrivals,
+    /// Engine steps without progress (a sampled token, a finish, an arrival) that count as a
+    /// livelock for `requests-finish`.
+    pub progress_steps: u32,
+}
+
+/// Tokens of a scope string: one token per character; '|' and whitespace are separators.
+pub fn parse_tokens(s: &str) -> Vec<u32> {
+    s.chars().filter(|c| *c != '|' && !c.is_whitespace()).map(|c| c as u32).collect()
+}
+
+impl Scope {
+    pub fn load(path: &Path) -> Result<Scope> {
+        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        Scope::parse(&name, path, &text)
+    }
+
+    pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scope> {
+        let raw: RawScope = toml::from_str(text).map_err(|e| toml_error(path, text, e))?;
+        let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
+        let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
+        let e = &raw.engine;
+        let profile = e.profile.get_ref().clone();
+        if crate::system::rules::profile(&profile).is_none() {
+            return Err(bad(e.profile.span(), crate::system::rules::resolve(&profile, None).unwrap_err()));
+        }
+        let b = *e.block_size.get_ref();
+        if !(1..=64).contains(&b) {
+            return Err(bad(e.block_size.span(), format!("block_size must be 1..=64, got {b}")));
+        }
+        let n = *e.gpu_blocks.get_ref();
+        if !(2..=1_000_000).contains(&n) {
+            return Err(bad(e.gpu_blocks.span(), format!("gpu_blocks must be 2..=1000000 (block 0 is the null block), got {n}")));
+        }
+        let budget = *e.max_num_batched_tokens.get_ref();
+        if budget == 0 {
+            return Err(bad(e.max_num_batched_tokens.span(), "max_num_batched_tokens must be positive".into()));
+        }
+        let max_model_len = match &e.max_model_len {
+            Some(m) if *m.get_ref() < 2 => return Err(bad(m.span(), "max_model_len must be at least 2".into())),
+            Some(m) => *m.get_ref(),
+            None => (n - 1) * b,
+        };
+        let policy = match e.load_failure_policy.get_ref().as_str() {
+            "fail" => LoadFailurePolicy::Fail,
+            "recompute" => LoadFailurePolicy::Recompute,
+            other => return Err(bad(e.load_failure_policy.span(), format!("load_failure_policy must be \"fail\" or \"recompute\", got \"{other}\""))),
+        };
+        let connector = match e.connector.get_ref().as_str() {
+            "none" => {
+                if raw.offload.is_some() {
+                    return Err(bad(e.connector.span(), "an [offload] table needs connector = \"offloading\"".into()));
+                }
+                ConnectorConfig::None
+            }
+            "offloading" => {
+                let Some(o) = &raw.offload else {
+                    return Err(bad(e.connector.span(), "connector = \"offloading\" needs an [offload] table with host_chunks".into()));
+                };
+                let bpc = *o.blocks_per_chunk.get_ref();
+                if bpc == 0 {
+                    return Err(bad(o.blocks_per_chunk.span(), "blocks_per_chunk must be positive".into()));
+                }
+                if *o.host_chunks.get_ref() == 0 {
+                    return Err(bad(o.host_chunks.span(), "host_chunks must be positive".into()));
+                }
+                ConnectorConfig::Offloading(OffloadConfig {
+                    host_chunks: *o.host_chunks.get_ref(),
+                    blocks_per_chunk: bpc,
+                    offload_prompt_only: o.offload_prompt_only,
+                    sync_load_budget_tokens: o.sync_load_budget_tokens,
+                })
+            }
+            other => return Err(bad(e.connector.span(), format!("connector must be \"none\" or \"offloading\", got \"{other}\""))),
+        };
+        let cfg = EngineConfig {
+            block_size: b,
+            num_gpu_blocks: n,
+            max_num_batched_tokens: budget,
+            max_num_seqs: e.max_num_seqs.unwrap_or(256).max(1),
+            max_model_len,
+            long_prefill_token_threshold: e.long_prefill_token_threshold,
+            load_failure_policy: policy,
+            connector,
+        };
+        if raw.requests.is_empty() {
+            return Err(KvmcError::input(path, 1, "a scope needs at least one [[request]]"));
+        }
+        if raw.requests.len() > 64 {
+            return Err(KvmcError::input(path, 1, "at most 64 requests per scope"));
+        }
+        let mut specs = Vec::new();
+        for r in &raw.requests {
+            let nm = r.name.get_ref();
+            if nm.is_empty() || nm.contains(|c: char| c.is_whitespace() || c == '.') {
+                return Err(bad(r.name.span(), format!("request name {nm:?} must be non-empty, without spaces or dots")));
+            }
+            if specs.iter().any(|s: &RequestSpec| &s.name == nm) {
+                return Err(bad(r.name.span(), format!("duplicate request name {nm:?}")));
+            }
+            let prompt = parse_tokens(r.prompt.get_ref());
+            let output = parse_tokens(r.output.get_ref());
+            if prompt.is_empty() {
+                return Err(bad(r.prompt.span(), format!("request {nm}: the prompt is empty")));
+            }
+            if output.is_empty() {
+                return Err(bad(r.output.span(), format!("request {nm}: output needs at least one token (max_tokens >= 1)")));
+            }
+            if (prompt.len() + output.len()) as u32 > max_model_len {
+                return Err(bad(r.prompt.span(), format!("request {nm}: prompt + output exceed max_model_len {max_model_len}")));
+            }
+            let end = match r.end.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
+                None | Some(("length", _)) => EndKind::Length,
+                Some(("stop", _)) => EndKind::Stop,
+                Some((other, sp)) => return Err(bad(sp, format!("end must be \"length\" or \"stop\", got \"{other}\""))),
+            };
+            specs.push(RequestSpec::new(nm, prompt, output, end, b));
+        }
+        let mut after = Vec::new();
+        for r in &raw.requests {
+            after.push(match &r.after {
+                None => None,
+                Some(a) => match specs.iter().position(|s| &s.name == a.get_ref()) {
+                    Some(i) if specs[i].name != *r.name.get_ref() => Some(i as u16),
+                    _ => return Err(bad(a.span(), format!("after = {:?} names no other request", a.get_ref()))),
+                },
+            });
+        }
+        let arrivals = match raw.bounds.arrivals.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
+            None | Some(("in-order", _)) => Arrivals::InOrder,
+            Some(("any", _)) => Arrivals::Any,
+            Some((other, sp)) => return Err(bad(sp, format!("arrivals must be \"in-order\" or \"any\", got \"{other}\""))),
+        };
+        let total: u32 = specs.iter().map(|s| s.tokens.len() as u32).sum();
+        let progress_steps = raw.bounds.progress_steps.unwrap_or(2 * total + 4 * specs.len() as u32 + 4);
+        let faults = Faults { abort: raw.faults.abort, error: raw.faults.error, load_failure: raw.faults.load_failure };
+        if faults.load_failure && cfg.offload().is_none() {
+            return Err(KvmcError::input(path, 1, "faults.load_failure needs connector = \"offloading\""));
+        }
+        Ok(Scope {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            description: raw.description,
+            profile,
+            cfg,
+            workload: Workload::new(b, specs),
+            after,
+            faults,
+            arrivals,
+            progress_steps,
+        })
+    }
+}

@@ -1,0 +1,67 @@
+//! G1 properties (GP §4.1): accounting and cache soundness.
+
+use crate::model::{KvModel, KvState};
+use crate::system::ghost::Breach;
+use crate::system::types::{BadKind, ContentTag, Status, NULL_BLOCK};
+
+/// `g1-accounting`: a block is free iff its ref count is 0, the queue has no duplicates,
+/// ref counts equal the number of tables holding the block, the null block is never used.
+pub fn accounting(_m: &KvModel, s: &KvState) -> bool {
+    let e = &s.engine;
+    if e.ghost.has(Breach::HandedOutInUse) {
+        return false;
+    }
+    let n = e.pool.num_blocks() as usize;
+    let mut holders = vec![0u32; n];
+    for q in &e.reqs {
+        for &b in &q.table {
+            if b == NULL_BLOCK {
+                return false;
+            }
+            holders[b as usize] += 1;
+        }
+    }
+    let queue = e.pool.free_queue();
+    if queue.len() as u32 != e.pool.num_free() {
+        return false;
+    }
+    let mut seen = vec![false; n];
+    for &b in &queue {
+        if b == NULL_BLOCK || seen[b as usize] {
+            return false;
+        }
+        seen[b as usize] = true;
+    }
+    (1..n).all(|b| {
+        let rc = u32::from(e.pool.ref_cnt[b]);
+        rc == holders[b] && (rc == 0) == seen[b]
+    })
+}
+
+/// `g1-cache-sound`: every cached hash names a block carrying that hash whose content is that
+/// prefix's KV. The one exemption is vLLM's recompute policy by design: a block known to
+/// hold bad KV (failed load, or computed from it) while every request holding it will
+/// recompute it before reading it.
+pub fn cache_sound(m: &KvModel, s: &KvState) -> bool {
+    let e = &s.engine;
+    let b = m.scope.cfg.block_size;
+    e.pool.cached().all(|(h, blocks)| {
+        blocks.iter().all(|&blk| {
+            if e.pool.hash[blk as usize] != Some(*h) {
+                return false;
+            }
+            let c = e.pool.content[blk as usize];
+            if c == ContentTag::full(*h, b) {
+                return true;
+            }
+            let known_bad = matches!(c, ContentTag::Bad(BadKind::LoadFailed | BadKind::Tainted));
+            let holders: Vec<_> = e.reqs.iter().filter(|q| q.table.contains(&blk)).collect();
+            known_bad
+                && !holders.is_empty()
+                && holders.iter().all(|q| {
+                    let pos = q.table.iter().position(|&x| x == blk).unwrap() as u32;
+                    q.status == Status::Running && q.num_computed <= pos * b
+                })
+        })
+    })
+}

@@ -1,0 +1,77 @@
+//! The property catalogue: every invariant (`always`) and reachability guard (`sometimes`)
+//! as a named predicate over a model state. The same predicates run in the checker, in
+//! replay and in conformance. What each property means, which bug it guards and its expected
+//! verdicts live in `specs/<name>.toml` (rendered by `kvmc explain`).
+
+mod g1;
+mod host;
+mod progress;
+
+use crate::model::{KvModel, KvState};
+use crate::system::ghost::{Breach, Mark};
+use stateright::Property;
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// A safety invariant: a state where it is false is a counterexample.
+    Always,
+    /// A reachability guard: a state where it is true is an example.
+    Sometimes,
+}
+
+pub struct PropDef {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// Only meaningful when the engine runs an offload connector.
+    pub offload_only: bool,
+    pub check: fn(&KvModel, &KvState) -> bool,
+}
+
+macro_rules! mark {
+    ($name:literal, $m:expr, $offload:expr) => {
+        PropDef { name: $name, kind: Kind::Sometimes, offload_only: $offload, check: |_, s| s.engine.ghost.marked($m) }
+    };
+}
+
+pub const CATALOGUE: &[PropDef] = &[
+    PropDef { name: "g1-accounting", kind: Kind::Always, offload_only: false, check: g1::accounting },
+    PropDef { name: "g1-cache-sound", kind: Kind::Always, offload_only: false, check: g1::cache_sound },
+    PropDef { name: "kv-read-integrity", kind: Kind::Always, offload_only: false, check: |_, s| !s.engine.ghost.has(Breach::BadRead) },
+    PropDef { name: "host-integrity", kind: Kind::Always, offload_only: true, check: host::integrity },
+    PropDef { name: "source-freshness", kind: Kind::Always, offload_only: true, check: |_, s| !s.engine.ghost.has(Breach::StaleSource) },
+    PropDef { name: "load-safety", kind: Kind::Always, offload_only: true, check: |_, s| !s.engine.ghost.has(Breach::UnsafeLoad) && !s.engine.ghost.has(Breach::EvictedPinned) },
+    PropDef { name: "host-accounting", kind: Kind::Always, offload_only: true, check: host::accounting },
+    PropDef { name: "store-coverage", kind: Kind::Always, offload_only: true, check: |_, s| !s.engine.ghost.has(Breach::CoverageLoss) },
+    PropDef { name: "requests-finish", kind: Kind::Always, offload_only: false, check: progress::requests_finish },
+    mark!("reach-g1-hit", Mark::G1Hit, false),
+    mark!("reach-g1-eviction", Mark::G1Eviction, false),
+    mark!("reach-preemption", Mark::Preemption, false),
+    mark!("reach-abort", Mark::Abort, false),
+    mark!("reach-error-finish", Mark::ErrorFinish, false),
+    mark!("reach-load-failure", Mark::LoadFailure, true),
+    mark!("reach-host-hit", Mark::HostHit, true),
+    mark!("reach-host-eviction", Mark::HostEviction, true),
+    mark!("reach-store-done", Mark::StoreCompleted, true),
+    mark!("reach-store-refused", Mark::StoreRefused, true),
+    mark!("reach-restart", Mark::Restart, true),
+    mark!("reach-sync-load", Mark::SyncLoad, true),
+    mark!("reach-flush", Mark::Flush, true),
+    mark!("reach-finish-store", Mark::FinishStore, true),
+    PropDef { name: "reach-all-finished", kind: Kind::Sometimes, offload_only: false, check: progress::all_finished },
+];
+
+pub fn find(name: &str) -> Option<&'static PropDef> {
+    CATALOGUE.iter().find(|p| p.name == name)
+}
+
+pub fn to_stateright(p: &'static PropDef) -> Property<KvModel> {
+    match p.kind {
+        Kind::Always => Property::always(p.name, p.check),
+        Kind::Sometimes => Property::sometimes(p.name, p.check),
+    }
+}
+
+/// Does `p` apply to a model with (or without) an offload connector?
+pub fn applies(p: &PropDef, has_offload: bool) -> bool {
+    has_offload || !p.offload_only
+}

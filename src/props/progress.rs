@@ -1,0 +1,15 @@
+//! Progress: every request finishes and releases everything (bounded liveness).
+
+use crate::model::{KvModel, KvState};
+
+/// `requests-finish`: no reachable state where work remains and nothing but a fault can move
+/// (deadlock), and no run of more than `progress_steps` engine steps without progress
+/// (livelock, e.g. preempt/resume ping-pong).
+pub fn requests_finish(m: &KvModel, s: &KvState) -> bool {
+    u32::from(s.engine.ghost.idle_steps) <= m.scope.progress_steps && !m.is_stuck(&s.engine)
+}
+
+/// Guard: every request arrived and finished, and nothing is held.
+pub fn all_finished(_m: &KvModel, s: &KvState) -> bool {
+    !s.engine.has_work() && s.engine.reqs.iter().all(|q| q.status.is_finished())
+}

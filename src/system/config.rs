@@ -1,0 +1,64 @@
+//! Engine configuration: the vLLM settings that decide anything in the model.
+//!
+//! Names follow vLLM's config fields (`SchedulerConfig`, `CacheConfig`, `KVTransferConfig`).
+
+/// `kv_load_failure_policy` (vLLM `config/kv_transfer.py`; default `fail`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum LoadFailurePolicy {
+    /// Finish every affected request with `FINISHED_ERROR`; evict the invalid blocks' hashes.
+    Fail,
+    /// Rewind the affected requests and recompute; hashes are kept.
+    Recompute,
+}
+
+/// The OffloadingConnector's settings (`kv_connector_extra_config`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct OffloadConfig {
+    /// Host tier capacity in chunks (`cpu_bytes_to_use` / chunk bytes).
+    pub host_chunks: u32,
+    /// GPU blocks per offload chunk (`blocks_per_chunk`, default 1).
+    pub blocks_per_chunk: u32,
+    /// `offload_prompt_only` (vLLM default true: decode blocks are not stored).
+    pub offload_prompt_only: bool,
+    /// Sync-load budget in tokens (`sync_load_budget_bytes` / kv bytes per token; 0 = off).
+    pub sync_load_budget_tokens: u32,
+}
+
+/// Which KV connector the engine runs.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ConnectorConfig {
+    None,
+    Offloading(OffloadConfig),
+}
+
+/// One engine instance's configuration.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct EngineConfig {
+    /// Tokens per GPU block (`CacheConfig.block_size`); hash block size is the same.
+    pub block_size: u32,
+    /// `num_gpu_blocks`, including the null block 0 (usable blocks are 1..n-1).
+    pub num_gpu_blocks: u32,
+    /// `max_num_batched_tokens` (= `max_num_scheduled_tokens`): the per-step token budget.
+    pub max_num_batched_tokens: u32,
+    /// `max_num_seqs`: the most requests in `running`.
+    pub max_num_seqs: u32,
+    /// `max_model_len`.
+    pub max_model_len: u32,
+    /// `long_prefill_token_threshold` (0 = off; only applies with more than one eligible request).
+    pub long_prefill_token_threshold: u32,
+    /// `kv_load_failure_policy`.
+    pub load_failure_policy: LoadFailurePolicy,
+    pub connector: ConnectorConfig,
+}
+
+impl EngineConfig {
+    pub fn offload(&self) -> Option<&OffloadConfig> {
+        match &self.connector {
+            ConnectorConfig::Offloading(c) => Some(c),
+            ConnectorConfig::None => None,
+        }
+    }
+    pub fn tokens_per_chunk(&self) -> u32 {
+        self.offload().map_or(self.block_size, |c| c.blocks_per_chunk * self.block_size)
+    }
+}

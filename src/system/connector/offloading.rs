@@ -1,0 +1,565 @@
+//! OffloadingConnector, scheduler side (vLLM `distributed/kv_transfer/kv_connector/v1/
+//! offloading/scheduler.py: OffloadingConnectorScheduler`, 0.33 rules).
+//!
+//! Per request it keeps the offload keys (one per complete chunk), the *mirror table* (its
+//! copy of the GPU block table, from `yield_req_data`), the *store cursor*
+//! (`next_stored_chunk_idx`) and the request's in-flight transfer jobs. Store jobs pair keys
+//! and GPU blocks purely by index into the mirror table. GPU blocks are never held for a
+//! store: a store that still has to read a freed block is *flushed* (copied before the
+//! block's next writer runs).
+
+use super::super::events::{Event, Events};
+use super::super::ghost::{Breach, Ghost, Mark};
+use super::super::gpu_pool::GpuPool;
+use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
+use super::super::request::ReqState;
+use super::super::rules::FinishWatermark;
+use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, FinishReason, JobId, ReqId, Status, NULL_BLOCK};
+use super::super::workload::RequestSpec;
+use super::{BitSet, ConnCtx, SchedOut, StepScratch};
+use std::collections::BTreeMap;
+
+/// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct OcReq {
+    /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
+    pub num_keys: u32,
+    /// The mirror table (`block_ids`).
+    pub mirror: Vec<BlockId>,
+    /// The store cursor (`next_stored_chunk_idx`).
+    pub cursor: u32,
+    /// In-flight job ids, ascending.
+    pub transfer_jobs: Vec<JobId>,
+    pub finished_signaled: bool,
+    /// `num_locally_computed_tokens` at the last lookup.
+    pub num_local: u32,
+    /// The manager's request context (LRU request rank, keys seen).
+    pub access: ReqAccess,
+    /// Coverage ghost: chunks computed in the current run and not yet offered.
+    pub owed: BitSet,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum JobKind {
+    Store,
+    Load { sync: bool },
+}
+
+/// Where a job is in the worker's pipeline.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum Phase {
+    /// In this step's metadata; not yet handed to the worker.
+    Built,
+    /// Stores queued by `wait_for_save`, not yet submitted.
+    Queued,
+    /// Submitted to a transfer handler; copying.
+    Submitted,
+    /// The copy finished; the worker reports it at its next `get_finished`.
+    Done,
+    /// A load that failed; reported like `Done` plus its invalid blocks.
+    Failed,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Job {
+    pub id: JobId,
+    pub req: ReqId,
+    pub kind: JobKind,
+    pub keys: Vec<Key>,
+    /// Store: GPU source blocks; load: GPU destination blocks.
+    pub blocks: Vec<BlockId>,
+    pub slots: Vec<u32>,
+    pub phase: Phase,
+    /// Store: what the copy read, per source block (taken when the copy was ordered).
+    pub snapshot: Vec<ContentTag>,
+    /// Store: a source block was written while the copy ran.
+    pub torn: bool,
+    /// Load: index (into `blocks`) of the first block that failed to load.
+    pub invalid_from: Option<u32>,
+    /// Load: position of the first destination block inside its chunk (`block_indices`).
+    pub block_offset: u32,
+}
+
+impl Job {
+    pub fn is_store(&self) -> bool {
+        matches!(self.kind, JobKind::Store)
+    }
+    pub fn is_async_load(&self) -> bool {
+        matches!(self.kind, JobKind::Load { sync: false })
+    }
+}
+
+/// The connector's scheduler-side state plus its host tier.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct OcState {
+    pub reqs: Vec<Option<OcReq>>,
+    /// Jobs not yet completed, ascending id.
+    pub jobs: Vec<Job>,
+    pub next_job: JobId,
+    /// `_block_id_to_pending_jobs`: GPU blocks a finished request's stores still read.
+    pub fences: BTreeMap<BlockId, Vec<JobId>>,
+    pub host: HostTier,
+}
+
+impl OcState {
+    pub fn new(num_reqs: usize, host_chunks: u32) -> Self {
+        OcState { reqs: vec![None; num_reqs], jobs: Vec::new(), next_job: 0, fences: BTreeMap::new(), host: HostTier::new(host_chunks) }
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.iter().find(|j| j.id == id)
+    }
+    pub fn job_mut(&mut self, id: JobId) -> Option<&mut Job> {
+        self.jobs.iter_mut().find(|j| j.id == id)
+    }
+
+    fn new_job_id(&mut self) -> JobId {
+        let id = self.next_job;
+        self.next_job += 1;
+        id
+    }
+
+    /// `_chunks_being_loaded`: keys of async loads not yet completed.
+    fn being_loaded(&self, k: &Key) -> bool {
+        self.jobs.iter().any(|j| j.is_async_load() && j.keys.contains(k))
+    }
+
+    /// `on_new_request`.
+    pub fn on_new_request(&mut self, r: ReqId) {
+        self.reqs[r as usize] = Some(OcReq::default());
+    }
+
+    fn update_offload_keys(st: &mut OcReq, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
+        let n = req.block_hashes(spec, c.block_size).len() as u32 / c.bpc;
+        st.num_keys = st.num_keys.max(n);
+    }
+
+    /// `get_num_new_matched_tokens(req, num_local)`: `(None, _)` asks the scheduler to retry.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_num_new_matched_tokens(
+        &mut self,
+        r: ReqId,
+        req: &ReqState,
+        spec: &RequestSpec,
+        num_local: u32,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+    ) -> (Option<u32>, bool) {
+        let rules = c.rules;
+        let st = self.reqs[r as usize].as_mut().expect("tracked request");
+        // Restarting at token 0: the mirror is rebuilt from the full table at admission.
+        st.mirror.clear();
+        if rules.cursor_reset_on_lookup {
+            st.cursor = 0;
+        }
+        if st.owed.any() || req.preempted {
+            ghost.mark(Mark::Restart);
+        }
+        st.owed.clear();
+        if !st.transfer_jobs.is_empty() && rules.inflight_lookup_guard {
+            return (None, false);
+        }
+        Self::update_offload_keys(st, req, spec, c);
+        st.num_local = num_local;
+        let st = self.reqs[r as usize].as_ref().expect("tracked request");
+        let hit = self.lookup_complete_chunks(st, req.num_tokens(spec), spec, c);
+        // _reserve_sync_load
+        scratch.sync_loads.retain(|&x| x != r);
+        let sync = match hit {
+            Some(h) if h > 0 && c.sync_budget > 0 && num_local + h < req.num_tokens(spec) && scratch.sync_used + h <= c.sync_budget => {
+                scratch.sync_used += h;
+                scratch.sync_loads.push(r);
+                true
+            }
+            _ => false,
+        };
+        (hit, hit.is_some_and(|h| h > 0) && !sync)
+    }
+
+    /// `_lookup_complete_chunks` for one full-attention group.
+    fn lookup_complete_chunks(&self, st: &OcReq, num_tokens: u32, spec: &RequestSpec, c: &ConnCtx) -> Option<u32> {
+        let tpc = c.tpc();
+        let local = st.num_local;
+        let max_hit = num_tokens.min(st.num_keys * tpc);
+        if max_hit < local + tpc {
+            return Some(0);
+        }
+        let num_chunks = cdiv(max_hit, tpc).min(st.num_keys);
+        let start = local / tpc;
+        let mut hits = 0;
+        let mut defer = false;
+        for ci in start..num_chunks {
+            match self.host.lookup(&key_of(spec, ci, c)) {
+                Lookup::Hit => hits += 1,
+                Lookup::HitPending => {
+                    hits += 1;
+                    defer = true;
+                }
+                Lookup::Miss => break,
+            }
+        }
+        if hits == 0 && !defer {
+            return Some(0);
+        }
+        let mut max_hit = max_hit;
+        if !defer {
+            max_hit = max_hit.min(tpc * (start + hits));
+        }
+        if max_hit < local + tpc {
+            return Some(0);
+        }
+        if defer {
+            return None;
+        }
+        let hit = max_hit - local;
+        let end = cdiv(local + hit, tpc);
+        if (start..end).any(|ci| self.being_loaded(&key_of(spec, ci, c))) {
+            return None;
+        }
+        Some(hit)
+    }
+
+    /// `update_state_after_alloc(req, blocks, num_external)`: prepare the load.
+    #[allow(clippy::too_many_arguments)]
+    pub fn update_state_after_alloc(
+        &mut self,
+        r: ReqId,
+        req: &ReqState,
+        spec: &RequestSpec,
+        pool: &GpuPool,
+        num_external: u32,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        scratch.allocated.extend(req.table.iter().copied().filter(|&b| b != NULL_BLOCK));
+        if num_external == 0 {
+            return;
+        }
+        let sync = scratch.sync_loads.contains(&r);
+        let (b, bpc, tpc) = (c.block_size, c.bpc, c.tpc());
+        let st = self.reqs[r as usize].as_ref().expect("tracked request");
+        let num_local = st.num_local;
+        let num_cached = num_local + num_external;
+        let num_gpu_blocks = cdiv(num_cached, b);
+        let first_fresh = cdiv(num_local, b);
+        let load_start = (first_fresh..num_gpu_blocks)
+            .find(|&i| {
+                let blk = req.table[i as usize];
+                blk != NULL_BLOCK && (sync || pool.hash[blk as usize].is_none())
+            })
+            .unwrap_or(num_gpu_blocks);
+        let num_chunks = cdiv(num_cached, tpc);
+        let mut keys: Vec<(Key, u32)> = Vec::new();
+        if num_gpu_blocks > load_start {
+            for ci in load_start / bpc..num_chunks {
+                keys.push((key_of(spec, ci, c), (ci + 1) * tpc));
+            }
+        }
+        let dst: Vec<BlockId> = req.table[load_start as usize..num_gpu_blocks as usize].to_vec();
+        let st = self.reqs[r as usize].as_mut().expect("tracked request");
+        st.cursor = num_chunks; // CHUNK_LEVEL: hit chunks are not offered again.
+        let slots = self.host.prepare_load(&keys, &mut self.reqs[r as usize].as_mut().unwrap().access, ghost);
+        let id = self.new_job_id();
+        let st = self.reqs[r as usize].as_mut().unwrap();
+        if !st.transfer_jobs.is_empty() {
+            // vLLM asserts `not req_status.transfer_jobs` here (#46014).
+            ghost.breach(Breach::UnsafeLoad);
+            ev.emit(|| Event::Violation { property: "load-safety", detail: format!("load job {id} created while request has jobs {:?} in flight", st.transfer_jobs) });
+        }
+        st.transfer_jobs.push(id);
+        let keys: Vec<Key> = keys.into_iter().map(|(k, _)| k).collect();
+        ghost.mark(Mark::HostHit);
+        if sync {
+            ghost.mark(Mark::SyncLoad);
+        }
+        ev.emit(|| Event::LoadJob { job: id, req: r, keys: keys.clone(), blocks: dst.clone(), slots: slots.clone(), sync });
+        self.jobs.push(Job { id, req: r, kind: JobKind::Load { sync }, keys, blocks: dst, slots, phase: Phase::Built, snapshot: Vec::new(), torn: false, invalid_from: None, block_offset: load_start % bpc });
+        scratch.load_jobs.push(id);
+    }
+
+    /// `request_finished`: refresh the keys and fence the blocks in-flight stores still read.
+    pub fn request_finished(&mut self, r: ReqId, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
+        let Some(st) = self.reqs[r as usize].as_mut() else { return };
+        Self::update_offload_keys(st, req, spec, c);
+        let jobs = st.transfer_jobs.clone();
+        for id in jobs {
+            let blocks = self.job(id).map(|j| if j.is_store() { j.blocks.clone() } else { Vec::new() }).unwrap_or_default();
+            for b in blocks {
+                let v = self.fences.entry(b).or_default();
+                if !v.contains(&id) {
+                    v.push(id);
+                    v.sort_unstable();
+                }
+            }
+        }
+    }
+
+    /// `build_connector_meta`: mirror updates, flushes, store jobs, finish signals.
+    #[allow(clippy::too_many_arguments)]
+    pub fn build_connector_meta(
+        &mut self,
+        out: &SchedOut,
+        reqs: &[ReqState],
+        specs: &[RequestSpec],
+        pool: &GpuPool,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        // _update_req_states
+        for s in &out.scheduled {
+            let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");
+            Self::update_offload_keys(st, &reqs[s.req as usize], &specs[s.req as usize], c);
+            if s.full_table {
+                st.mirror.clear();
+            }
+            st.mirror.extend_from_slice(&s.blocks);
+            scratch.allocated.extend(s.blocks.iter().copied().filter(|&b| b != NULL_BLOCK));
+        }
+        // Flush the stores of preempted requests (#29870).
+        if c.rules.flush_preempted_stores {
+            for &p in &out.preempted {
+                if let Some(st) = &self.reqs[p as usize] {
+                    for &j in &st.transfer_jobs {
+                        if !scratch.load_jobs.contains(&j) {
+                            scratch.flush.insert(j);
+                        }
+                    }
+                }
+            }
+        }
+        // Flush stores that still read a re-allocated block.
+        for b in &scratch.allocated {
+            if let Some(js) = self.fences.get(b) {
+                scratch.flush.extend(js.iter().copied());
+            }
+        }
+        // _build_store_jobs: scheduled requests, then requests finished since last step.
+        let visits: Vec<(ReqId, Option<u32>)> =
+            out.scheduled.iter().map(|s| (s.req, Some(s.tokens))).chain(out.finished.iter().map(|&f| (f, None))).collect();
+        for (r, scheduled) in visits {
+            self.build_store_job(r, scheduled, &reqs[r as usize], &specs[r as usize], pool, c, scratch, ghost, ev);
+        }
+        for &f in &out.finished {
+            if let Some(st) = self.reqs[f as usize].as_mut() {
+                st.finished_signaled = true;
+                self.host.on_request_finished(&mut st.access);
+                if st.transfer_jobs.is_empty() {
+                    self.reqs[f as usize] = None;
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_store_job(
+        &mut self,
+        r: ReqId,
+        scheduled: Option<u32>,
+        req: &ReqState,
+        spec: &RequestSpec,
+        pool: &GpuPool,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        let Some(st) = self.reqs[r as usize].as_ref() else { return };
+        let (bpc, tpc) = (c.bpc, c.tpc());
+        let num_tokens = req.num_tokens(spec);
+        let finished = req.status.is_finished();
+        let watermark = match (req.status, scheduled) {
+            (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
+            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => req.num_computed,
+            (Status::Finished(_), _) => match c.rules.finish_watermark {
+                FinishWatermark::NumTokens => num_tokens,
+                FinishWatermark::PromptOrTokensMinusOne => spec.prompt_len.max(num_tokens.saturating_sub(1)),
+            },
+            (_, Some(n)) => req.num_computed + n,
+            (_, None) => req.num_computed,
+        };
+        let mut offloadable = watermark.min(num_tokens);
+        if c.offload_prompt_only {
+            offloadable = offloadable.min(spec.prompt_len);
+        }
+        let storable = (offloadable / tpc).min(st.mirror.len() as u32 / bpc).min(st.num_keys);
+        let start = st.cursor;
+        let mut cands: Vec<(Key, u32)> = Vec::new();
+        let mut cand_chunks: Vec<u32> = Vec::new();
+        for ci in start..storable {
+            let blocks = &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize];
+            if blocks.contains(&NULL_BLOCK) {
+                continue;
+            }
+            cands.push((key_of(spec, ci, c), (ci + 1) * tpc));
+            cand_chunks.push(ci);
+        }
+        let st = self.reqs[r as usize].as_mut().unwrap();
+        if cands.is_empty() {
+            st.cursor = st.cursor.max(storable);
+            self.check_coverage(r, finished, spec, c, ghost, ev);
+            return;
+        }
+        let stored = self.host.prepare_store(&cands, &mut st.access, ghost, ev);
+        let st = self.reqs[r as usize].as_mut().unwrap();
+        let Some(out) = stored else {
+            ghost.mark(Mark::StoreRefused);
+            ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
+            // No room: the offer counts for coverage (final-store-kept covers the loss).
+            for &ci in &cand_chunks {
+                st.owed.remove(ci);
+            }
+            if c.rules.cursor_advance_on_store_failure {
+                st.cursor = st.cursor.max(storable);
+            }
+            self.check_coverage(r, finished, spec, c, ghost, ev);
+            return;
+        };
+        for &ci in &cand_chunks {
+            st.owed.remove(ci);
+        }
+        if out.keys_to_store.is_empty() {
+            st.cursor = st.cursor.max(storable);
+            self.check_coverage(r, finished, spec, c, ghost, ev);
+            return;
+        }
+        let mut src = Vec::new();
+        for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
+            if out.keys_to_store.contains(k) {
+                src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
+            }
+        }
+        st.cursor = st.cursor.max(storable);
+        let has_async_load = st.transfer_jobs.iter().any(|&j| self.jobs.iter().any(|x| x.id == j && x.is_async_load()));
+        let id = self.new_job_id();
+        let st = self.reqs[r as usize].as_mut().unwrap();
+        if has_async_load {
+            // vLLM asserts every other job of the request is a store or a sync load.
+            ghost.breach(Breach::UnsafeLoad);
+        }
+        st.transfer_jobs.push(id);
+        if finished {
+            ghost.mark(Mark::FinishStore);
+            for &b in &src {
+                let v = self.fences.entry(b).or_default();
+                if !v.contains(&id) {
+                    v.push(id);
+                }
+                if scratch.allocated.contains(&b) {
+                    scratch.flush.insert(id);
+                }
+            }
+        }
+        let _ = pool;
+        ev.emit(|| Event::StoreJob { job: id, req: r, keys: out.keys_to_store.clone(), blocks: src.clone(), slots: out.slots.clone() });
+        self.jobs.push(Job {
+            id,
+            req: r,
+            kind: JobKind::Store,
+            keys: out.keys_to_store,
+            blocks: src,
+            slots: out.slots,
+            phase: Phase::Built,
+            snapshot: Vec::new(),
+            torn: false,
+            invalid_from: None,
+            block_offset: 0,
+        });
+        scratch.store_jobs.push(id);
+        self.check_coverage(r, finished, spec, c, ghost, ev);
+    }
+
+    /// store-coverage: once a finished request's final stores are built, every chunk it
+    /// computed in its last run was offered, or is in the host tier anyway.
+    fn check_coverage(&mut self, r: ReqId, finished: bool, spec: &RequestSpec, c: &ConnCtx, ghost: &mut Ghost, ev: &mut Events) {
+        if !finished {
+            return;
+        }
+        let st = self.reqs[r as usize].as_ref().unwrap();
+        let lost: Vec<u32> = st.owed.iter().filter(|&ci| self.host.get(&key_of(spec, ci, c)).is_none()).collect();
+        if !lost.is_empty() {
+            ghost.breach(Breach::CoverageLoss);
+            ev.emit(|| Event::Violation {
+                property: "store-coverage",
+                detail: format!("{}: computed chunks {lost:?} were never offered for storing and are not in the host tier", spec.name),
+            });
+        }
+        self.reqs[r as usize].as_mut().unwrap().owed.clear();
+    }
+
+    /// A forward pass completed chunks `[from, to)` of request `r` (coverage ghost).
+    pub fn chunks_computed(&mut self, r: ReqId, from: u32, to: u32) {
+        if let Some(st) = self.reqs[r as usize].as_mut() {
+            for ci in from..to {
+                st.owed.insert(ci);
+            }
+        }
+    }
+
+    /// `update_connector_output`: apply the worker's reported completions.
+    pub fn update_connector_output(&mut self, completed: &[JobId], reqs: &[ReqState], c: &ConnCtx, ghost: &mut Ghost, ev: &mut Events) {
+        for &id in completed {
+            let Some(pos) = self.jobs.iter().position(|j| j.id == id) else {
+                ghost.breach(Breach::BadCompletion);
+                continue;
+            };
+            let job = self.jobs.remove(pos);
+            let times = if c.rules.double_complete { 2 } else { 1 };
+            for _ in 0..times {
+                if job.is_store() {
+                    self.host.complete_store(&job.keys, ghost);
+                } else {
+                    self.host.complete_load(&job.keys, ghost);
+                }
+            }
+            ev.emit(|| Event::JobCompleted { job: id });
+            if reqs[job.req as usize].status.is_finished() && job.is_store() {
+                for b in &job.blocks {
+                    if let Some(v) = self.fences.get_mut(b) {
+                        v.retain(|&x| x != id);
+                        if v.is_empty() {
+                            self.fences.remove(b);
+                        }
+                    }
+                }
+            }
+            if let Some(st) = self.reqs[job.req as usize].as_mut() {
+                st.transfer_jobs.retain(|&x| x != id);
+                if st.finished_signaled && st.transfer_jobs.is_empty() {
+                    self.reqs[job.req as usize] = None;
+                }
+            }
+        }
+    }
+
+    /// `has_pending_push_work`: jobs keep the engine stepping.
+    pub fn has_pending_work(&self) -> bool {
+        !self.jobs.is_empty()
+    }
+
+    /// Renumber job ids 0..n (order kept) and LRU ranks densely: equal histories, equal states.
+    pub fn canonicalize(&mut self) {
+        let map: BTreeMap<JobId, JobId> = self.jobs.iter().enumerate().map(|(i, j)| (j.id, i as JobId)).collect();
+        let m = |id: &mut JobId| *id = *map.get(id).expect("live job");
+        for j in &mut self.jobs {
+            m(&mut j.id);
+        }
+        for st in self.reqs.iter_mut().flatten() {
+            st.transfer_jobs.iter_mut().for_each(m);
+        }
+        for v in self.fences.values_mut() {
+            v.iter_mut().for_each(m);
+        }
+        self.next_job = self.jobs.len() as JobId;
+        self.host.canonicalize(self.reqs.iter_mut().flatten().map(|st| &mut st.access.rank));
+    }
+}
+
+/// The offload key of chunk `ci` of `spec`: the hash of the chunk's last block.
+pub fn key_of(spec: &RequestSpec, ci: u32, c: &ConnCtx) -> BlockHash {
+    spec.hashes[((ci + 1) * c.bpc - 1) as usize]
+}

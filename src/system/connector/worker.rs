@@ -1,0 +1,171 @@
+//! OffloadingConnector, worker side (vLLM `offloading/worker.py: OffloadingConnectorWorker`
+//! over `kv_offload/cpu/gpu_worker.py`), as far as it decides anything:
+//! - `handle_preemptions` (every step, before the forward): flushed jobs of this step are
+//!   queued, every queued store is submitted, then the flushed jobs are waited for;
+//! - `start_load_kv`: this step's loads (sync loads complete at once, before the forward);
+//! - `wait_for_save`: this step's other stores are queued for the next step;
+//! - `get_finished`: completed jobs are reported (stores, then loads, then sync loads).
+//!
+//! Each direction completes strictly in submission order. A store's copy reads its source
+//! blocks as they are when it is submitted; a forward pass that writes a source block before
+//! the copy is done tears it.
+
+use super::super::engine::Ctx;
+use super::super::events::{Event, Events};
+use super::super::ghost::{Breach, Ghost};
+use super::super::gpu_pool::GpuPool;
+use super::super::types::{BadKind, BlockId, ContentTag, JobId, ReqId};
+use super::{JobKind, OcState, Phase, StepScratch};
+use std::collections::BTreeSet;
+
+/// Submit a store: take the copy's snapshot and check that every source block holds its
+/// chunk's final KV (source-freshness).
+fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
+    let b = ctx.cfg.block_size;
+    let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    let job = oc.job_mut(id).expect("submitted job exists");
+    job.phase = Phase::Submitted;
+    job.snapshot = job.blocks.iter().map(|&blk| pool.content[blk as usize]).collect();
+    let mut stale = Vec::new();
+    for (i, key) in job.keys.iter().enumerate() {
+        let want = ctx.wl.chain_ending_at(*key, bpc);
+        for j in 0..bpc as usize {
+            let got = job.snapshot.get(i * bpc as usize + j).copied();
+            let ok = match (&want, got) {
+                (Some(w), Some(g)) => g == ContentTag::full(w[j], b),
+                _ => false,
+            };
+            if !ok {
+                stale.push((ctx.wl.label(*key), job.blocks.get(i * bpc as usize + j).copied()));
+            }
+        }
+    }
+    if !stale.is_empty() {
+        ghost.breach(Breach::StaleSource);
+        ev.emit(|| Event::Violation {
+            property: "source-freshness",
+            detail: format!("store job {id} copies {stale:?}: the source block does not hold the chunk's final KV"),
+        });
+    }
+}
+
+/// The copy of `id` finished (`fail`: a load whose blocks from that index were not written).
+pub fn complete(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, id: JobId, fail: Option<u32>, ghost: &mut Ghost, ev: &mut Events) {
+    let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    let job = oc.job(id).expect("completed job exists").clone();
+    match job.kind {
+        JobKind::Store => {
+            for (i, key) in job.keys.iter().enumerate() {
+                let content = job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())].to_vec();
+                oc.host.write_content(key, content);
+            }
+            oc.job_mut(id).unwrap().phase = Phase::Done;
+            ev.emit(|| Event::TransferDone { job: id });
+        }
+        JobKind::Load { .. } => {
+            let first_bad = fail.unwrap_or(u32::MAX);
+            for (j, &blk) in job.blocks.iter().enumerate() {
+                let j = j as u32;
+                pool.content[blk as usize] = if j >= first_bad {
+                    ContentTag::Bad(BadKind::LoadFailed)
+                } else {
+                    let pos = job.block_offset + j;
+                    let key = job.keys.get((pos / bpc) as usize);
+                    key.and_then(|k| oc.host.content_of(k)).and_then(|c| c.get((pos % bpc) as usize).copied()).unwrap_or(ContentTag::Empty)
+                };
+            }
+            let jm = oc.job_mut(id).unwrap();
+            if fail.is_some() {
+                jm.phase = Phase::Failed;
+                jm.invalid_from = fail;
+                let invalid = job.blocks[first_bad.min(job.blocks.len() as u32) as usize..].to_vec();
+                ev.emit(|| Event::TransferFailed { job: id, invalid });
+            } else {
+                jm.phase = Phase::Done;
+                ev.emit(|| Event::TransferDone { job: id });
+            }
+        }
+    }
+    let _ = ghost;
+}
+
+/// `handle_preemptions`: queue this step's flushed stores, submit every queued store, wait
+/// for the flushed jobs (and, handlers being FIFO, for every store submitted before them).
+pub fn handle_preemptions(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, scratch: &StepScratch, ghost: &mut Ghost, ev: &mut Events) {
+    for &id in &scratch.flush {
+        if scratch.store_jobs.contains(&id) {
+            if let Some(j) = oc.job_mut(id) {
+                j.phase = Phase::Queued;
+            }
+        }
+    }
+    let queued: Vec<JobId> = oc.jobs.iter().filter(|j| j.phase == Phase::Queued).map(|j| j.id).collect();
+    for id in queued {
+        submit_store(oc, pool, ctx, id, ghost, ev);
+    }
+    if let Some(&last) = scratch.flush.iter().filter(|&&id| oc.job(id).is_some_and(|j| j.is_store() && j.phase == Phase::Submitted)).max() {
+        ghost.mark(super::super::ghost::Mark::Flush);
+        let upto: Vec<JobId> = oc.jobs.iter().filter(|j| j.is_store() && j.phase == Phase::Submitted && j.id <= last).map(|j| j.id).collect();
+        for id in upto {
+            ev.emit(|| Event::Flush { job: id });
+            complete(oc, pool, ctx, id, None, ghost, ev);
+        }
+    }
+}
+
+/// `start_load_kv`: submit this step's loads; sync loads land now. Returns the blocks a
+/// failed sync load left invalid.
+pub fn start_load_kv(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, scratch: &StepScratch, sync_fail: Option<u32>, ghost: &mut Ghost, ev: &mut Events) -> BTreeSet<BlockId> {
+    let mut invalid = BTreeSet::new();
+    let mut fail = sync_fail;
+    for &id in &scratch.load_jobs {
+        let Some(j) = oc.job(id) else { continue };
+        match j.kind {
+            JobKind::Load { sync: true } => {
+                let f = fail.take();
+                if let Some(f) = f {
+                    invalid.extend(j.blocks.iter().skip(f as usize).copied());
+                }
+                complete(oc, pool, ctx, id, f, ghost, ev);
+            }
+            _ => oc.job_mut(id).unwrap().phase = Phase::Submitted,
+        }
+    }
+    invalid
+}
+
+/// `wait_for_save`: this step's remaining stores are queued for submission next step.
+pub fn wait_for_save(oc: &mut OcState, scratch: &StepScratch) {
+    for &id in &scratch.store_jobs {
+        if let Some(j) = oc.job_mut(id) {
+            if j.phase == Phase::Built {
+                j.phase = Phase::Queued;
+            }
+        }
+    }
+}
+
+/// `get_finished` + `get_block_ids_with_load_errors`: what the worker reports this step.
+pub fn get_finished(oc: &OcState) -> (Vec<JobId>, Vec<ReqId>, BTreeSet<BlockId>) {
+    let finished = |p: Phase| matches!(p, Phase::Done | Phase::Failed);
+    let mut completed = Vec::new();
+    let mut recving = Vec::new();
+    let mut invalid = BTreeSet::new();
+    for j in oc.jobs.iter().filter(|j| j.is_store() && finished(j.phase)) {
+        completed.push(j.id);
+    }
+    for j in oc.jobs.iter().filter(|j| j.is_async_load() && finished(j.phase)) {
+        completed.push(j.id);
+        recving.push(j.req);
+        if let Some(f) = j.invalid_from {
+            invalid.extend(j.blocks.iter().skip(f as usize).copied());
+        }
+    }
+    for j in oc.jobs.iter().filter(|j| matches!(j.kind, JobKind::Load { sync: true }) && finished(j.phase)) {
+        completed.push(j.id);
+        if let Some(f) = j.invalid_from {
+            invalid.extend(j.blocks.iter().skip(f as usize).copied());
+        }
+    }
+    (completed, recving, invalid)
+}

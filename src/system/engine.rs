@@ -1,0 +1,146 @@
+//! One engine instance: the G1 pool, the scheduler's queues, every request's state, the
+//! connector (with its host tier) and the ghost state the properties read.
+//!
+//! An engine moves only through the inputs below. The model checker chooses them
+//! nondeterministically; trace replay and conformance take them from a trace or a log.
+
+use super::config::EngineConfig;
+use super::connector::{worker as conn_worker, Connector, OcState, Phase, StepScratch};
+use super::events::{Event, Events};
+use super::ghost::{Ghost, Mark};
+use super::gpu_pool::GpuPool;
+use super::request::{Queue, ReqState};
+use super::rules::Rules;
+use super::types::{FinishReason, JobId, ReqId, Status};
+use super::workload::Workload;
+use super::{scheduler, scheduler_output, worker};
+
+/// What every transition reads and never changes.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
+    pub cfg: &'a EngineConfig,
+    pub rules: &'a Rules,
+    pub wl: &'a Workload,
+}
+
+/// A transfer handler of the worker (transfers complete in submission order per handler).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum Direction {
+    /// GPU -> host stores.
+    Store,
+    /// Host -> GPU async loads.
+    Load,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Engine {
+    pub pool: GpuPool,
+    pub reqs: Vec<ReqState>,
+    pub running: Queue,
+    pub waiting: Queue,
+    /// `kv_holding_waiting`: waiting requests that hold blocks; drained first.
+    pub kv_holding: Queue,
+    /// `finished_req_ids`: finished since the last `schedule()`.
+    pub finished_since: Vec<ReqId>,
+    /// `finished_recving_kv_req_ids`.
+    pub finished_recving: Vec<ReqId>,
+    /// `failed_recving_kv_req_ids`.
+    pub failed_recving: Vec<ReqId>,
+    pub conn: Connector,
+    pub ghost: Ghost,
+}
+
+impl Engine {
+    pub fn new(cfg: &EngineConfig, wl: &Workload) -> Self {
+        let n = wl.requests.len();
+        let conn = match cfg.offload() {
+            Some(o) => Connector::Offloading(Box::new(OcState::new(n, o.host_chunks))),
+            None => Connector::None,
+        };
+        Engine {
+            pool: GpuPool::new(cfg.num_gpu_blocks),
+            reqs: vec![ReqState::new(); n],
+            running: Vec::new(),
+            waiting: Vec::new(),
+            kv_holding: Vec::new(),
+            finished_since: Vec::new(),
+            finished_recving: Vec::new(),
+            failed_recving: Vec::new(),
+            conn,
+            ghost: Ghost::default(),
+        }
+    }
+
+    /// Requests not yet finished, or finished but still holding blocks or connector state.
+    pub fn has_work(&self) -> bool {
+        self.reqs.iter().any(|r| r.status.is_live() || (r.status.is_finished() && !r.table.is_empty()))
+            || !self.finished_since.is_empty()
+            || self.conn.has_pending_work()
+    }
+
+    /// `add_request`: a new request joins the tail of `waiting`.
+    pub fn arrive(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
+        let _ = ctx;
+        assert_eq!(self.reqs[r as usize].status, Status::Pending, "request arrives once");
+        self.reqs[r as usize].status = Status::Waiting;
+        self.waiting.push(r);
+        if let Some(oc) = self.conn.offloading_mut() {
+            oc.on_new_request(r);
+        }
+        self.ghost.idle_steps = 0;
+        ev.emit(|| Event::Arrived { req: r });
+    }
+
+    /// `finish_requests([r], FINISHED_ABORTED)` from the client.
+    pub fn abort(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
+        self.ghost.mark(Mark::Abort);
+        scheduler_output::finish_requests(self, ctx, &[r], FinishReason::Aborted, ev);
+    }
+
+    /// `finish_requests([r], FINISHED_ERROR)`: a request fails (grammar, encoder, ...).
+    pub fn error(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
+        self.ghost.mark(Mark::ErrorFinish);
+        scheduler_output::finish_requests(self, ctx, &[r], FinishReason::Error, ev);
+    }
+
+    /// The job a handler completes next: the oldest submitted job of that direction.
+    pub fn next_transfer(&self, d: Direction) -> Option<JobId> {
+        let oc = self.conn.offloading()?;
+        oc.jobs
+            .iter()
+            .filter(|j| j.phase == Phase::Submitted && (j.is_store() == (d == Direction::Store)))
+            .map(|j| j.id)
+            .min()
+    }
+
+    /// The worker finished copying `job` (the scheduler learns it at the next step).
+    pub fn transfer_done(&mut self, ctx: Ctx, job: JobId, ev: &mut Events) {
+        let oc = self.conn.offloading_mut().expect("transfers need a connector");
+        conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev);
+    }
+
+    /// A load failed: blocks from index `first_bad` of its destination were not written.
+    pub fn transfer_failed(&mut self, ctx: Ctx, job: JobId, first_bad: u32, ev: &mut Events) {
+        let oc = self.conn.offloading_mut().expect("transfers need a connector");
+        self.ghost.mark(Mark::LoadFailure);
+        conn_worker::complete(oc, &mut self.pool, ctx, job, Some(first_bad), &mut self.ghost, ev);
+    }
+
+    /// One engine step: `schedule()`, the worker (connector hooks and the forward pass),
+    /// `update_from_output()`. `sync_load_fail` makes this step's sync loads fail from that
+    /// block index on.
+    pub fn step(&mut self, ctx: Ctx, sync_load_fail: Option<u32>, ev: &mut Events) {
+        let mut scratch = StepScratch::default();
+        let out = scheduler::schedule(self, ctx, &mut scratch, ev);
+        let wout = worker::execute(self, ctx, &out, &scratch, sync_load_fail, ev);
+        scheduler_output::update_from_output(self, ctx, &out, wout, ev);
+    }
+
+    /// Make equal histories equal states (the model checker only): renumber job ids and
+    /// LRU ranks densely, clear the last transition's marks.
+    pub fn canonicalize(&mut self) {
+        if let Some(oc) = self.conn.offloading_mut() {
+            oc.canonicalize();
+        }
+    }
+}

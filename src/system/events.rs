@@ -1,0 +1,60 @@
+//! What the engine did, step by step: the story of a counterexample, the decisions that
+//! conformance compares, and the raw material of replay metrics. The model runs with events
+//! off (`Events::off()`), so recording costs nothing there.
+
+use super::types::{BlockHash, BlockId, FinishReason, JobId, ReqId};
+
+/// Things that crossed the scheduler/connector API, in the order vLLM does them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Arrived { req: ReqId },
+    /// A prefix lookup: local G1 hit, and the connector's answer (`None` = retry later).
+    Lookup { req: ReqId, local: u32, external: Option<u32>, load_async: bool },
+    /// A waiting request was admitted (`resumed` = it had been preempted).
+    Admitted { req: ReqId, resumed: bool, table: Vec<BlockId>, num_computed: u32 },
+    /// Admitted into WAITING_FOR_REMOTE_KVS: an async load will fill its blocks.
+    AsyncLoadWait { req: ReqId, table: Vec<BlockId>, num_computed: u32 },
+    Scheduled { req: ReqId, start: u32, tokens: u32, new_blocks: Vec<BlockId> },
+    Preempted { req: ReqId },
+    /// A cached G1 block lost its hash because its slot was handed out again.
+    G1Evicted { block: BlockId, hash: BlockHash },
+    G1Cached { block: BlockId, hash: BlockHash },
+    HostEvicted { key: BlockHash },
+    /// `prepare_store` returned None: no room (nothing changed).
+    StoreRefused { req: ReqId, keys: Vec<BlockHash> },
+    StoreJob { job: JobId, req: ReqId, keys: Vec<BlockHash>, blocks: Vec<BlockId>, slots: Vec<u32> },
+    LoadJob { job: JobId, req: ReqId, keys: Vec<BlockHash>, blocks: Vec<BlockId>, slots: Vec<u32>, sync: bool },
+    Flush { job: JobId },
+    TransferDone { job: JobId },
+    TransferFailed { job: JobId, invalid: Vec<BlockId> },
+    /// The scheduler processed a job's completion (`complete_store` / `complete_load`).
+    JobCompleted { job: JobId },
+    Sampled { req: ReqId, position: u32 },
+    Finished { req: ReqId, reason: FinishReason },
+    Freed { req: ReqId, blocks: Vec<BlockId> },
+    /// A property's predicate failed inside a transition (read integrity, source freshness,
+    /// load safety, coverage).
+    Violation { property: &'static str, detail: String },
+}
+
+/// An event recorder that can be switched off.
+#[derive(Debug, Default)]
+pub struct Events {
+    pub on: bool,
+    pub list: Vec<Event>,
+}
+
+impl Events {
+    pub fn off() -> Self {
+        Events { on: false, list: Vec::new() }
+    }
+    pub fn on() -> Self {
+        Events { on: true, list: Vec::new() }
+    }
+    #[inline]
+    pub fn emit(&mut self, f: impl FnOnce() -> Event) {
+        if self.on {
+            self.list.push(f());
+        }
+    }
+}

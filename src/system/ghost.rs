@@ -1,0 +1,75 @@
+//! Ghost state: facts about the history that a state predicate cannot see otherwise.
+//!
+//! `violations` are sticky flags raised inside a transition when a predicate over that
+//! transition fails (a forward read wrong KV, a store copied a moving block, ...).
+//! `marks` record what the *last* transition did, for the `sometimes` reachability guards.
+
+/// A predicate checked inside transitions. Each maps to one property of the catalogue.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub enum Breach {
+    /// A forward pass read KV that is not the request's own prefix (kv-read-integrity).
+    BadRead = 1 << 0,
+    /// A store copied a block that did not hold the chunk's final KV, or that was written
+    /// while the copy ran (source-freshness).
+    StaleSource = 1 << 1,
+    /// A load was prepared from a key that is not ready, or next to another job of the
+    /// same request, or its target blocks were read before it landed (load-safety).
+    UnsafeLoad = 1 << 2,
+    /// A pinned or write-pending host chunk was evicted (load-safety).
+    EvictedPinned = 1 << 3,
+    /// A job completion was processed twice or for an unknown job (host-accounting).
+    BadCompletion = 1 << 4,
+    /// A computed chunk was never offered for storing and is not in the host tier when its
+    /// request's final stores are built (store-coverage).
+    CoverageLoss = 1 << 5,
+    /// A referenced block was handed out as a new block (g1-accounting).
+    HandedOutInUse = 1 << 6,
+}
+
+/// What a transition did, for reachability guards.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub enum Mark {
+    G1Hit = 1 << 0,
+    G1Eviction = 1 << 1,
+    HostHit = 1 << 2,
+    HostEviction = 1 << 3,
+    Preemption = 1 << 4,
+    LoadFailure = 1 << 5,
+    ErrorFinish = 1 << 6,
+    StoreCompleted = 1 << 7,
+    Abort = 1 << 8,
+    Restart = 1 << 9,
+    SyncLoad = 1 << 10,
+    StoreRefused = 1 << 11,
+    Flush = 1 << 12,
+    FinishStore = 1 << 13,
+}
+
+#[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]
+pub struct Ghost {
+    pub violations: u32,
+    pub marks: u32,
+    /// Engine steps since the last progress (a sampled token, a finish, an arrival).
+    pub idle_steps: u16,
+}
+
+impl Ghost {
+    #[inline]
+    pub fn breach(&mut self, b: Breach) {
+        self.violations |= b as u32;
+    }
+    #[inline]
+    pub fn has(&self, b: Breach) -> bool {
+        self.violations & (b as u32) != 0
+    }
+    #[inline]
+    pub fn mark(&mut self, m: Mark) {
+        self.marks |= m as u32;
+    }
+    #[inline]
+    pub fn marked(&self, m: Mark) -> bool {
+        self.marks & (m as u32) != 0
+    }
+}

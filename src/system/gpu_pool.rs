@@ -1,0 +1,266 @@
+//! G1: the GPU block pool and its prefix cache (vLLM `v1/core/block_pool.py: BlockPool`,
+//! `v1/core/kv_cache_utils.py: FreeKVCacheBlockQueue`).
+//!
+//! Block 0 is the null block: never free, never hashed, never handed out. The free queue is
+//! a doubly linked list over block ids (pop at the head, unhashed blocks freed to the head,
+//! hashed ones to the tail), kept as arrays so that it is both O(1) and canonical. A cached
+//! block keeps its hash while it sits in the free queue; the hash is dropped only when the
+//! slot is handed out again (`get_new_blocks`).
+
+use super::events::{Event, Events};
+use super::ghost::{Breach, Ghost, Mark};
+use super::types::{BlockHash, BlockId, ContentTag, NULL_BLOCK};
+use std::collections::BTreeMap;
+
+const NIL: u32 = u32::MAX;
+const OUT: u32 = u32::MAX - 1;
+
+/// The G1 pool.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct GpuPool {
+    pub ref_cnt: Vec<u16>,
+    pub hash: Vec<Option<BlockHash>>,
+    /// What each block really holds (ghost: the content oracle).
+    pub content: Vec<ContentTag>,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    head: u32,
+    tail: u32,
+    num_free: u32,
+    /// The cached map: hash -> blocks carrying it, in insertion order (duplicates allowed).
+    cached: BTreeMap<BlockHash, Vec<BlockId>>,
+}
+
+impl GpuPool {
+    /// `BlockPool.__init__`: blocks 1..n-1 free in id order; block 0 is the null block.
+    pub fn new(num_blocks: u32) -> Self {
+        let n = num_blocks as usize;
+        let mut pool = GpuPool {
+            ref_cnt: vec![0; n],
+            hash: vec![None; n],
+            content: vec![ContentTag::Empty; n],
+            prev: vec![OUT; n],
+            next: vec![OUT; n],
+            head: NIL,
+            tail: NIL,
+            num_free: 0,
+            cached: BTreeMap::new(),
+        };
+        for b in 1..num_blocks {
+            pool.push_tail(b);
+        }
+        pool
+    }
+
+    pub fn num_blocks(&self) -> u32 {
+        self.ref_cnt.len() as u32
+    }
+
+    /// `get_num_free_blocks`: free blocks, cached or not.
+    pub fn num_free(&self) -> u32 {
+        self.num_free
+    }
+
+    pub fn in_free_queue(&self, b: BlockId) -> bool {
+        self.prev[b as usize] != OUT
+    }
+
+    /// The free queue, head (next to hand out) first.
+    pub fn free_queue(&self) -> Vec<BlockId> {
+        let mut out = Vec::with_capacity(self.num_free as usize);
+        let mut cur = self.head;
+        while cur != NIL {
+            out.push(cur);
+            cur = self.next[cur as usize];
+        }
+        out
+    }
+
+    /// The cached map as (hash, blocks) pairs.
+    pub fn cached(&self) -> impl Iterator<Item = (&BlockHash, &Vec<BlockId>)> {
+        self.cached.iter()
+    }
+
+    pub fn num_cached_entries(&self) -> usize {
+        self.cached.len()
+    }
+
+    fn push_tail(&mut self, b: BlockId) {
+        let i = b as usize;
+        self.prev[i] = self.tail;
+        self.next[i] = NIL;
+        if self.tail == NIL {
+            self.head = b;
+        } else {
+            self.next[self.tail as usize] = b;
+        }
+        self.tail = b;
+        self.num_free += 1;
+    }
+
+    fn push_head(&mut self, b: BlockId) {
+        let i = b as usize;
+        self.next[i] = self.head;
+        self.prev[i] = NIL;
+        if self.head == NIL {
+            self.tail = b;
+        } else {
+            self.prev[self.head as usize] = b;
+        }
+        self.head = b;
+        self.num_free += 1;
+    }
+
+    fn unlink(&mut self, b: BlockId) {
+        let i = b as usize;
+        let (p, n) = (self.prev[i], self.next[i]);
+        if p == NIL {
+            self.head = n;
+        } else {
+            self.next[p as usize] = n;
+        }
+        if n == NIL {
+            self.tail = p;
+        } else {
+            self.prev[n as usize] = p;
+        }
+        self.prev[i] = OUT;
+        self.next[i] = OUT;
+        self.num_free -= 1;
+    }
+
+    /// `get_one_block`: the first-inserted block still carrying `h`.
+    pub fn get_one_block(&self, h: BlockHash) -> Option<BlockId> {
+        self.cached.get(&h).and_then(|v| v.first().copied())
+    }
+
+    /// `_maybe_evict_cached_block`: drop every cached-map entry of `b` and its hash.
+    fn evict_cached(&mut self, b: BlockId, ghost: &mut Ghost, ev: &mut Events) {
+        if let Some(h) = self.hash[b as usize].take() {
+            if let Some(v) = self.cached.get_mut(&h) {
+                v.retain(|&x| x != b);
+                if v.is_empty() {
+                    self.cached.remove(&h);
+                }
+            }
+            ghost.mark(Mark::G1Eviction);
+            ev.emit(|| Event::G1Evicted { block: b, hash: h });
+        }
+    }
+
+    /// `get_new_blocks(n)`: pop `n` blocks from the head, evict their hashes, ref 1.
+    /// Callers check capacity first.
+    pub fn get_new_blocks(&mut self, n: u32, ghost: &mut Ghost, ev: &mut Events) -> Vec<BlockId> {
+        assert!(n <= self.num_free, "get_new_blocks({n}) with {} free: capacity not checked", self.num_free);
+        let mut out = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let b = self.head;
+            self.unlink(b);
+            self.evict_cached(b, ghost, ev);
+            if self.ref_cnt[b as usize] != 0 {
+                // Only reachable when a referenced block sat in the free queue
+                // (mut-no-touch-dequeue): vLLM asserts here; we record it and go on.
+                ghost.breach(Breach::HandedOutInUse);
+            }
+            self.ref_cnt[b as usize] = 1;
+            out.push(b);
+        }
+        out
+    }
+
+    /// `touch`: a prefix hit takes a reference; a ref-0 block leaves the free queue.
+    pub fn touch(&mut self, blocks: &[BlockId], dequeue: bool) {
+        for &b in blocks {
+            if b == NULL_BLOCK {
+                continue;
+            }
+            if self.ref_cnt[b as usize] == 0 && dequeue && self.in_free_queue(b) {
+                self.unlink(b);
+            }
+            self.ref_cnt[b as usize] += 1;
+        }
+    }
+
+    /// `free_blocks(ordered)`: `ordered` is in eviction-priority order (callers pass a
+    /// table reversed). Unhashed blocks reaching ref 0 go to the head, hashed to the tail.
+    pub fn free_blocks(&mut self, ordered: impl Iterator<Item = BlockId>, ghost: &mut Ghost) {
+        let mut first: Vec<BlockId> = Vec::new();
+        let mut last: Vec<BlockId> = Vec::new();
+        for b in ordered {
+            if b == NULL_BLOCK {
+                continue;
+            }
+            let rc = &mut self.ref_cnt[b as usize];
+            if *rc == 0 {
+                // Reference counts are already broken (a mutation handed this block out
+                // twice); record it instead of underflowing.
+                ghost.breach(Breach::HandedOutInUse);
+                continue;
+            }
+            *rc -= 1;
+            if *rc == 0 && !self.in_free_queue(b) {
+                if self.hash[b as usize].is_none() {
+                    first.push(b);
+                } else {
+                    last.push(b);
+                }
+            }
+        }
+        // prepend_n keeps list order: first[0] becomes the new head.
+        for &b in first.iter().rev() {
+            self.push_head(b);
+        }
+        for b in last {
+            self.push_tail(b);
+        }
+    }
+
+    /// `cache_full_blocks`: register `hashes[i]` for `blocks[i]`, i in `from..to`.
+    pub fn cache_full_blocks(&mut self, blocks: &[BlockId], hashes: &[BlockHash], from: usize, to: usize, ev: &mut Events) {
+        for i in from..to {
+            let b = blocks[i];
+            if b == NULL_BLOCK {
+                continue;
+            }
+            let h = hashes[i];
+            if let Some(old) = self.hash[b as usize] {
+                if old == h {
+                    continue;
+                }
+                if let Some(v) = self.cached.get_mut(&old) {
+                    v.retain(|&x| x != b);
+                    if v.is_empty() {
+                        self.cached.remove(&old);
+                    }
+                }
+            }
+            self.hash[b as usize] = Some(h);
+            self.cached.entry(h).or_default().push(b);
+            ev.emit(|| Event::G1Cached { block: b, hash: h });
+        }
+    }
+
+    /// `evict_blocks(ids)`: drop the hashes of the given blocks (load failure under `fail`);
+    /// reference counts and queue membership are untouched.
+    pub fn evict_blocks(&mut self, ids: &[BlockId], ghost: &mut Ghost, ev: &mut Events) {
+        for &b in ids {
+            if b != NULL_BLOCK {
+                self.evict_cached(b, ghost, ev);
+            }
+        }
+    }
+
+    /// `find_longest_cache_hit`: walk the request's hashes for at most `max_len / B` blocks,
+    /// stopping at the first miss.
+    pub fn find_longest_cache_hit(&self, hashes: &[BlockHash], max_len: u32, block_size: u32) -> Vec<BlockId> {
+        let max_blocks = (max_len / block_size) as usize;
+        let mut out = Vec::new();
+        for h in hashes.iter().take(max_blocks) {
+            match self.get_one_block(*h) {
+                Some(b) => out.push(b),
+                None => break,
+            }
+        }
+        out
+    }
+}

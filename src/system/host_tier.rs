@@ -1,0 +1,321 @@
+//! G2: the host tier behind the OffloadingConnector (vLLM `v1/kv_offload/cpu/manager.py:
+//! CPUOffloadingManager` with `cpu/policies/lru.py: LRUCachePolicy`, 0.33 rules).
+//!
+//! A resident key is write-pending (`ref_cnt == -1`, allocated by `prepare_store`, store not
+//! completed), ready and evictable (`0`), or pinned by in-flight loads (`> 0`).
+//! `prepare_store` is all-or-nothing: when it cannot make room it returns None and changes
+//! nothing but the request's access record. Chunk slots are handed out fresh in increasing
+//! order first, then from a LIFO free list.
+//!
+//! LRU 0.33: a rank is a pair (major, minor). A request draws one provisional *request rank*
+//! the first time the policy sees it; keys it inserts or reuses get (request rank, -position),
+//! so tails go before heads; when the request finishes, every key it saw is re-ranked with
+//! fresh ranks tail first, so its head ends most recently used.
+
+use super::events::{Event, Events};
+use super::ghost::{Breach, Ghost, Mark};
+use super::types::{BlockHash, ContentTag};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// An offload key (`make_offload_key`): the block hash of the chunk's last block (one group).
+pub type Key = BlockHash;
+/// LRU rank: (major, minor); smaller is evicted first.
+pub type Rank = (u64, i64);
+
+/// `LookupResult`.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Lookup {
+    Miss,
+    HitPending,
+    Hit,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct HostEntry {
+    /// -1 write pending, 0 evictable, k > 0 pinned by k loads.
+    pub ref_cnt: i32,
+    pub slot: u32,
+    pub rank: Rank,
+    /// What the chunk slot holds, per GPU block of the chunk (empty until the copy lands).
+    pub content: Vec<ContentTag>,
+}
+
+/// The manager's per-request context (`ReqContext` + `_RequestCacheAccess` + `_RequestRank`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct ReqAccess {
+    pub rank: Option<u64>,
+    /// Keys this request has offered, loaded or reused, with their end-token positions.
+    pub seen: BTreeMap<u32, Key>,
+    pub finished: bool,
+}
+
+/// The result of a successful `prepare_store`.
+#[derive(Clone, Debug, Default)]
+pub struct StoreOut {
+    pub keys_to_store: Vec<Key>,
+    pub slots: Vec<u32>,
+    pub evicted: Vec<Key>,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct HostTier {
+    pub capacity: u32,
+    num_allocated: u32,
+    free_list: Vec<u32>,
+    entries: BTreeMap<Key, HostEntry>,
+    evictable: BTreeSet<(Rank, Key)>,
+    next_rank: u64,
+    /// vLLM's counters, kept as it keeps them (host-accounting checks them).
+    pub num_evictable: u32,
+    pub num_write_pending: u32,
+}
+
+impl HostTier {
+    pub fn new(capacity: u32) -> Self {
+        HostTier {
+            capacity,
+            num_allocated: 0,
+            free_list: Vec::new(),
+            entries: BTreeMap::new(),
+            evictable: BTreeSet::new(),
+            next_rank: 0,
+            num_evictable: 0,
+            num_write_pending: 0,
+        }
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (&Key, &HostEntry)> {
+        self.entries.iter()
+    }
+    pub fn get(&self, k: &Key) -> Option<&HostEntry> {
+        self.entries.get(k)
+    }
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    pub fn num_free_slots(&self) -> u32 {
+        self.free_list.len() as u32 + self.capacity - self.num_allocated
+    }
+    /// Keys in eviction order (first = next victim), evictable ones only.
+    pub fn eviction_order(&self) -> Vec<Key> {
+        self.evictable.iter().map(|(_, k)| *k).collect()
+    }
+
+    pub fn lookup(&self, k: &Key) -> Lookup {
+        match self.entries.get(k) {
+            None => Lookup::Miss,
+            Some(e) if e.ref_cnt < 0 => Lookup::HitPending,
+            Some(_) => Lookup::Hit,
+        }
+    }
+
+    fn request_rank(&mut self, acc: &mut ReqAccess) -> u64 {
+        if let Some(r) = acc.rank {
+            return r;
+        }
+        self.next_rank += 1;
+        acc.rank = Some(self.next_rank);
+        self.next_rank
+    }
+
+    fn set_rank(&mut self, k: Key, rank: Rank) {
+        let e = self.entries.get_mut(&k).expect("resident");
+        if e.ref_cnt == 0 {
+            self.evictable.remove(&(e.rank, k));
+            self.evictable.insert((rank, k));
+        }
+        e.rank = rank;
+    }
+
+    /// `_record_request_cache_access` + `LRUCachePolicy.on_request_access`: first sight of a
+    /// key raises a resident key to (request rank, -position) if that is larger.
+    fn record_access(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess) {
+        let new: Vec<(Key, u32)> = keys.iter().filter(|(k, p)| acc.seen.get(p) != Some(k)).copied().collect();
+        if new.is_empty() {
+            return;
+        }
+        for (k, p) in &new {
+            acc.seen.insert(*p, *k);
+        }
+        let rr = self.request_rank(acc);
+        for (k, p) in new {
+            if let Some(e) = self.entries.get(&k) {
+                let rank = (rr, -(p as i64));
+                if e.rank < rank {
+                    self.set_rank(k, rank);
+                }
+            }
+        }
+    }
+
+    /// `prepare_store(keys)`: keys are (key, end-token position) in chunk order.
+    pub fn prepare_store(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, ghost: &mut Ghost, ev: &mut Events) -> Option<StoreOut> {
+        let mut to_store: Vec<(Key, u32)> = Vec::new();
+        let mut recorded: Vec<(Key, u32)> = Vec::new();
+        for &(k, p) in keys {
+            match self.lookup(&k) {
+                Lookup::Miss => {
+                    to_store.push((k, p));
+                    recorded.push((k, p));
+                }
+                Lookup::Hit => recorded.push((k, p)),
+                Lookup::HitPending => {}
+            }
+        }
+        // Recency is recorded before any early return.
+        self.record_access(&recorded, acc);
+        if to_store.is_empty() {
+            return Some(StoreOut::default());
+        }
+        let need = to_store.len() as i64 - self.num_free_slots() as i64;
+        let mut evicted = Vec::new();
+        if need > 0 {
+            let need = need as u32;
+            if need > self.num_evictable {
+                return None;
+            }
+            let protected: BTreeSet<Key> = keys.iter().map(|(k, _)| *k).collect();
+            let victims: Vec<(Rank, Key)> =
+                self.evictable.iter().filter(|(_, k)| !protected.contains(k)).take(need as usize).copied().collect();
+            if (victims.len() as u32) < need {
+                return None;
+            }
+            for (r, k) in victims {
+                self.evictable.remove(&(r, k));
+                let e = self.entries.remove(&k).expect("evictable key is resident");
+                if e.ref_cnt != 0 {
+                    ghost.breach(Breach::EvictedPinned);
+                }
+                self.num_evictable -= 1;
+                self.free_list.push(e.slot);
+                evicted.push(k);
+                ghost.mark(Mark::HostEviction);
+                ev.emit(|| Event::HostEvicted { key: k });
+            }
+        }
+        let rr = self.request_rank(acc);
+        let mut slots = Vec::with_capacity(to_store.len());
+        for &(k, p) in &to_store {
+            let slot = if self.num_allocated < self.capacity {
+                self.num_allocated += 1;
+                self.num_allocated - 1
+            } else {
+                self.free_list.pop().expect("room was made")
+            };
+            slots.push(slot);
+            self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank: (rr, -(p as i64)), content: Vec::new() });
+        }
+        self.num_write_pending += to_store.len() as u32;
+        Some(StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted })
+    }
+
+    /// The copy of a store landed in the chunk slot of `k`.
+    pub fn write_content(&mut self, k: &Key, content: Vec<ContentTag>) {
+        if let Some(e) = self.entries.get_mut(k) {
+            e.content = content;
+        }
+    }
+
+    /// `complete_store(keys)`: write-pending keys become ready and evictable.
+    pub fn complete_store(&mut self, keys: &[Key], ghost: &mut Ghost) {
+        for k in keys {
+            if let Some(e) = self.entries.get_mut(k) {
+                if e.ref_cnt < 0 {
+                    e.ref_cnt = 0;
+                    self.num_write_pending -= 1;
+                    self.num_evictable += 1;
+                    self.evictable.insert((e.rank, *k));
+                    ghost.mark(Mark::StoreCompleted);
+                }
+            }
+        }
+    }
+
+    /// `prepare_load(keys)`: pin ready keys; returns their chunk slots. Loading a key that is
+    /// absent or write-pending is a load-safety breach (vLLM asserts).
+    pub fn prepare_load(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, ghost: &mut Ghost) -> Vec<u32> {
+        let mut slots = Vec::with_capacity(keys.len());
+        for (k, _) in keys {
+            match self.entries.get_mut(k) {
+                Some(e) if e.ref_cnt >= 0 => {
+                    if e.ref_cnt == 0 {
+                        self.evictable.remove(&(e.rank, *k));
+                        self.num_evictable -= 1;
+                    }
+                    e.ref_cnt += 1;
+                    slots.push(e.slot);
+                }
+                _ => {
+                    ghost.breach(Breach::UnsafeLoad);
+                    slots.push(u32::MAX);
+                }
+            }
+        }
+        self.record_access(keys, acc);
+        slots
+    }
+
+    /// What a load of `k` copies into GPU memory.
+    pub fn content_of(&self, k: &Key) -> Option<&[ContentTag]> {
+        self.entries.get(k).filter(|e| e.ref_cnt >= 0).map(|e| e.content.as_slice())
+    }
+
+    /// `complete_load(keys)`: unpin; a key whose count reaches 0 is evictable again at its
+    /// existing rank.
+    pub fn complete_load(&mut self, keys: &[Key], ghost: &mut Ghost) {
+        for k in keys {
+            match self.entries.get_mut(k) {
+                Some(e) if e.ref_cnt > 0 => {
+                    e.ref_cnt -= 1;
+                    if e.ref_cnt == 0 {
+                        self.num_evictable += 1;
+                        self.evictable.insert((e.rank, *k));
+                    }
+                }
+                _ => ghost.breach(Breach::BadCompletion),
+            }
+        }
+    }
+
+    /// `on_request_finished`: re-rank every key the request saw, tail first, with fresh ranks.
+    pub fn on_request_finished(&mut self, acc: &mut ReqAccess) {
+        if acc.finished {
+            return;
+        }
+        acc.finished = true;
+        let keys: Vec<Key> = acc.seen.values().rev().copied().collect();
+        for k in keys {
+            if self.entries.contains_key(&k) {
+                self.next_rank += 1;
+                let r = (self.next_rank, 0);
+                self.set_rank(k, r);
+            }
+        }
+    }
+
+    /// Renumber rank majors densely (order preserved) so that equal histories give equal
+    /// states. `live` are the request ranks still held by requests.
+    pub fn canonicalize<'a>(&mut self, live: impl Iterator<Item = &'a mut Option<u64>>) {
+        let mut live: Vec<&mut Option<u64>> = live.collect();
+        let mut majors: Vec<u64> = self.entries.values().map(|e| e.rank.0).collect();
+        majors.extend(live.iter().filter_map(|r| **r));
+        majors.sort_unstable();
+        majors.dedup();
+        let map = |m: u64| majors.binary_search(&m).expect("known major") as u64 + 1;
+        let mut entries = std::mem::take(&mut self.entries);
+        for e in entries.values_mut() {
+            e.rank.0 = map(e.rank.0);
+        }
+        self.entries = entries;
+        self.evictable = self.evictable.iter().map(|((m, n), k)| ((map(*m), *n), *k)).collect();
+        for r in live.iter_mut() {
+            if let Some(m) = r {
+                *m = map(*m);
+            }
+        }
+        self.next_rank = majors.len() as u64;
+    }
+}

@@ -1,0 +1,25 @@
+//! The reference system: a pure, deterministic model of one vLLM engine (G1 pool, scheduler,
+//! OffloadingConnector, host tier), following vLLM 0.33.0. All three drivers (the checker,
+//! replay, conformance) run exactly this code.
+
+pub mod config;
+pub mod connector;
+pub mod engine;
+pub mod events;
+pub mod ghost;
+pub mod gpu_pool;
+pub mod host_tier;
+pub mod kv_manager;
+pub mod request;
+pub mod rules;
+pub mod scheduler;
+pub mod scheduler_output;
+pub mod types;
+pub mod worker;
+pub mod workload;
+
+pub use config::{ConnectorConfig, EngineConfig, LoadFailurePolicy, OffloadConfig};
+pub use engine::{Ctx, Direction, Engine};
+pub use events::{Event, Events};
+pub use rules::Rules;
+pub use workload::{EndKind, RequestSpec, Workload};

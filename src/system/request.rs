@@ -1,0 +1,60 @@
+//! Per-request scheduler and KV-manager state (vLLM `v1/request.py: Request` plus the
+//! request's entries in `SingleTypeKVCacheManager.req_to_blocks` / `num_cached_block`).
+//!
+//! Tokens and block hashes are not stored here: a request's tokens are its workload
+//! script's first `num_tokens()` tokens, and its block hashes are the script's hashes of
+//! the full blocks among them (vLLM hashes eagerly, `Request.update_block_hashes`).
+
+use super::types::{BlockHash, BlockId, ReqId, Status};
+use super::workload::RequestSpec;
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ReqState {
+    pub status: Status,
+    /// `num_computed_tokens` (optimistic: counts scheduled tokens).
+    pub num_computed: u32,
+    /// Output tokens appended so far.
+    pub num_output: u32,
+    /// The block table (`req_to_blocks`).
+    pub table: Vec<BlockId>,
+    /// `num_cached_block[req]`: leading table entries already hashed; `None` = no entry
+    /// (fresh request: the next allocation is a first allocation that may adopt hits).
+    pub num_cached_block: Option<u32>,
+    /// `num_preemptions > 0`.
+    pub preempted: bool,
+    /// Member of `Scheduler._inflight_prefills`.
+    pub inflight_prefill: bool,
+}
+
+impl ReqState {
+    pub fn new() -> Self {
+        ReqState {
+            status: Status::Pending,
+            num_computed: 0,
+            num_output: 0,
+            table: Vec::new(),
+            num_cached_block: None,
+            preempted: false,
+            inflight_prefill: false,
+        }
+    }
+
+    pub fn num_tokens(&self, spec: &RequestSpec) -> u32 {
+        spec.prompt_len + self.num_output
+    }
+
+    /// `block_hashes`: hashes of every full block of the current tokens.
+    pub fn block_hashes<'a>(&self, spec: &'a RequestSpec, block_size: u32) -> &'a [BlockHash] {
+        let n = (self.num_tokens(spec) / block_size) as usize;
+        &spec.hashes[..n.min(spec.hashes.len())]
+    }
+}
+
+impl Default for ReqState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Request ids in a queue, front first.
+pub type Queue = Vec<ReqId>;

@@ -1,0 +1,233 @@
+//! Rule sets as data: every vLLM release (profile) and every known bug (variant) is a row of
+//! switches read by the step functions. Nothing is forked per version.
+//!
+//! A *profile* is a released rule set (`vllm-0.33`, `vllm-main`). A *variant* flips one or
+//! more switches on top of the model's profile: `pre-NNNNN` restores the behaviour before an
+//! upstream fix, `mut-*` is a mutation no upstream code had (a negative control).
+
+use std::fmt;
+
+/// The store watermark of a finished request (OffloadingConnectorScheduler._build_store_jobs).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum FinishWatermark {
+    /// `num_tokens`: includes the final sampled token whose KV was never written (#54193).
+    NumTokens,
+    /// `max(num_prompt_tokens, num_tokens - 1)` (#54288, 0.32 and later).
+    PromptOrTokensMinusOne,
+}
+
+/// Every switch on which profiles and variants differ.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Rules {
+    /// `BlockPool.touch` removes a ref-0 hit block from the free queue.
+    pub touch_dequeues: bool,
+    /// `allocate_slots` caches only up to the scheduled end (`min(total + new, num_tokens)`),
+    /// not every full block whose hash is known.
+    pub cache_scheduled_only: bool,
+    /// `allocate_slots(delay_cache_blocks=True)` for async loads.
+    pub delay_cache_async_loads: bool,
+    /// No admission from `waiting` in a step that preempted (Scheduler.schedule).
+    pub no_admission_after_preempt: bool,
+    /// Not in vLLM: under `recompute`, also evict the invalid blocks' hashes (a fix for GP S10).
+    pub evict_invalid_on_recompute: bool,
+    /// `get_num_new_matched_tokens` resets the store cursor to 0 (#63010).
+    pub cursor_reset_on_lookup: bool,
+    /// `get_num_new_matched_tokens` returns None while the request has transfers in flight (#46014).
+    pub inflight_lookup_guard: bool,
+    /// `build_connector_meta` flushes the stores of preempted requests (#29870).
+    pub flush_preempted_stores: bool,
+    /// Store watermark for finished requests other than aborted ones.
+    pub finish_watermark: FinishWatermark,
+    /// FINISHED_ERROR uses `num_computed_tokens` as its watermark, like ABORTED (#63937).
+    pub error_watermark_computed: bool,
+    /// Advance the store cursor when `prepare_store` returns None (#27697's bug).
+    pub cursor_advance_on_store_failure: bool,
+    /// Process a completed job twice (a worker reporting it twice is not ignored).
+    pub double_complete: bool,
+}
+
+/// A released rule set.
+pub struct Profile {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub rules: fn() -> Rules,
+}
+
+/// A named switch set applied on top of a profile.
+pub struct Variant {
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// The upstream change that fixed it, or "mutation".
+    pub upstream: &'static str,
+    pub apply: fn(&mut Rules),
+}
+
+fn vllm_033() -> Rules {
+    Rules {
+        touch_dequeues: true,
+        cache_scheduled_only: true,
+        delay_cache_async_loads: true,
+        no_admission_after_preempt: true,
+        evict_invalid_on_recompute: false,
+        cursor_reset_on_lookup: true,
+        inflight_lookup_guard: true,
+        flush_preempted_stores: true,
+        finish_watermark: FinishWatermark::PromptOrTokensMinusOne,
+        error_watermark_computed: false,
+        cursor_advance_on_store_failure: false,
+        double_complete: false,
+    }
+}
+
+fn vllm_main() -> Rules {
+    Rules { error_watermark_computed: true, ..vllm_033() }
+}
+
+pub const PROFILES: &[Profile] = &[
+    Profile {
+        name: "vllm-0.33",
+        summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; #63937 still present",
+        rules: vllm_033,
+    },
+    Profile {
+        name: "vllm-main",
+        summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark)",
+        rules: vllm_main,
+    },
+];
+
+pub const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "pre-63010",
+        summary: "the store cursor is not reset when a request restarts from token 0",
+        upstream: "vllm #63010",
+        apply: |r| r.cursor_reset_on_lookup = false,
+    },
+    Variant {
+        name: "pre-29870",
+        summary: "stores of a preempted request are not flushed before its blocks are reused",
+        upstream: "vllm #29870",
+        apply: |r| r.flush_preempted_stores = false,
+    },
+    Variant {
+        name: "pre-46014",
+        summary: "lookup proceeds while the request still has transfers in flight",
+        upstream: "vllm #46014",
+        apply: |r| r.inflight_lookup_guard = false,
+    },
+    Variant {
+        name: "pre-54193",
+        summary: "a finished request's store watermark is num_tokens (includes the unwritten last token)",
+        upstream: "vllm #54288 (issue #54193)",
+        apply: |r| r.finish_watermark = FinishWatermark::NumTokens,
+    },
+    Variant {
+        name: "pre-27697",
+        summary: "the store cursor advances even when prepare_store returns None",
+        upstream: "vllm #27697",
+        apply: |r| r.cursor_advance_on_store_failure = true,
+    },
+    Variant {
+        name: "fix-63937",
+        summary: "an error finish stores only computed tokens (what vllm-main does)",
+        upstream: "vllm #63937",
+        apply: |r| r.error_watermark_computed = true,
+    },
+    Variant {
+        name: "fix-s10",
+        summary: "not in vLLM: the recompute load-failure policy also evicts invalid blocks' hashes",
+        upstream: "none (proposed fix for GP S10)",
+        apply: |r| r.evict_invalid_on_recompute = true,
+    },
+    Variant {
+        name: "mut-no-touch-dequeue",
+        summary: "a prefix hit on a free block does not remove it from the free queue",
+        upstream: "mutation",
+        apply: |r| r.touch_dequeues = false,
+    },
+    Variant {
+        name: "mut-cache-unscheduled",
+        summary: "allocate_slots caches every full block whose hash is known, scheduled or not",
+        upstream: "mutation",
+        apply: |r| r.cache_scheduled_only = false,
+    },
+    Variant {
+        name: "mut-no-delay-cache-async-load",
+        summary: "blocks of an async load are cached at admission, before the load lands",
+        upstream: "mutation",
+        apply: |r| r.delay_cache_async_loads = false,
+    },
+    Variant {
+        name: "mut-admit-after-preempt",
+        summary: "waiting requests are admitted in a step that preempted",
+        upstream: "mutation",
+        apply: |r| r.no_admission_after_preempt = false,
+    },
+    Variant {
+        name: "mut-double-complete",
+        summary: "a job completion is processed twice",
+        upstream: "mutation",
+        apply: |r| r.double_complete = true,
+    },
+];
+
+pub fn profile(name: &str) -> Option<&'static Profile> {
+    PROFILES.iter().find(|p| p.name == name)
+}
+
+pub fn variant(name: &str) -> Option<&'static Variant> {
+    VARIANTS.iter().find(|v| v.name == name)
+}
+
+/// The rules of `profile` with `variant` applied (None = the profile as released).
+pub fn resolve(profile_name: &str, variant_name: Option<&str>) -> Result<Rules, String> {
+    let p = profile(profile_name).ok_or_else(|| {
+        format!(
+            "unknown profile '{profile_name}' (known: {})",
+            PROFILES.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    let mut rules = (p.rules)();
+    if let Some(v) = variant_name {
+        let v = variant(v).ok_or_else(|| {
+            format!(
+                "unknown variant '{v}' (known: {})",
+                VARIANTS.iter().map(|v| v.name).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        (v.apply)(&mut rules);
+    }
+    Ok(rules)
+}
+
+/// One row of the rules table: a switch, what it decides, and its value per profile.
+pub struct RuleRow {
+    pub name: &'static str,
+    pub what: &'static str,
+    pub upstream: &'static str,
+    pub value: fn(&Rules) -> String,
+}
+
+pub const RULE_ROWS: &[RuleRow] = &[
+    RuleRow { name: "touch_dequeues", what: "prefix hit removes a free block from the free queue", upstream: "BlockPool.touch", value: |r| r.touch_dequeues.to_string() },
+    RuleRow { name: "cache_scheduled_only", what: "blocks are cached only up to the scheduled end", upstream: "KVCacheManager.allocate_slots", value: |r| r.cache_scheduled_only.to_string() },
+    RuleRow { name: "delay_cache_async_loads", what: "async-load blocks are cached only when the load lands", upstream: "allocate_slots(delay_cache_blocks)", value: |r| r.delay_cache_async_loads.to_string() },
+    RuleRow { name: "no_admission_after_preempt", what: "no admission in a step that preempted", upstream: "Scheduler.schedule", value: |r| r.no_admission_after_preempt.to_string() },
+    RuleRow { name: "evict_invalid_on_recompute", what: "recompute policy evicts invalid blocks' hashes", upstream: "(proposed)", value: |r| r.evict_invalid_on_recompute.to_string() },
+    RuleRow { name: "cursor_reset_on_lookup", what: "store cursor reset to 0 at lookup", upstream: "#63010", value: |r| r.cursor_reset_on_lookup.to_string() },
+    RuleRow { name: "inflight_lookup_guard", what: "lookup waits while transfers are in flight", upstream: "#46014", value: |r| r.inflight_lookup_guard.to_string() },
+    RuleRow { name: "flush_preempted_stores", what: "preempted requests' stores are flushed", upstream: "#29870", value: |r| r.flush_preempted_stores.to_string() },
+    RuleRow { name: "finish_watermark", what: "store watermark of a finished request", upstream: "#54288", value: |r| match r.finish_watermark { FinishWatermark::NumTokens => "num_tokens".into(), FinishWatermark::PromptOrTokensMinusOne => "max(prompt, num_tokens-1)".into() } },
+    RuleRow { name: "error_watermark_computed", what: "error finish stores only computed tokens", upstream: "#63937", value: |r| r.error_watermark_computed.to_string() },
+    RuleRow { name: "cursor_advance_on_store_failure", what: "cursor advances when prepare_store fails", upstream: "#27697", value: |r| r.cursor_advance_on_store_failure.to_string() },
+    RuleRow { name: "double_complete", what: "a job completion is processed twice", upstream: "(mutation)", value: |r| r.double_complete.to_string() },
+];
+
+impl fmt::Display for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for row in RULE_ROWS {
+            writeln!(f, "{:32} {}", row.name, (row.value)(self))?;
+        }
+        Ok(())
+    }
+}

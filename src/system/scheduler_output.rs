@@ -1,0 +1,186 @@
+//! The scheduler's side of a step's output (vLLM `Scheduler.update_from_output`,
+//! `finish_requests`, `_free_request`, `_handle_invalid_blocks`,
+//! `_update_from_kv_xfer_finished`), in vLLM's order: load failures first, then sampled
+//! tokens and stops, then error finishes, then connector completions and finished loads.
+
+use super::config::LoadFailurePolicy;
+use super::connector::SchedOut;
+use super::engine::{Ctx, Engine};
+use super::events::{Event, Events};
+use super::ghost::Mark;
+use super::kv_manager;
+use super::scheduler::{conn_ctx, kv_ctx};
+use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
+use super::workload::EndKind;
+use super::worker::WorkerOut;
+use std::collections::BTreeSet;
+
+/// `update_from_output` for one synchronous step.
+pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut, ev: &mut Events) {
+    let mut failed: Vec<ReqId> = Vec::new();
+    if !w.invalid_blocks.is_empty() {
+        e.ghost.mark(Mark::LoadFailure);
+        failed = handle_invalid_blocks(e, ctx, &w.invalid_blocks, out, ev);
+    }
+    let mut stopped: Vec<ReqId> = Vec::new();
+    for s in &out.scheduled {
+        let r = s.req;
+        if failed.contains(&r) {
+            continue;
+        }
+        let spec = &ctx.wl.requests[r as usize];
+        let q = &mut e.reqs[r as usize];
+        if q.status.is_finished() || q.num_computed < q.num_tokens(spec) {
+            continue; // a non-final prefill chunk samples nothing
+        }
+        let position = q.num_tokens(spec);
+        q.num_output += 1;
+        e.ghost.idle_steps = 0;
+        ev.emit(|| Event::Sampled { req: r, position });
+        // check_stop
+        let nt = q.num_tokens(spec);
+        if q.num_output >= spec.max_tokens || nt >= ctx.cfg.max_model_len {
+            let reason = if q.num_output >= spec.max_tokens && spec.end == EndKind::Stop {
+                FinishReason::Stopped
+            } else {
+                FinishReason::LengthCapped
+            };
+            q.status = Status::Finished(reason);
+            ev.emit(|| Event::Finished { req: r, reason });
+            free_request(e, ctx, r, false, ev);
+            stopped.push(r);
+        }
+    }
+    e.running.retain(|r| !stopped.contains(r));
+    if !failed.is_empty() && ctx.cfg.load_failure_policy == LoadFailurePolicy::Fail {
+        e.ghost.mark(Mark::ErrorFinish);
+        finish_requests(e, ctx, &failed, FinishReason::Error, ev);
+    }
+    // _update_from_kv_xfer_finished: connector first, then finished loads.
+    if let Some(oc) = e.conn.offloading_mut() {
+        oc.update_connector_output(&w.completed, &e.reqs, &conn_ctx(&ctx), &mut e.ghost, ev);
+    }
+    for r in w.finished_recving {
+        if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
+            if !e.finished_recving.contains(&r) {
+                e.finished_recving.push(r);
+            }
+        } else if e.reqs[r as usize].status.is_finished() {
+            free_blocks(e, r, ev);
+        }
+    }
+}
+
+/// `_handle_invalid_blocks`: rewind the requests whose computed prefix holds an invalid
+/// block; returns the ids whose output this step is dropped (all failed ones under `fail`).
+fn handle_invalid_blocks(e: &mut Engine, ctx: Ctx, invalid: &BTreeSet<BlockId>, out: &SchedOut, ev: &mut Events) -> Vec<ReqId> {
+    let async_reqs: Vec<ReqId> =
+        e.kv_holding.iter().copied().filter(|&r| e.reqs[r as usize].status == Status::WaitingForRemoteKvs).collect();
+    let (async_failed, _) = rewind_requests(e, ctx, &async_reqs, invalid, out, false);
+    let running = e.running.clone();
+    let (sync_failed, to_evict) = rewind_requests(e, ctx, &running, invalid, out, true);
+    if async_failed.is_empty() && sync_failed.is_empty() {
+        return Vec::new();
+    }
+    let recompute = ctx.cfg.load_failure_policy == LoadFailurePolicy::Recompute;
+    if !to_evict.is_empty() && (!recompute || ctx.rules.evict_invalid_on_recompute) {
+        let ids: Vec<BlockId> = to_evict.into_iter().collect();
+        e.pool.evict_blocks(&ids, &mut e.ghost, ev);
+    }
+    if !recompute {
+        let mut all = async_failed;
+        all.extend(sync_failed);
+        return all;
+    }
+    for r in async_failed {
+        if !e.failed_recving.contains(&r) {
+            e.failed_recving.push(r);
+        }
+    }
+    sync_failed
+}
+
+/// `_update_requests_with_invalid_blocks`.
+fn rewind_requests(
+    e: &mut Engine,
+    ctx: Ctx,
+    reqs: &[ReqId],
+    invalid: &BTreeSet<BlockId>,
+    out: &SchedOut,
+    evict: bool,
+) -> (Vec<ReqId>, BTreeSet<BlockId>) {
+    let b = ctx.cfg.block_size;
+    let mut affected = Vec::new();
+    let mut to_evict = BTreeSet::new();
+    let mut marked: BTreeSet<BlockId> = BTreeSet::new();
+    for &r in reqs {
+        let q = &mut e.reqs[r as usize];
+        let scheduled = out.scheduled.iter().find(|s| s.req == r).map_or(0, |s| s.tokens);
+        let pre = q.num_computed - scheduled;
+        let mut hit = false;
+        let mut marked_here = false;
+        for (idx, &blk) in q.table.iter().enumerate().take(cdiv(pre, b) as usize) {
+            if !invalid.contains(&blk) {
+                continue;
+            }
+            hit = true;
+            if !marked.insert(blk) || marked_here {
+                continue;
+            }
+            marked_here = true;
+            q.num_computed = idx as u32 * b;
+            if evict {
+                to_evict.extend(q.table[idx..].iter().copied());
+            }
+        }
+        if hit {
+            if !marked_here {
+                q.num_computed = pre;
+            }
+            affected.push(r);
+        }
+    }
+    (affected, to_evict)
+}
+
+/// `finish_requests(ids, status)`: finish live requests from outside the step loop.
+pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishReason, ev: &mut Events) {
+    let valid: Vec<ReqId> = ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
+    e.running.retain(|r| !valid.contains(r));
+    e.waiting.retain(|r| !valid.contains(r));
+    e.kv_holding.retain(|r| !valid.contains(r));
+    for r in valid {
+        let mut delay = false;
+        if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
+            // The load will still report done; free the blocks then.
+            delay = !e.finished_recving.contains(&r);
+            e.finished_recving.retain(|&x| x != r);
+            e.failed_recving.retain(|&x| x != r);
+        }
+        e.reqs[r as usize].status = Status::Finished(reason);
+        ev.emit(|| Event::Finished { req: r, reason });
+        free_request(e, ctx, r, delay, ev);
+    }
+}
+
+/// `_free_request`: tell the connector, report the id next step, free the blocks unless the
+/// free is delayed.
+fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events) {
+    e.ghost.idle_steps = 0;
+    let spec = &ctx.wl.requests[r as usize];
+    if let Some(oc) = e.conn.offloading_mut() {
+        oc.request_finished(r, &e.reqs[r as usize], spec, &conn_ctx(&ctx));
+    }
+    e.reqs[r as usize].inflight_prefill = false;
+    e.finished_since.push(r);
+    if !delay {
+        free_blocks(e, r, ev);
+    }
+    let _ = kv_ctx(&ctx, r);
+}
+
+/// `_free_blocks`: return the request's blocks to the pool.
+fn free_blocks(e: &mut Engine, r: ReqId, ev: &mut Events) {
+    let blocks = kv_manager::free(&mut e.pool, &mut e.reqs[r as usize], &mut e.ghost);
+    ev.emit(|| Event::Freed { req: r, blocks });
+}

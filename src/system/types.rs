@@ -1,0 +1,149 @@
+//! Basic identifiers and the abstract KV content model.
+//!
+//! KV content is tracked as a [`ContentTag`]: the chained prefix hash of the tokens whose KV
+//! really sits in a GPU block or host chunk. Corruption is then a comparison between the tag
+//! and the hash a reader (or a key) expects.
+
+use std::fmt;
+
+/// A physical GPU block id. Block 0 is vLLM's null block and never holds KV.
+pub type BlockId = u32;
+/// vLLM's null block (`BlockPool.null_block`).
+pub const NULL_BLOCK: BlockId = 0;
+/// Index of a request in the workload (its scope position), not vLLM's string id.
+pub type ReqId = u16;
+/// A token id.
+pub type Token = u32;
+/// A transfer job id (vLLM `OffloadingConnectorScheduler._job_counter`, shared by loads and
+/// stores). The model renumbers live jobs 0..n to keep the state canonical.
+pub type JobId = u32;
+
+/// Chained prefix hash of one full block: it fingerprints every token up to the block's end
+/// (vLLM `hash_block_tokens` with `NONE_HASH` as the parent of block 0).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct BlockHash(pub u64);
+
+impl fmt::Debug for BlockHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{:08x}", (self.0 >> 32) as u32)
+    }
+}
+
+/// Parent hash of block 0 (vLLM `NONE_HASH`).
+pub const NONE_HASH: BlockHash = BlockHash(0x6a09_e667_f3bc_c908);
+
+/// Extends a running prefix hash by one token. A full block's hash is the fold of its
+/// tokens over its parent's hash, so the fold over the first `k` tokens of a block is the
+/// tag of a block into which only those `k` tokens were written.
+#[inline]
+pub fn extend_hash(h: u64, token: Token) -> u64 {
+    // splitmix64 over (h, token): deterministic across runs and platforms.
+    let mut z = h ^ (u64::from(token).wrapping_add(0x9e37_79b9_7f4a_7c15)).rotate_left(17);
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The hash of a block (or of the first `tokens.len()` positions of one) given its parent.
+pub fn fold_tokens(parent: BlockHash, tokens: &[Token]) -> u64 {
+    tokens.iter().fold(parent.0, |h, &t| extend_hash(h, t))
+}
+
+/// Why a piece of KV is known to be wrong.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub enum BadKind {
+    /// Computed by a forward pass that attended to wrong KV.
+    Tainted,
+    /// A load into this block failed (the block holds no valid KV).
+    LoadFailed,
+    /// A store copied this chunk while its source block was being overwritten.
+    Torn,
+}
+
+/// What a GPU block or host chunk really holds.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ContentTag {
+    /// Never written since allocation (or a load has not landed yet).
+    Empty,
+    /// The first `len` positions hold the KV of the prefix whose running hash is `hash`
+    /// (`len == block_size` means a full block and `hash` is its [`BlockHash`]).
+    Kv { hash: u64, len: u16 },
+    /// Known-wrong content.
+    Bad(BadKind),
+}
+
+impl ContentTag {
+    pub fn full(h: BlockHash, block_size: u32) -> Self {
+        ContentTag::Kv { hash: h.0, len: block_size as u16 }
+    }
+}
+
+impl fmt::Debug for ContentTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContentTag::Empty => write!(f, "empty"),
+            ContentTag::Kv { hash, len } => write!(f, "kv(#{:08x},{len})", (hash >> 32) as u32),
+            ContentTag::Bad(k) => write!(f, "bad({k:?})"),
+        }
+    }
+}
+
+/// Why a request finished (vLLM `RequestStatus.FINISHED_*`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub enum FinishReason {
+    Stopped,
+    LengthCapped,
+    Aborted,
+    Error,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stopped => "stop",
+            FinishReason::LengthCapped => "length",
+            FinishReason::Aborted => "abort",
+            FinishReason::Error => "error",
+        }
+    }
+}
+
+/// Request status (vLLM `RequestStatus`), plus `Pending` for a request that has not arrived.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub enum Status {
+    Pending,
+    Waiting,
+    WaitingForRemoteKvs,
+    Running,
+    Preempted,
+    Finished(FinishReason),
+}
+
+impl Status {
+    pub fn is_finished(self) -> bool {
+        matches!(self, Status::Finished(_))
+    }
+    pub fn is_live(self) -> bool {
+        !matches!(self, Status::Pending | Status::Finished(_))
+    }
+    pub fn short(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Waiting => "WAITING",
+            Status::WaitingForRemoteKvs => "WAITING_FOR_REMOTE_KVS",
+            Status::Running => "RUNNING",
+            Status::Preempted => "PREEMPTED",
+            Status::Finished(FinishReason::Stopped) => "FINISHED_STOPPED",
+            Status::Finished(FinishReason::LengthCapped) => "FINISHED_LENGTH_CAPPED",
+            Status::Finished(FinishReason::Aborted) => "FINISHED_ABORTED",
+            Status::Finished(FinishReason::Error) => "FINISHED_ERROR",
+        }
+    }
+}
+
+/// Ceiling division.
+#[inline]
+pub fn cdiv(a: u32, b: u32) -> u32 {
+    a.div_ceil(b)
+}

@@ -1,0 +1,197 @@
+//! The worker's step (vLLM `GPUModelRunner.execute_model` with the KV-connector mixin): the
+//! connector's worker hooks around the forward pass, and the forward pass itself on the
+//! content oracle.
+//!
+//! The forward pass over request R's tokens `[s, e)` reads the KV of positions `[0, s)` from
+//! R's blocks and writes positions `[s, e)`. Within one forward, every write lands before any
+//! read (per layer), so a request may read a block another request writes in the same pass.
+//! A request that reads wrong KV writes wrong KV (taint), and so does anyone who reads that.
+
+use super::connector::worker as conn;
+use super::connector::{JobKind, Phase, SchedOut, StepScratch};
+use super::engine::{Ctx, Engine};
+use super::events::{Event, Events};
+use super::ghost::Breach;
+use super::types::{cdiv, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
+use super::workload::RequestSpec;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
+#[derive(Debug, Default)]
+pub struct WorkerOut {
+    pub completed: Vec<JobId>,
+    pub finished_recving: Vec<ReqId>,
+    pub invalid_blocks: BTreeSet<BlockId>,
+}
+
+/// Run the worker side of one step.
+pub fn execute(e: &mut Engine, ctx: Ctx, out: &SchedOut, scratch: &StepScratch, sync_fail: Option<u32>, ev: &mut Events) -> WorkerOut {
+    let mut invalid = BTreeSet::new();
+    let has_sync = e.conn.offloading().is_some_and(|oc| {
+        scratch.load_jobs.iter().any(|&id| oc.job(id).is_some_and(|j| matches!(j.kind, JobKind::Load { sync: true })))
+    });
+    if let Some(oc) = e.conn.offloading_mut() {
+        conn::handle_preemptions(oc, &mut e.pool, ctx, scratch, &mut e.ghost, ev);
+        if has_sync {
+            invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &mut e.ghost, ev);
+        }
+    }
+    forward(e, ctx, out, &invalid, ev);
+    let mut w = WorkerOut::default();
+    if let Some(oc) = e.conn.offloading_mut() {
+        if !has_sync {
+            conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &mut e.ghost, ev);
+        }
+        conn::wait_for_save(oc, scratch);
+        let (completed, recving, inv) = conn::get_finished(oc);
+        w.completed = completed;
+        w.finished_recving = recving;
+        w.invalid_blocks = inv;
+    }
+    w
+}
+
+/// The tag a block holds after request `spec` wrote its positions `[i*B, i*B+len)`.
+fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
+    if len == b {
+        ContentTag::full(spec.hashes[i], b)
+    } else {
+        let from = i * b as usize;
+        ContentTag::Kv { hash: fold_tokens(spec.parent(i), &spec.tokens[from..from + len as usize]), len: len as u16 }
+    }
+}
+
+/// Does `tag` hold the KV of the first `need` positions of block `i` of `spec`?
+pub fn tag_serves(tag: ContentTag, spec: &RequestSpec, i: usize, need: u32, b: u32) -> bool {
+    match tag {
+        ContentTag::Kv { hash, len } if u32::from(len) >= need => {
+            let from = i * b as usize;
+            let to = from + len as usize;
+            if u32::from(len) == b {
+                spec.hashes.get(i).is_some_and(|h| h.0 == hash)
+            } else {
+                to <= spec.tokens.len() && fold_tokens(spec.parent(i), &spec.tokens[from..to]) == hash
+            }
+        }
+        _ => false,
+    }
+}
+
+struct Write {
+    req: ReqId,
+    block: BlockId,
+    tag: ContentTag,
+}
+
+fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>, ev: &mut Events) {
+    let b = ctx.cfg.block_size;
+    let mut writes: Vec<Write> = Vec::new();
+    for s in &out.scheduled {
+        let spec = &ctx.wl.requests[s.req as usize];
+        let q = &e.reqs[s.req as usize];
+        let end = s.start + s.tokens;
+        for i in (s.start / b)..cdiv(end, b) {
+            let Some(&blk) = q.table.get(i as usize) else { continue };
+            let len = ((i + 1) * b).min(end) - i * b;
+            writes.push(Write { req: s.req, block: blk, tag: written_tag(spec, i as usize, len, b) });
+        }
+    }
+    let written: BTreeMap<BlockId, (ReqId, ContentTag)> = writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
+    let loading: BTreeSet<BlockId> = e
+        .conn
+        .offloading()
+        .map(|oc| oc.jobs.iter().filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed)).flat_map(|j| j.blocks.iter().copied()).collect())
+        .unwrap_or_default();
+    // Reads, with taint propagated to a fixpoint over same-pass writers.
+    let mut bad: BTreeMap<ReqId, String> = BTreeMap::new();
+    loop {
+        let mut changed = false;
+        for s in &out.scheduled {
+            if bad.contains_key(&s.req) || s.start == 0 {
+                continue;
+            }
+            let spec = &ctx.wl.requests[s.req as usize];
+            let q = &e.reqs[s.req as usize];
+            for i in 0..cdiv(s.start, b) {
+                let need = (s.start - i * b).min(b);
+                let Some(&blk) = q.table.get(i as usize) else {
+                    bad.insert(s.req, format!("block {i} of {} is not allocated", spec.name));
+                    changed = true;
+                    break;
+                };
+                let view = match written.get(&blk) {
+                    Some(&(w, tag)) if w != s.req => {
+                        if bad.contains_key(&w) {
+                            ContentTag::Bad(BadKind::Tainted)
+                        } else {
+                            tag
+                        }
+                    }
+                    _ => e.pool.content[blk as usize],
+                };
+                if loading.contains(&blk) {
+                    e.ghost.breach(Breach::UnsafeLoad);
+                }
+                if !tag_serves(view, spec, i as usize, need, b) {
+                    let want = ctx.wl.label(spec.hashes.get(i as usize).copied().unwrap_or_default());
+                    bad.insert(s.req, format!("{} reads block {blk} (its block {i}, expects {want}) but it holds {view:?}", spec.name));
+                    changed = true;
+                    break;
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for w in &writes {
+        let tag = if bad.contains_key(&w.req) { ContentTag::Bad(BadKind::Tainted) } else { w.tag };
+        e.pool.content[w.block as usize] = tag;
+        if loading.contains(&w.block) {
+            e.ghost.breach(Breach::UnsafeLoad);
+        }
+        if let Some(oc) = e.conn.offloading_mut() {
+            for j in oc.jobs.iter_mut().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
+                for (idx, &src) in j.blocks.iter().enumerate() {
+                    if src == w.block {
+                        j.snapshot[idx] = ContentTag::Bad(BadKind::Torn);
+                        j.torn = true;
+                        e.ghost.breach(Breach::StaleSource);
+                        let id = j.id;
+                        ev.emit(|| Event::Violation {
+                            property: "source-freshness",
+                            detail: format!("block {} is overwritten while store job {id} is still copying it", w.block),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    for (r, why) in bad {
+        let s = out.scheduled.iter().find(|s| s.req == r).expect("scheduled");
+        let q = &e.reqs[r as usize];
+        // A request whose computed prefix holds a block that failed to load in this step is
+        // rewound by the scheduler and its output dropped: its read is expected.
+        let excused = q.table.iter().take(cdiv(s.start, b) as usize).any(|blk| invalid.contains(blk));
+        if !excused {
+            e.ghost.breach(Breach::BadRead);
+            ev.emit(|| Event::Violation { property: "kv-read-integrity", detail: why });
+        }
+    }
+    // Coverage ghost: chunks whose last token this pass computed.
+    let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    let tpc = b * bpc;
+    let prompt_only = ctx.cfg.offload().is_none_or(|o| o.offload_prompt_only);
+    if let Some(oc) = e.conn.offloading_mut() {
+        for s in &out.scheduled {
+            let spec = &ctx.wl.requests[s.req as usize];
+            let mut end = s.start + s.tokens;
+            if prompt_only {
+                end = end.min(spec.prompt_len);
+            }
+            if end / tpc > s.start / tpc {
+                oc.chunks_computed(s.req, s.start / tpc, end / tpc);
+            }
+        }
+    }
+}
