@@ -1,5 +1,6 @@
 //! Checking: runs of stateright over models, spec expectations, verdicts.
 
+pub mod bfs;
 pub mod gate;
 pub mod run;
 pub mod specs;

@@ -11,12 +11,21 @@ use std::time::{Duration, Instant};
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Strategy {
-    /// Breadth-first: shortest counterexamples (single thread).
+    /// Breadth-first (kvmc's explorer): shortest counterexamples.
     Bfs,
-    /// Depth-first: less memory, longer counterexamples.
+    /// Depth-first (stateright): less memory; counterexamples are valid but not shortest.
     Dfs,
     /// Random walks (never exhaustive: verdicts that are not violations are `incomplete`).
     Simulate,
+}
+
+/// Why an exploration stopped before exhausting the state space.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum StopReason {
+    States,
+    Depth,
+    Timeout,
+    Sampling,
 }
 
 #[derive(Clone, Debug)]
@@ -105,36 +114,48 @@ impl RunResult {
 pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
     let names: Vec<(&'static str, Kind)> = model.props.iter().map(|p| (p.name, p.kind)).collect();
     let started = Instant::now();
-    let mut b = model.checker().threads(opts.threads.max(1)).finish_when(HasDiscoveries::All);
-    if let Some(n) = opts.max_states {
-        b = b.target_state_count(n);
-    }
-    if let Some(d) = opts.max_depth {
-        b = b.target_max_depth(d);
-    }
-    if let Some(t) = opts.timeout {
-        b = b.timeout(t);
-    }
-    let (unique, states, depth, discoveries) = match opts.strategy {
-        Strategy::Bfs => collect(b.spawn_bfs().join()),
-        Strategy::Dfs => collect(b.spawn_dfs().join()),
-        Strategy::Simulate => collect(b.spawn_simulation(opts.seed, UniformChooser).join()),
+    let (unique, states, depth, discoveries, stopped) = if opts.strategy == Strategy::Bfs {
+        let o = super::bfs::explore(&model, opts);
+        (o.unique, o.generated, o.max_depth, o.discoveries, o.stopped)
+    } else {
+        let mut b = model.checker().threads(opts.threads.max(1)).finish_when(HasDiscoveries::All);
+        if let Some(n) = opts.max_states {
+            b = b.target_state_count(n);
+        }
+        if let Some(d) = opts.max_depth {
+            b = b.target_max_depth(d);
+        }
+        if let Some(t) = opts.timeout {
+            b = b.timeout(t);
+        }
+        let (unique, states, depth, found) = match opts.strategy {
+            Strategy::Dfs => collect(b.spawn_dfs().join()),
+            _ => collect(b.spawn_simulation(opts.seed, UniformChooser).join()),
+        };
+        let all_found = names.iter().all(|(n, _)| found.iter().any(|(d, _)| d == n));
+        // stateright reports a bounded run as done: decide ourselves whether a bound hit.
+        let stopped = if all_found {
+            None
+        } else if opts.strategy == Strategy::Simulate {
+            Some(StopReason::Sampling)
+        } else if opts.timeout.is_some_and(|t| started.elapsed() >= t) {
+            Some(StopReason::Timeout)
+        } else if opts.max_states.is_some_and(|n| states >= n) {
+            Some(StopReason::States)
+        } else if opts.max_depth.is_some_and(|d| depth >= d) {
+            Some(StopReason::Depth)
+        } else {
+            None
+        };
+        (unique, states, depth, found, stopped)
     };
     let seconds = started.elapsed().as_secs_f64();
-    let all_found = names.iter().all(|(n, _)| discoveries.iter().any(|(d, _)| d == n));
-    let cut_by = if all_found {
-        None
-    } else if opts.strategy == Strategy::Simulate {
-        Some("simulation samples paths; it never exhausts the state space".to_string())
-    } else if opts.timeout.is_some_and(|t| started.elapsed() >= t) {
-        Some(format!("timeout of {}s", opts.timeout.unwrap().as_secs_f64()))
-    } else if opts.max_states.is_some_and(|n| states >= n) {
-        Some(format!("--max-states {}", opts.max_states.unwrap()))
-    } else if opts.max_depth.is_some_and(|d| depth >= d) {
-        Some(format!("--max-depth {}", opts.max_depth.unwrap()))
-    } else {
-        None
-    };
+    let cut_by = stopped.map(|r| match r {
+        StopReason::States => format!("--max-states {}", opts.max_states.unwrap_or(0)),
+        StopReason::Depth => format!("--max-depth {}", opts.max_depth.unwrap_or(0)),
+        StopReason::Timeout => format!("timeout of {}s", opts.timeout.map_or(0.0, |t| t.as_secs_f64())),
+        StopReason::Sampling => "simulation samples paths; it never exhausts the state space".to_string(),
+    });
     let props = names
         .into_iter()
         .map(|(name, kind)| {

@@ -27,7 +27,7 @@ fn label(scope: &Scope, h: BlockHash) -> String {
 /// A content tag in workload terms: "A.1" for a full block, "A.1[:1]" for a partial one.
 pub fn content(scope: &Scope, t: ContentTag) -> String {
     match t {
-        ContentTag::Empty => "-".to_string(),
+        ContentTag::Empty => "none".to_string(),
         ContentTag::Bad(k) => format!("BAD({k:?})"),
         ContentTag::Kv { hash, len } => {
             let b = scope.cfg.block_size;
@@ -67,6 +67,10 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         Event::AsyncLoadWait { req, table, .. } => format!("{} waits for its load into {table:?}", n(req)),
         Event::Scheduled { req, start, tokens, .. } => format!("{} computes [{start},{})", n(req), start + tokens),
         Event::Preempted { req } => format!("preempt {}", n(req)),
+        Event::Promoted { req, num_computed, failed } => {
+            format!("{}'s load {}: promoted with {num_computed} computed", n(req), if *failed { "failed" } else { "landed" })
+        }
+        Event::NoRoom { req, free } => format!("{} does not fit ({free} free blocks)", n(req)),
         Event::G1Evicted { block, hash } => format!("G1 block {block} loses {}", label(scope, *hash)),
         Event::G1Cached { .. } => return None,
         Event::HostEvicted { key } => format!("host evicts {}", label(scope, *key)),
@@ -167,7 +171,7 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
             d.push(format!("ref {ra}->{rb}"));
         }
         if ha != hb {
-            let l = |h: Option<BlockHash>| h.map_or("-".to_string(), |h| label(scope, h));
+            let l = |h: Option<BlockHash>| h.map_or("none".to_string(), |h| label(scope, h));
             d.push(format!("hash {}->{}", l(ha), l(hb)));
         }
         if ca != cb {

@@ -108,6 +108,9 @@ impl KvModel {
             Action::Step | Action::StepSyncLoadFails(_) => {
                 e.ghost.idle_steps = s.ghost.idle_steps.saturating_add(1);
                 let fail = if let Action::StepSyncLoadFails(k) = a { Some(k) } else { None };
+                if fail.is_some() {
+                    e.ghost.faults += 1;
+                }
                 e.step(ctx, fail, ev);
                 if fail.is_some() && !e.ghost.marked(Mark::LoadFailure) {
                     return None; // no sync load failed: same as a plain step
@@ -119,6 +122,7 @@ impl KvModel {
             }
             Action::LoadFails(k) => {
                 let j = e.next_transfer(Direction::Load)?;
+                e.ghost.faults += 1;
                 e.transfer_failed(ctx, j, k, ev);
             }
             Action::Abort(r) => e.abort(ctx, r, ev),
@@ -187,7 +191,8 @@ impl Model for KvModel {
         }
         out.push(Action::Step);
         let f = &self.scope.faults;
-        if f.load_failure {
+        let can_fail = f.load_failure && e.ghost.faults < f.max_load_failures;
+        if can_fail {
             let sync_budget = self.scope.cfg.offload().map_or(0, |o| o.sync_load_budget_tokens);
             if sync_budget > 0 {
                 for k in 0..sync_budget.div_ceil(self.scope.cfg.block_size) {
@@ -200,7 +205,7 @@ impl Model for KvModel {
         }
         if e.next_transfer(Direction::Load).is_some() {
             out.push(Action::TransferDone(Direction::Load));
-            if f.load_failure {
+            if can_fail {
                 for k in 0..self.load_fail_choices(e) {
                     out.push(Action::LoadFails(k));
                 }

@@ -37,7 +37,7 @@ struct RawScope {
     offload: Option<RawOffload>,
     #[serde(default, rename = "request")]
     requests: Vec<RawRequest>,
-    #[serde(default)]
+    #[serde(default = "no_faults")]
     faults: RawFaults,
     #[serde(default)]
     bounds: RawBounds,
@@ -61,6 +61,10 @@ struct RawEngine {
     long_prefill_token_threshold: u32,
     #[serde(default = "default_policy")]
     load_failure_policy: Spanned<String>,
+}
+
+fn no_faults() -> RawFaults {
+    RawFaults { abort: false, error: false, load_failure: false, max_load_failures: 1 }
 }
 
 fn default_profile() -> Spanned<String> {
@@ -104,7 +108,7 @@ struct RawRequest {
     after: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFaults {
     #[serde(default)]
@@ -113,6 +117,12 @@ struct RawFaults {
     error: bool,
     #[serde(default)]
     load_failure: bool,
+    #[serde(default = "one_u8")]
+    max_load_failures: u8,
+}
+
+fn one_u8() -> u8 {
+    1
 }
 
 #[derive(Deserialize, Default)]
@@ -142,6 +152,8 @@ pub struct Faults {
     pub error: bool,
     /// A load may fail (from any of its blocks on).
     pub load_failure: bool,
+    /// At most this many load failures per run (fairness: failures are finite).
+    pub max_load_failures: u8,
 }
 
 /// A parsed, validated scope.
@@ -292,7 +304,12 @@ impl Scope {
         };
         let total: u32 = specs.iter().map(|s| s.tokens.len() as u32).sum();
         let progress_steps = raw.bounds.progress_steps.unwrap_or(2 * total + 4 * specs.len() as u32 + 4);
-        let faults = Faults { abort: raw.faults.abort, error: raw.faults.error, load_failure: raw.faults.load_failure };
+        let faults = Faults {
+            abort: raw.faults.abort,
+            error: raw.faults.error,
+            load_failure: raw.faults.load_failure,
+            max_load_failures: raw.faults.max_load_failures,
+        };
         if faults.load_failure && cfg.offload().is_none() {
             return Err(KvmcError::input(path, 1, "faults.load_failure needs connector = \"offloading\""));
         }

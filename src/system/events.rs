@@ -15,6 +15,10 @@ pub enum Event {
     /// Admitted into WAITING_FOR_REMOTE_KVS: an async load will fill its blocks.
     AsyncLoadWait { req: ReqId, table: Vec<BlockId>, num_computed: u32 },
     Scheduled { req: ReqId, start: u32, tokens: u32, new_blocks: Vec<BlockId> },
+    /// An async load landed (or failed) and the request left WAITING_FOR_REMOTE_KVS.
+    Promoted { req: ReqId, num_computed: u32, failed: bool },
+    /// A waiting request does not fit in G1 this step (admission stops here).
+    NoRoom { req: ReqId, free: u32 },
     Preempted { req: ReqId },
     /// A cached G1 block lost its hash because its slot was handed out again.
     G1Evicted { block: BlockId, hash: BlockHash },

@@ -53,6 +53,8 @@ pub struct Ghost {
     pub marks: u32,
     /// Engine steps since the last progress (a sampled token, a finish, an arrival).
     pub idle_steps: u16,
+    /// Faults injected so far (load failures): the environment is fair only if finite.
+    pub faults: u8,
 }
 
 impl Ghost {

@@ -30,6 +30,9 @@ pub struct Rules {
     pub no_admission_after_preempt: bool,
     /// Not in vLLM: under `recompute`, also evict the invalid blocks' hashes (a fix for GP S10).
     pub evict_invalid_on_recompute: bool,
+    /// An async load is admitted only if it leaves the blocks in-flight prefills still need
+    /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
+    pub reserve_for_async_loads: bool,
     /// `get_num_new_matched_tokens` resets the store cursor to 0 (#63010).
     pub cursor_reset_on_lookup: bool,
     /// `get_num_new_matched_tokens` returns None while the request has transfers in flight (#46014).
@@ -69,6 +72,7 @@ fn vllm_033() -> Rules {
         delay_cache_async_loads: true,
         no_admission_after_preempt: true,
         evict_invalid_on_recompute: false,
+        reserve_for_async_loads: true,
         cursor_reset_on_lookup: true,
         inflight_lookup_guard: true,
         flush_preempted_stores: true,
@@ -164,6 +168,12 @@ pub const VARIANTS: &[Variant] = &[
         apply: |r| r.no_admission_after_preempt = false,
     },
     Variant {
+        name: "mut-no-load-reservation",
+        summary: "an async load may take the blocks an in-flight prefill still needs",
+        upstream: "mutation",
+        apply: |r| r.reserve_for_async_loads = false,
+    },
+    Variant {
         name: "mut-double-complete",
         summary: "a job completion is processed twice",
         upstream: "mutation",
@@ -213,6 +223,7 @@ pub const RULE_ROWS: &[RuleRow] = &[
     RuleRow { name: "cache_scheduled_only", what: "blocks are cached only up to the scheduled end", upstream: "KVCacheManager.allocate_slots", value: |r| r.cache_scheduled_only.to_string() },
     RuleRow { name: "delay_cache_async_loads", what: "async-load blocks are cached only when the load lands", upstream: "allocate_slots(delay_cache_blocks)", value: |r| r.delay_cache_async_loads.to_string() },
     RuleRow { name: "no_admission_after_preempt", what: "no admission in a step that preempted", upstream: "Scheduler.schedule", value: |r| r.no_admission_after_preempt.to_string() },
+    RuleRow { name: "reserve_for_async_loads", what: "async loads leave room for in-flight prefills", upstream: "Scheduler._inflight_prefill_reserved_blocks", value: |r| r.reserve_for_async_loads.to_string() },
     RuleRow { name: "evict_invalid_on_recompute", what: "recompute policy evicts invalid blocks' hashes", upstream: "(proposed)", value: |r| r.evict_invalid_on_recompute.to_string() },
     RuleRow { name: "cursor_reset_on_lookup", what: "store cursor reset to 0 at lookup", upstream: "#63010", value: |r| r.cursor_reset_on_lookup.to_string() },
     RuleRow { name: "inflight_lookup_guard", what: "lookup waits while transfers are in flight", upstream: "#46014", value: |r| r.inflight_lookup_guard.to_string() },

@@ -62,7 +62,9 @@ fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Eve
     if q.num_computed == nt {
         q.num_computed = nt - 1;
     }
+    let num_computed = q.num_computed;
     e.finished_recving.retain(|&x| x != r);
+    ev.emit(|| Event::Promoted { req: r, num_computed, failed });
 }
 
 /// `Scheduler.schedule()` up to and including `build_connector_meta` and
@@ -195,7 +197,7 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
             }
             n.min(*budget)
         };
-        let reserved = if load_async {
+        let reserved = if load_async && ctx.rules.reserve_for_async_loads {
             e.reqs
                 .iter()
                 .enumerate()
@@ -207,6 +209,8 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
         };
         let a = Alloc { num_new_tokens: n, num_new_computed: local, hits: &hits, num_external: ext, delay_cache: load_async, reserved_blocks: reserved };
         if kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev).is_none() {
+            let free = e.pool.num_free();
+            ev.emit(|| Event::NoRoom { req: r, free });
             break;
         }
         if let Some(oc) = e.conn.offloading_mut() {

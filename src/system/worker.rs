@@ -178,20 +178,4 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             ev.emit(|| Event::Violation { property: "kv-read-integrity", detail: why });
         }
     }
-    // Coverage ghost: chunks whose last token this pass computed.
-    let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    let tpc = b * bpc;
-    let prompt_only = ctx.cfg.offload().is_none_or(|o| o.offload_prompt_only);
-    if let Some(oc) = e.conn.offloading_mut() {
-        for s in &out.scheduled {
-            let spec = &ctx.wl.requests[s.req as usize];
-            let mut end = s.start + s.tokens;
-            if prompt_only {
-                end = end.min(spec.prompt_len);
-            }
-            if end / tpc > s.start / tpc {
-                oc.chunks_computed(s.req, s.start / tpc, end / tpc);
-            }
-        }
-    }
 }

@@ -338,6 +338,21 @@ impl OcState {
                 scratch.flush.extend(js.iter().copied());
             }
         }
+        // Coverage ghost: chunks whose last token this step computes are owed a store offer.
+        let tpc = c.tpc();
+        for s in &out.scheduled {
+            let spec = &specs[s.req as usize];
+            let mut end = s.start + s.tokens;
+            if c.offload_prompt_only {
+                end = end.min(spec.prompt_len);
+            }
+            // Only chunks the host tier lacks create a duty to store them.
+            for ci in s.start / tpc..end / tpc {
+                if self.host.get(&key_of(spec, ci, c)).is_none() {
+                    self.chunks_computed(s.req, ci, ci + 1);
+                }
+            }
+        }
         // _build_store_jobs: scheduled requests, then requests finished since last step.
         let visits: Vec<(ReqId, Option<u32>)> =
             out.scheduled.iter().map(|s| (s.req, Some(s.tokens))).chain(out.finished.iter().map(|&f| (f, None))).collect();
@@ -409,9 +424,12 @@ impl OcState {
         let Some(out) = stored else {
             ghost.mark(Mark::StoreRefused);
             ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
-            // No room: the offer counts for coverage (final-store-kept covers the loss).
-            for &ci in &cand_chunks {
-                st.owed.remove(ci);
+            // No room. A running request offers these chunks again at its next step; for a
+            // finished request this was the last chance (final-store-kept's business).
+            if finished {
+                for &ci in &cand_chunks {
+                    st.owed.remove(ci);
+                }
             }
             if c.rules.cursor_advance_on_store_failure {
                 st.cursor = st.cursor.max(storable);

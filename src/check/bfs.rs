@@ -1,0 +1,164 @@
+//! kvmc's breadth-first explorer over a stateright `Model`.
+//!
+//! stateright 0.31's checkers record a discovery again for every later state that violates
+//! the same property (`discoveries.insert` on each pop), so with sticky ghost violations its
+//! BFS reports the *deepest* counterexample it happened to pop last, not the shortest. This
+//! explorer keeps the first discovery of each property; since states are expanded in
+//! nondecreasing depth, that path is a shortest one. It stores one parent pointer per state
+//! (not a path per pending state) and knows exactly whether a bound stopped it.
+
+use super::run::{RunOpts, StopReason};
+use crate::model::{Action, KvModel, KvState};
+use stateright::{Expectation, Model};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::time::Instant;
+
+/// A fast, deterministic 64-bit hasher for state fingerprints (no random keys).
+struct StableHasher(u64);
+
+impl Hasher for StableHasher {
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(u64::from(b) | 0x100);
+        }
+    }
+    fn write_u64(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u32(&mut self, w: u32) {
+        self.write_u64(u64::from(w));
+    }
+    fn write_u16(&mut self, w: u16) {
+        self.write_u64(u64::from(w));
+    }
+    fn write_u8(&mut self, w: u8) {
+        self.write_u64(u64::from(w));
+    }
+    fn write_usize(&mut self, w: usize) {
+        self.write_u64(w as u64);
+    }
+}
+
+/// The fingerprint of a state.
+pub fn fingerprint(s: &KvState) -> u64 {
+    let mut h = StableHasher(0x243f_6a88_85a3_08d3);
+    s.hash(&mut h);
+    h.finish()
+}
+
+pub struct BfsOutcome {
+    pub unique: usize,
+    pub generated: usize,
+    pub max_depth: usize,
+    pub stopped: Option<StopReason>,
+    /// (property, actions from the initial state), first found, in property order.
+    pub discoveries: Vec<(&'static str, Vec<Action>)>,
+}
+
+struct Node {
+    parent: u64,
+    action: u32,
+}
+
+/// Explore `model` breadth first.
+pub fn explore(model: &KvModel, opts: &RunOpts) -> BfsOutcome {
+    let started = Instant::now();
+    let props = model.properties();
+    let mut found: Vec<Option<u64>> = vec![None; props.len()];
+    let init = model.init();
+    let init_fp = fingerprint(&init);
+    let mut seen: HashMap<u64, Node> = HashMap::new();
+    seen.insert(init_fp, Node { parent: init_fp, action: u32::MAX });
+    let mut frontier: VecDeque<(KvState, u64, usize)> = VecDeque::from([(init, init_fp, 0)]);
+    let mut generated = 1usize;
+    let mut max_depth = 0usize;
+    let mut stopped = None;
+    let mut actions = Vec::new();
+    let mut popped = 0usize;
+    while let Some((s, fp, depth)) = frontier.pop_front() {
+        popped += 1;
+        max_depth = max_depth.max(depth);
+        for (i, p) in props.iter().enumerate() {
+            if found[i].is_some() {
+                continue;
+            }
+            let hit = match p.expectation {
+                Expectation::Always => !(p.condition)(model, &s),
+                Expectation::Sometimes => (p.condition)(model, &s),
+                Expectation::Eventually => false,
+            };
+            if hit {
+                found[i] = Some(fp);
+            }
+        }
+        if found.iter().all(Option::is_some) {
+            break; // every property has its discovery; nothing left to decide
+        }
+        if opts.max_depth.is_some_and(|d| depth >= d) {
+            stopped.get_or_insert(StopReason::Depth);
+            continue;
+        }
+        if popped % 1024 == 0 && opts.timeout.is_some_and(|t| started.elapsed() >= t) {
+            stopped = Some(StopReason::Timeout);
+            break;
+        }
+        actions.clear();
+        model.actions(&s, &mut actions);
+        for (idx, a) in actions.iter().enumerate() {
+            let Some(next) = model.next_state(&s, *a) else { continue };
+            if !model.within_boundary(&next) {
+                continue;
+            }
+            generated += 1;
+            let nfp = fingerprint(&next);
+            if let std::collections::hash_map::Entry::Vacant(v) = seen.entry(nfp) {
+                v.insert(Node { parent: fp, action: idx as u32 });
+                frontier.push_back((next, nfp, depth + 1));
+            }
+        }
+        if opts.max_states.is_some_and(|n| seen.len() >= n) && !frontier.is_empty() {
+            stopped = Some(StopReason::States);
+            break;
+        }
+    }
+    let discoveries = props
+        .iter()
+        .zip(&found)
+        .filter_map(|(p, f)| f.map(|fp| (p.name, path_to(model, &seen, init_fp, fp))))
+        .collect();
+    BfsOutcome { unique: seen.len(), generated, max_depth, stopped, discoveries }
+}
+
+/// Rebuild the actions from the initial state to `fp` by replaying action indices.
+fn path_to(model: &KvModel, seen: &HashMap<u64, Node>, init_fp: u64, fp: u64) -> Vec<Action> {
+    let mut idx = Vec::new();
+    let mut cur = fp;
+    while cur != init_fp {
+        let n = &seen[&cur];
+        idx.push(n.action as usize);
+        cur = n.parent;
+    }
+    idx.reverse();
+    let mut s = model.init();
+    let mut out = Vec::with_capacity(idx.len());
+    let mut acts = Vec::new();
+    for i in idx {
+        acts.clear();
+        model.actions(&s, &mut acts);
+        let a = acts[i];
+        s = model.next_state(&s, a).expect("a recorded step replays (the model is deterministic)");
+        out.push(a);
+    }
+    out
+}
