@@ -75,7 +75,11 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                 None => {
                     let p = models_dir.join(format!("{}.toml", x.model));
                     if !p.exists() {
-                        return Err(KvmcError::input(&x.at.0, x.at.1, format!("no model '{}' ({} does not exist)", x.model, p.display())));
+                        return Err(KvmcError::input(
+                            &x.at.0,
+                            x.at.1,
+                            format!("no model '{}' ({} does not exist)", x.model, p.display()),
+                        ));
                     }
                     let s = Arc::new(Scope::load(&p)?);
                     scopes.insert(x.model.clone(), s.clone());
@@ -84,12 +88,29 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
             };
             let p = props::find(&spec.property).expect("validated");
             if !props::applies(p, scope.cfg.offload().is_some()) {
-                return Err(KvmcError::input(&x.at.0, x.at.1, format!("property '{}' needs an offload connector; model '{}' has none", spec.property, x.model)));
+                return Err(KvmcError::input(
+                    &x.at.0,
+                    x.at.1,
+                    format!(
+                        "property '{}' needs an offload connector; model '{}' has none",
+                        spec.property, x.model
+                    ),
+                ));
             }
             let key = (x.model.clone(), x.profile.clone(), x.variant.clone());
-            let job = jobs.entry(key).or_insert_with(|| Job { scope, profile: x.profile.clone(), variant: x.variant.clone(), checks: Vec::new(), reach: BTreeMap::new() });
+            let job = jobs.entry(key).or_insert_with(|| Job {
+                scope,
+                profile: x.profile.clone(),
+                variant: x.variant.clone(),
+                checks: Vec::new(),
+                reach: BTreeMap::new(),
+            });
             if job.checks.iter().any(|(n, _)| n == &spec.property) {
-                return Err(KvmcError::input(&x.at.0, x.at.1, "duplicate expectation for this (model, profile, variant)"));
+                return Err(KvmcError::input(
+                    &x.at.0,
+                    x.at.1,
+                    "duplicate expectation for this (model, profile, variant)",
+                ));
             }
             job.checks.push((spec.property.clone(), Some(x.violated)));
             job.reach.insert(spec.property.clone(), spec.reach.clone());
@@ -99,11 +120,21 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
 }
 
 /// Plan explicit runs: every applicable property of each model (or `only` these).
-pub fn plan_paths(paths: &[PathBuf], profile: Option<&str>, variant: Option<&str>, only: &[String], specs: &[Spec]) -> Result<Vec<Job>> {
+pub fn plan_paths(
+    paths: &[PathBuf],
+    profile: Option<&str>,
+    variant: Option<&str>,
+    only: &[String],
+    specs: &[Spec],
+) -> Result<Vec<Job>> {
     for n in only {
         match props::find(n) {
             Some(p) if p.kind == Kind::Always => {}
-            _ => return Err(KvmcError::Usage(format!("--property {n}: unknown property (see kvmc list)"))),
+            _ => {
+                return Err(KvmcError::Usage(format!(
+                    "--property {n}: unknown property (see kvmc list)"
+                )))
+            }
         }
     }
     let mut jobs = Vec::new();
@@ -112,14 +143,32 @@ pub fn plan_paths(paths: &[PathBuf], profile: Option<&str>, variant: Option<&str
         let off = scope.cfg.offload().is_some();
         let mut checks = Vec::new();
         let mut reach = BTreeMap::new();
-        for d in props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)) {
+        for d in props::CATALOGUE
+            .iter()
+            .filter(|d| d.kind == Kind::Always && props::applies(d, off))
+        {
             if only.is_empty() || only.iter().any(|o| o == d.name) {
                 checks.push((d.name.to_string(), None));
-                let r: Vec<String> = specs.iter().find(|s| s.property == d.name).map(|s| s.reach.clone()).unwrap_or_default();
-                reach.insert(d.name.to_string(), r.into_iter().filter(|g| props::applies(props::find(g).unwrap(), off)).collect());
+                let r: Vec<String> = specs
+                    .iter()
+                    .find(|s| s.property == d.name)
+                    .map(|s| s.reach.clone())
+                    .unwrap_or_default();
+                reach.insert(
+                    d.name.to_string(),
+                    r.into_iter()
+                        .filter(|g| props::applies(props::find(g).unwrap(), off))
+                        .collect(),
+                );
             }
         }
-        jobs.push(Job { scope, profile: profile.map(str::to_string), variant: variant.map(str::to_string), checks, reach });
+        jobs.push(Job {
+            scope,
+            profile: profile.map(str::to_string),
+            variant: variant.map(str::to_string),
+            checks,
+            reach,
+        });
     }
     Ok(jobs)
 }
@@ -139,23 +188,47 @@ pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
         }
     }
     let defs: Vec<_> = names.iter().map(|n| props::find(n).unwrap()).collect();
-    let model = KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
+    let model = KvModel::new(
+        job.scope.clone(),
+        job.profile.as_deref(),
+        job.variant.as_deref(),
+        defs,
+    )
+    .map_err(KvmcError::Usage)?;
     let profile = model.profile.clone();
-    let display_model = KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), vec![]).map_err(KvmcError::Usage)?;
+    let display_model = KvModel::new(
+        job.scope.clone(),
+        job.profile.as_deref(),
+        job.variant.as_deref(),
+        vec![],
+    )
+    .map_err(KvmcError::Usage)?;
     let r: RunResult = run(model, opts);
     let mut rows = Vec::new();
     for (p, expected) in &job.checks {
         let verdict = r.verdict(p);
         let unreached: Vec<String> = if verdict == Verdict::Holds {
-            job.reach.get(p).map(|gs| gs.iter().filter(|g| r.reached(g) == Some(false)).cloned().collect()).unwrap_or_default()
+            job.reach
+                .get(p)
+                .map(|gs| {
+                    gs.iter()
+                        .filter(|g| r.reached(g) == Some(false))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default()
         } else {
             Vec::new()
         };
         let counterexample = match r.outcome(p).and_then(|o| o.path.as_ref()) {
-            Some(path) if verdict == Verdict::Violated => Some(
-                counterexample::build(&display_model, path)
-                    .ok_or_else(|| KvmcError::Internal(format!("the counterexample for {p} on {} does not replay", job.scope.name)))?,
-            ),
+            Some(path) if verdict == Verdict::Violated => {
+                Some(counterexample::build(&display_model, path).ok_or_else(|| {
+                    KvmcError::Internal(format!(
+                        "the counterexample for {p} on {} does not replay",
+                        job.scope.name
+                    ))
+                })?)
+            }
             _ => None,
         };
         rows.push(Row {

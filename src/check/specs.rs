@@ -78,32 +78,67 @@ impl Spec {
         let name = raw.property.get_ref();
         match props::find(name) {
             Some(p) if p.kind == Kind::Always => {}
-            Some(_) => return Err(KvmcError::input(path, at(raw.property.span()), format!("'{name}' is a reachability guard, not a property"))),
-            None => return Err(KvmcError::input(path, at(raw.property.span()), format!("unknown property '{name}' (see kvmc list)"))),
+            Some(_) => {
+                return Err(KvmcError::input(
+                    path,
+                    at(raw.property.span()),
+                    format!("'{name}' is a reachability guard, not a property"),
+                ))
+            }
+            None => {
+                return Err(KvmcError::input(
+                    path,
+                    at(raw.property.span()),
+                    format!("unknown property '{name}' (see kvmc list)"),
+                ))
+            }
         }
         let mut reach = Vec::new();
         for r in &raw.reach {
             match props::find(r.get_ref()) {
                 Some(p) if p.kind == Kind::Sometimes => reach.push(r.get_ref().clone()),
-                _ => return Err(KvmcError::input(path, at(r.span()), format!("'{}' is not a reachability guard (see kvmc list)", r.get_ref()))),
+                _ => {
+                    return Err(KvmcError::input(
+                        path,
+                        at(r.span()),
+                        format!(
+                            "'{}' is not a reachability guard (see kvmc list)",
+                            r.get_ref()
+                        ),
+                    ))
+                }
             }
         }
         let mut expects = Vec::new();
         for x in &raw.expects {
             if let Some(p) = &x.profile {
                 if crate::system::rules::profile(p.get_ref()).is_none() {
-                    return Err(KvmcError::input(path, at(p.span()), crate::system::rules::resolve(p.get_ref(), None).unwrap_err()));
+                    return Err(KvmcError::input(
+                        path,
+                        at(p.span()),
+                        crate::system::rules::resolve(p.get_ref(), None).unwrap_err(),
+                    ));
                 }
             }
             if let Some(v) = &x.variant {
                 if crate::system::rules::variant(v.get_ref()).is_none() {
-                    return Err(KvmcError::input(path, at(v.span()), crate::system::rules::resolve("vllm-0.33", Some(v.get_ref())).unwrap_err()));
+                    return Err(KvmcError::input(
+                        path,
+                        at(v.span()),
+                        crate::system::rules::resolve("vllm-0.33", Some(v.get_ref())).unwrap_err(),
+                    ));
                 }
             }
             let violated = match x.verdict.get_ref().as_str() {
                 "holds" => false,
                 "violated" => true,
-                other => return Err(KvmcError::input(path, at(x.verdict.span()), format!("verdict must be \"holds\" or \"violated\", got \"{other}\""))),
+                other => {
+                    return Err(KvmcError::input(
+                        path,
+                        at(x.verdict.span()),
+                        format!("verdict must be \"holds\" or \"violated\", got \"{other}\""),
+                    ))
+                }
             };
             expects.push(Expect {
                 model: x.model.get_ref().clone(),
@@ -113,7 +148,15 @@ impl Spec {
                 at: (path.to_path_buf(), at(x.model.span())),
             });
         }
-        Ok(Spec { property: name.clone(), summary: raw.summary, bugs: raw.bugs, reach, description: raw.description, expects, path: path.to_path_buf() })
+        Ok(Spec {
+            property: name.clone(),
+            summary: raw.summary,
+            bugs: raw.bugs,
+            reach,
+            description: raw.description,
+            expects,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn load(path: &Path) -> Result<Spec> {
@@ -125,13 +168,24 @@ impl Spec {
 /// Every spec in `dir`, sorted by file name; at most one spec per property.
 pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
     let rd = std::fs::read_dir(dir).map_err(|e| KvmcError::io(dir, e))?;
-    let mut paths: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+    let mut paths: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
     paths.sort();
     let mut specs: Vec<Spec> = Vec::new();
     for p in paths {
         let s = Spec::load(&p)?;
         if let Some(other) = specs.iter().find(|o| o.property == s.property) {
-            return Err(KvmcError::input(&p, 1, format!("property '{}' already has a spec in {}", s.property, other.path.display())));
+            return Err(KvmcError::input(
+                &p,
+                1,
+                format!(
+                    "property '{}' already has a spec in {}",
+                    s.property,
+                    other.path.display()
+                ),
+            ));
         }
         specs.push(s);
     }

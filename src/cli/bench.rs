@@ -25,16 +25,32 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     let mut paths = a.paths.clone();
     if paths.is_empty() {
         let rd = std::fs::read_dir(&a.models).map_err(|e| KvmcError::io(&a.models, e))?;
-        paths = rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+        paths = rd
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
         paths.sort();
     }
-    println!("{:<30} {:>12} {:>12} {:>8} {:>10} {:>12} {:>10}", "model", "unique", "generated", "depth", "seconds", "unique/s", "peak MiB");
+    println!(
+        "{:<30} {:>12} {:>12} {:>8} {:>10} {:>12} {:>10}",
+        "model", "unique", "generated", "depth", "seconds", "unique/s", "peak MiB"
+    );
     for p in paths {
         let scope = Arc::new(Scope::load(&p)?);
         let off = scope.cfg.offload().is_some();
-        let defs: Vec<_> = props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)).collect();
-        let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
-        let r = check::run(m, &RunOpts { threads: a.threads, ..Default::default() });
+        let defs: Vec<_> = props::CATALOGUE
+            .iter()
+            .filter(|d| d.kind == Kind::Always && props::applies(d, off))
+            .collect();
+        let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs)
+            .map_err(KvmcError::Usage)?;
+        let r = check::run(
+            m,
+            &RunOpts {
+                threads: a.threads,
+                ..Default::default()
+            },
+        );
         let peak = crate::check::run::peak_rss_bytes().map_or(0.0, |b| b as f64 / 1048576.0);
         println!(
             "{:<30} {:>12} {:>12} {:>8} {:>10.3} {:>12.0} {:>10.1}{}",

@@ -1,8 +1,9 @@
 //! `kvmc explore MODEL`: stateright's Explorer on loopback, states rendered as tables.
 
 use crate::error::{KvmcError, Result};
+use crate::model::scenario::scenario_actions;
 use crate::model::scope::Scope;
-use crate::model::{Action, KvModel};
+use crate::model::KvModel;
 use crate::props::{self, Kind};
 use clap::Args;
 use stateright::Model;
@@ -27,29 +28,15 @@ pub struct ExploreArgs {
     pub dry_run: bool,
 }
 
-/// Resolve a scenario file's action labels against the model, step by step.
-pub fn scenario_actions(model: &KvModel, path: &std::path::Path) -> Result<Vec<Action>> {
-    let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
-    let v: toml::Value = toml::from_str(&text).map_err(|e| crate::error::toml_error(path, &text, e))?;
-    let labels = v.get("actions").and_then(|a| a.as_array()).ok_or_else(|| KvmcError::input(path, 1, "a scenario needs actions = [...]"))?;
-    let mut s = model.init();
-    let mut out = Vec::new();
-    for (i, l) in labels.iter().enumerate() {
-        let l = l.as_str().ok_or_else(|| KvmcError::input(path, 1, format!("action {} is not a string", i + 1)))?;
-        let mut acts = Vec::new();
-        model.actions(&s, &mut acts);
-        let a = acts.into_iter().find(|a| model.format_action(a) == l).ok_or_else(|| KvmcError::input(path, 1, format!("action {} ({l:?}) is not enabled at that point", i + 1)))?;
-        s = model.next_state(&s, a).ok_or_else(|| KvmcError::input(path, 1, format!("action {} ({l:?}) changes nothing at that point", i + 1)))?;
-        out.push(a);
-    }
-    Ok(out)
-}
-
 pub fn run(a: ExploreArgs) -> Result<i32> {
     let scope = Arc::new(Scope::load(&a.model)?);
     let off = scope.cfg.offload().is_some();
-    let defs: Vec<_> = props::CATALOGUE.iter().filter(|p| props::applies(p, off) && p.kind == Kind::Always).collect();
-    let model = KvModel::new(scope, a.profile.as_deref(), a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
+    let defs: Vec<_> = props::CATALOGUE
+        .iter()
+        .filter(|p| props::applies(p, off) && p.kind == Kind::Always)
+        .collect();
+    let model = KvModel::new(scope, a.profile.as_deref(), a.variant.as_deref(), defs)
+        .map_err(KvmcError::Usage)?;
     let mut url = format!("http://{}/", a.addr);
     if let Some(p) = &a.path {
         let idx = if std::path::Path::new(p).is_file() {
@@ -59,19 +46,29 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
             for x in acts {
                 let mut acts = Vec::new();
                 model.actions(&s, &mut acts);
-                idx.push(acts.iter().position(|y| *y == x).expect("resolved").to_string());
+                idx.push(
+                    acts.iter()
+                        .position(|y| *y == x)
+                        .expect("resolved")
+                        .to_string(),
+                );
                 s = model.next_state(&s, x).expect("resolved");
             }
             idx.join("/")
         } else {
             if !p.split('/').all(|x| x.parse::<usize>().is_ok()) {
-                return Err(KvmcError::Usage(format!("--path {p}: neither a file nor an index path like 0/1/2")));
+                return Err(KvmcError::Usage(format!(
+                    "--path {p}: neither a file nor an index path like 0/1/2"
+                )));
             }
             p.clone()
         };
         url.push_str(&format!("#/steps/{idx}"));
     }
-    let addr: std::net::SocketAddr = a.addr.parse().map_err(|_| KvmcError::Usage(format!("--addr {}: expected IP:PORT", a.addr)))?;
+    let addr: std::net::SocketAddr = a
+        .addr
+        .parse()
+        .map_err(|_| KvmcError::Usage(format!("--addr {}: expected IP:PORT", a.addr)))?;
     if !addr.ip().is_loopback() {
         eprintln!("warning: serving on {addr}, which is not a loopback address");
     }
@@ -79,7 +76,8 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
     if a.dry_run {
         return Ok(0);
     }
-    std::net::TcpListener::bind(addr).map_err(|e| KvmcError::Usage(format!("cannot listen on {addr}: {e}")))?;
+    std::net::TcpListener::bind(addr)
+        .map_err(|e| KvmcError::Usage(format!("cannot listen on {addr}: {e}")))?;
     model.checker().serve(addr);
     Ok(0)
 }

@@ -2,15 +2,19 @@
 
 mod bench;
 mod check;
-mod explain;
+pub mod explain;
 mod explore;
-mod list;
+pub mod list;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "kvmc", version, about = "Model checker and reference implementation for KV-cache offload in vLLM-style engines")]
+#[command(
+    name = "kvmc",
+    version,
+    about = "Model checker and reference implementation for KV-cache offload in vLLM-style engines"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,

@@ -38,7 +38,10 @@ pub fn content(scope: &Scope, t: ContentTag) -> String {
                 for i in 0..r.tokens.len() / b as usize + 1 {
                     let from = i * b as usize;
                     let to = from + len as usize;
-                    if to <= r.tokens.len() && crate::system::types::fold_tokens(r.parent(i), &r.tokens[from..to]) == hash {
+                    if to <= r.tokens.len()
+                        && crate::system::types::fold_tokens(r.parent(i), &r.tokens[from..to])
+                            == hash
+                    {
                         return format!("{}.{}[:{}]", r.name, i, len);
                     }
                 }
@@ -49,39 +52,111 @@ pub fn content(scope: &Scope, t: ContentTag) -> String {
 }
 
 fn names(scope: &Scope, v: &[u16]) -> String {
-    v.iter().map(|r| scope.workload.requests[*r as usize].name.as_str()).collect::<Vec<_>>().join(" ")
+    v.iter()
+        .map(|r| scope.workload.requests[*r as usize].name.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn event_text(scope: &Scope, e: &Event) -> Option<String> {
     let n = |r: &u16| scope.workload.requests[*r as usize].name.clone();
-    let keys = |ks: &[BlockHash]| ks.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(",");
+    let keys = |ks: &[BlockHash]| {
+        ks.iter()
+            .map(|k| label(scope, *k))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     Some(match e {
         Event::Arrived { .. } => return None,
-        Event::Lookup { req, local, external, load_async } => match external {
+        Event::Lookup {
+            req,
+            local,
+            external,
+            load_async,
+        } => match external {
             None => format!("{} lookup: G1 hit {local}, host busy (retry)", n(req)),
-            Some(x) => format!("{} lookup: G1 hit {local}, host hit {x}{}", n(req), if *load_async { " (async)" } else if *x > 0 { " (sync)" } else { "" }),
+            Some(x) => format!(
+                "{} lookup: G1 hit {local}, host hit {x}{}",
+                n(req),
+                if *load_async {
+                    " (async)"
+                } else if *x > 0 {
+                    " (sync)"
+                } else {
+                    ""
+                }
+            ),
         },
-        Event::Admitted { req, resumed, table, num_computed } => {
-            format!("admit {}{} table {table:?} computed {num_computed}", n(req), if *resumed { " (resumed)" } else { "" })
+        Event::Admitted {
+            req,
+            resumed,
+            table,
+            num_computed,
+        } => {
+            format!(
+                "admit {}{} table {table:?} computed {num_computed}",
+                n(req),
+                if *resumed { " (resumed)" } else { "" }
+            )
         }
-        Event::AsyncLoadWait { req, table, .. } => format!("{} waits for its load into {table:?}", n(req)),
-        Event::Scheduled { req, start, tokens, .. } => format!("{} computes [{start},{})", n(req), start + tokens),
+        Event::AsyncLoadWait { req, table, .. } => {
+            format!("{} waits for its load into {table:?}", n(req))
+        }
+        Event::Scheduled {
+            req, start, tokens, ..
+        } => format!("{} computes [{start},{})", n(req), start + tokens),
         Event::Preempted { req } => format!("preempt {}", n(req)),
-        Event::Promoted { req, num_computed, failed } => {
-            format!("{}'s load {}: promoted with {num_computed} computed", n(req), if *failed { "failed" } else { "landed" })
+        Event::Promoted {
+            req,
+            num_computed,
+            failed,
+        } => {
+            format!(
+                "{}'s load {}: promoted with {num_computed} computed",
+                n(req),
+                if *failed { "failed" } else { "landed" }
+            )
         }
         Event::NoRoom { req, free } => format!("{} does not fit ({free} free blocks)", n(req)),
-        Event::G1Evicted { block, hash } => format!("G1 block {block} loses {}", label(scope, *hash)),
+        Event::G1Evicted { block, hash } => {
+            format!("G1 block {block} loses {}", label(scope, *hash))
+        }
         Event::G1Cached { .. } => return None,
         Event::HostEvicted { key } => format!("host evicts {}", label(scope, *key)),
-        Event::StoreRefused { req, keys: k } => format!("{} store of [{}] refused: host full", n(req), keys(k)),
-        Event::StoreJob { job, req, keys: k, blocks, .. } => format!("store job {job}: {} [{}] from blocks {blocks:?}", n(req), keys(k)),
-        Event::LoadJob { job, req, keys: k, blocks, sync, .. } => {
-            format!("{} load job {job}: {} [{}] into blocks {blocks:?}", if *sync { "sync" } else { "async" }, n(req), keys(k))
+        Event::StoreRefused { req, keys: k } => {
+            format!("{} store of [{}] refused: host full", n(req), keys(k))
+        }
+        Event::StoreJob {
+            job,
+            req,
+            keys: k,
+            blocks,
+            ..
+        } => format!(
+            "store job {job}: {} [{}] from blocks {blocks:?}",
+            n(req),
+            keys(k)
+        ),
+        Event::LoadJob {
+            job,
+            req,
+            keys: k,
+            blocks,
+            sync,
+            ..
+        } => {
+            format!(
+                "{} load job {job}: {} [{}] into blocks {blocks:?}",
+                if *sync { "sync" } else { "async" },
+                n(req),
+                keys(k)
+            )
         }
         Event::Flush { job } => format!("flush job {job}"),
         Event::TransferDone { job } => format!("job {job} copied"),
-        Event::TransferFailed { job, invalid } => format!("job {job} failed: blocks {invalid:?} invalid"),
+        Event::TransferFailed { job, invalid } => {
+            format!("job {job} failed: blocks {invalid:?} invalid")
+        }
         Event::JobCompleted { job } => format!("job {job} completed"),
         Event::Sampled { req, position } => format!("{} samples token {position}", n(req)),
         Event::Finished { req, reason } => format!("{} finishes ({})", n(req), reason.as_str()),
@@ -108,9 +183,22 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
     let _ = writeln!(s, "    block  ref  hash      content");
     for b in 1..e.pool.num_blocks() {
         let h = e.pool.hash[b as usize].map_or("-".to_string(), |h| label(scope, h));
-        let _ = writeln!(s, "    {:<6} {:<4} {:<9} {}", b, e.pool.ref_cnt[b as usize], h, content(scope, e.pool.content[b as usize]));
+        let _ = writeln!(
+            s,
+            "    {:<6} {:<4} {:<9} {}",
+            b,
+            e.pool.ref_cnt[b as usize],
+            h,
+            content(scope, e.pool.content[b as usize])
+        );
     }
-    let _ = writeln!(s, "requests  running [{}]  waiting [{}]  kv-holding [{}]", names(scope, &e.running), names(scope, &e.waiting), names(scope, &e.kv_holding));
+    let _ = writeln!(
+        s,
+        "requests  running [{}]  waiting [{}]  kv-holding [{}]",
+        names(scope, &e.running),
+        names(scope, &e.waiting),
+        names(scope, &e.kv_holding)
+    );
     for (i, q) in e.reqs.iter().enumerate() {
         let spec = &wl.requests[i];
         if q.status == Status::Pending {
@@ -127,23 +215,66 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
             q.num_output,
             spec.max_tokens,
             q.table,
-            if q.preempted { "  (preempted before)" } else { "" }
+            if q.preempted {
+                "  (preempted before)"
+            } else {
+                ""
+            }
         );
     }
     if let Some(oc) = e.conn.offloading() {
-        let _ = writeln!(s, "G2  {} chunks, {} free; eviction order {:?}", oc.host.capacity, oc.host.num_free_slots(), oc.host.eviction_order().iter().map(|k| label(scope, *k)).collect::<Vec<_>>());
+        let _ = writeln!(
+            s,
+            "G2  {} chunks, {} free; eviction order {:?}",
+            oc.host.capacity,
+            oc.host.num_free_slots(),
+            oc.host
+                .eviction_order()
+                .iter()
+                .map(|k| label(scope, *k))
+                .collect::<Vec<_>>()
+        );
         let _ = writeln!(s, "    key       slot ref  rank      content");
         for (k, en) in oc.host.entries() {
             let c: Vec<String> = en.content.iter().map(|t| content(scope, *t)).collect();
-            let _ = writeln!(s, "    {:<9} {:<4} {:<4} {:<9} {}", label(scope, *k), en.slot, en.ref_cnt, format!("{:?}", en.rank), if c.is_empty() { "(writing)".into() } else { c.join(",") });
+            let _ = writeln!(
+                s,
+                "    {:<9} {:<4} {:<4} {:<9} {}",
+                label(scope, *k),
+                en.slot,
+                en.ref_cnt,
+                format!("{:?}", en.rank),
+                if c.is_empty() {
+                    "(writing)".into()
+                } else {
+                    c.join(",")
+                }
+            );
         }
         for (i, st) in oc.reqs.iter().enumerate() {
             if let Some(st) = st {
-                let _ = writeln!(s, "    conn {:<4} keys {} mirror {:?} cursor {} jobs {:?}", wl.requests[i].name, st.num_keys, st.mirror, st.cursor, st.transfer_jobs);
+                let _ = writeln!(
+                    s,
+                    "    conn {:<4} keys {} mirror {:?} cursor {} jobs {:?}",
+                    wl.requests[i].name, st.num_keys, st.mirror, st.cursor, st.transfer_jobs
+                );
             }
         }
         for j in &oc.jobs {
-            let _ = writeln!(s, "    job {} {:?} {} [{}] blocks {:?} {}", j.id, j.kind, wl.requests[j.req as usize].name, j.keys.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(","), j.blocks, live_phase(j.phase));
+            let _ = writeln!(
+                s,
+                "    job {} {:?} {} [{}] blocks {:?} {}",
+                j.id,
+                j.kind,
+                wl.requests[j.req as usize].name,
+                j.keys
+                    .iter()
+                    .map(|k| label(scope, *k))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                j.blocks,
+                live_phase(j.phase)
+            );
         }
     }
     if e.ghost.violations != 0 {
@@ -187,12 +318,29 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
     if let (Some(ha), Some(hb)) = (a.conn.offloading(), b.conn.offloading()) {
         let mut g2 = Vec::new();
         for (k, eb) in hb.host.entries() {
-            let state = |r: i32| if r < 0 { "writing".to_string() } else if r == 0 { "ready".to_string() } else { format!("pinned x{r}") };
+            let state = |r: i32| {
+                if r < 0 {
+                    "writing".to_string()
+                } else if r == 0 {
+                    "ready".to_string()
+                } else {
+                    format!("pinned x{r}")
+                }
+            };
             match ha.host.get(k) {
                 None => g2.push(format!("+{} ({})", label(scope, *k), state(eb.ref_cnt))),
                 Some(ea) if ea.ref_cnt != eb.ref_cnt || ea.content != eb.content => {
                     let c: Vec<String> = eb.content.iter().map(|t| content(scope, *t)).collect();
-                    g2.push(format!("{} {} holds {}", label(scope, *k), state(eb.ref_cnt), if c.is_empty() { "-".into() } else { c.join(",") }))
+                    g2.push(format!(
+                        "{} {} holds {}",
+                        label(scope, *k),
+                        state(eb.ref_cnt),
+                        if c.is_empty() {
+                            "-".into()
+                        } else {
+                            c.join(",")
+                        }
+                    ))
                 }
                 _ => {}
             }

@@ -4,6 +4,7 @@
 //! branches.
 
 pub mod display;
+pub mod scenario;
 pub mod scope;
 
 use crate::props::{self, PropDef};
@@ -66,18 +67,36 @@ pub struct KvModel {
 }
 
 impl KvModel {
-    pub fn new(scope: Arc<Scope>, profile: Option<&str>, variant: Option<&str>, props: Vec<&'static PropDef>) -> Result<Self, String> {
+    pub fn new(
+        scope: Arc<Scope>,
+        profile: Option<&str>,
+        variant: Option<&str>,
+        props: Vec<&'static PropDef>,
+    ) -> Result<Self, String> {
         let profile = profile.unwrap_or(&scope.profile).to_string();
         let rules = crate::system::rules::resolve(&profile, variant)?;
-        Ok(KvModel { scope, profile, variant: variant.map(str::to_string), rules, props })
+        Ok(KvModel {
+            scope,
+            profile,
+            variant: variant.map(str::to_string),
+            rules,
+            props,
+        })
     }
 
     pub fn ctx(&self) -> Ctx<'_> {
-        Ctx { cfg: &self.scope.cfg, rules: &self.rules, wl: &self.scope.workload }
+        Ctx {
+            cfg: &self.scope.cfg,
+            rules: &self.rules,
+            wl: &self.scope.workload,
+        }
     }
 
     pub fn init(&self) -> KvState {
-        KvState { engine: Engine::new(&self.scope.cfg, &self.scope.workload), scope: self.scope.clone() }
+        KvState {
+            engine: Engine::new(&self.scope.cfg, &self.scope.workload),
+            scope: self.scope.clone(),
+        }
     }
 
     fn arrival_enabled(&self, e: &Engine, r: usize) -> bool {
@@ -107,7 +126,11 @@ impl KvModel {
             Action::Arrive(r) => e.arrive(ctx, r, ev),
             Action::Step | Action::StepSyncLoadFails(_) => {
                 e.ghost.idle_steps = s.ghost.idle_steps.saturating_add(1);
-                let fail = if let Action::StepSyncLoadFails(k) = a { Some(k) } else { None };
+                let fail = if let Action::StepSyncLoadFails(k) = a {
+                    Some(k)
+                } else {
+                    None
+                };
                 if fail.is_some() {
                     e.ghost.faults += 1;
                 }
@@ -132,16 +155,13 @@ impl KvModel {
             e.canonicalize();
         }
         if matches!(a, Action::Step | Action::StepSyncLoadFails(_)) {
-            let mut same = e.clone();
-            same.ghost.marks = s.ghost.marks;
-            same.ghost.idle_steps = s.ghost.idle_steps;
             let unchanged = if canonical {
-                same == *s
+                e.same_ignoring_marks(s)
             } else {
-                let mut prev = s.clone();
-                prev.canonicalize();
-                same.canonicalize();
-                same == prev
+                let (mut x, mut y) = (e.clone(), s.clone());
+                x.canonicalize();
+                y.canonicalize();
+                x.same_ignoring_marks(&y)
             };
             if unchanged {
                 return None;
@@ -158,16 +178,23 @@ impl KvModel {
         if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r)) {
             return false;
         }
-        if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some() {
+        if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some()
+        {
             return false;
         }
-        self.apply(s, Action::Step, &mut Events::off(), true).is_none()
+        self.apply(s, Action::Step, &mut Events::off(), true)
+            .is_none()
     }
 
     /// The most blocks an async load of the next load job has (for failure choices).
     fn load_fail_choices(&self, e: &Engine) -> u32 {
-        let Some(id) = e.next_transfer(Direction::Load) else { return 0 };
-        e.conn.offloading().and_then(|oc| oc.job(id)).map_or(0, |j| j.blocks.len() as u32)
+        let Some(id) = e.next_transfer(Direction::Load) else {
+            return 0;
+        };
+        e.conn
+            .offloading()
+            .and_then(|oc| oc.job(id))
+            .map_or(0, |j| j.blocks.len() as u32)
     }
 }
 
@@ -193,7 +220,11 @@ impl Model for KvModel {
         let f = &self.scope.faults;
         let can_fail = f.load_failure && e.ghost.faults < f.max_load_failures;
         if can_fail {
-            let sync_budget = self.scope.cfg.offload().map_or(0, |o| o.sync_load_budget_tokens);
+            let sync_budget = self
+                .scope
+                .cfg
+                .offload()
+                .map_or(0, |o| o.sync_load_budget_tokens);
             if sync_budget > 0 {
                 for k in 0..sync_budget.div_ceil(self.scope.cfg.block_size) {
                     out.push(Action::StepSyncLoadFails(k));
@@ -223,7 +254,10 @@ impl Model for KvModel {
 
     fn next_state(&self, s: &KvState, a: Action) -> Option<KvState> {
         let e = self.apply(&s.engine, a, &mut Events::off(), true)?;
-        Some(KvState { engine: e, scope: s.scope.clone() })
+        Some(KvState {
+            engine: e,
+            scope: s.scope.clone(),
+        })
     }
 
     fn properties(&self) -> Vec<Property<Self>> {

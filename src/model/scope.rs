@@ -22,7 +22,9 @@
 //! ```
 
 use crate::error::{line_of_offset, toml_error, KvmcError, Result};
-use crate::system::{ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload};
+use crate::system::{
+    ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload,
+};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
@@ -64,7 +66,12 @@ struct RawEngine {
 }
 
 fn no_faults() -> RawFaults {
-    RawFaults { abort: false, error: false, load_failure: false, max_load_failures: 1 }
+    RawFaults {
+        abort: false,
+        error: false,
+        load_failure: false,
+        max_load_failures: 1,
+    }
 }
 
 fn default_profile() -> Spanned<String> {
@@ -176,13 +183,19 @@ pub struct Scope {
 
 /// Tokens of a scope string: one token per character; '|' and whitespace are separators.
 pub fn parse_tokens(s: &str) -> Vec<u32> {
-    s.chars().filter(|c| *c != '|' && !c.is_whitespace()).map(|c| c as u32).collect()
+    s.chars()
+        .filter(|c| *c != '|' && !c.is_whitespace())
+        .map(|c| c as u32)
+        .collect()
 }
 
 impl Scope {
     pub fn load(path: &Path) -> Result<Scope> {
         let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
-        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         Scope::parse(&name, path, &text)
     }
 
@@ -193,47 +206,81 @@ impl Scope {
         let e = &raw.engine;
         let profile = e.profile.get_ref().clone();
         if crate::system::rules::profile(&profile).is_none() {
-            return Err(bad(e.profile.span(), crate::system::rules::resolve(&profile, None).unwrap_err()));
+            return Err(bad(
+                e.profile.span(),
+                crate::system::rules::resolve(&profile, None).unwrap_err(),
+            ));
         }
         let b = *e.block_size.get_ref();
         if !(1..=64).contains(&b) {
-            return Err(bad(e.block_size.span(), format!("block_size must be 1..=64, got {b}")));
+            return Err(bad(
+                e.block_size.span(),
+                format!("block_size must be 1..=64, got {b}"),
+            ));
         }
         let n = *e.gpu_blocks.get_ref();
         if !(2..=1_000_000).contains(&n) {
-            return Err(bad(e.gpu_blocks.span(), format!("gpu_blocks must be 2..=1000000 (block 0 is the null block), got {n}")));
+            return Err(bad(
+                e.gpu_blocks.span(),
+                format!("gpu_blocks must be 2..=1000000 (block 0 is the null block), got {n}"),
+            ));
         }
         let budget = *e.max_num_batched_tokens.get_ref();
         if budget == 0 {
-            return Err(bad(e.max_num_batched_tokens.span(), "max_num_batched_tokens must be positive".into()));
+            return Err(bad(
+                e.max_num_batched_tokens.span(),
+                "max_num_batched_tokens must be positive".into(),
+            ));
         }
         let max_model_len = match &e.max_model_len {
-            Some(m) if *m.get_ref() < 2 => return Err(bad(m.span(), "max_model_len must be at least 2".into())),
+            Some(m) if *m.get_ref() < 2 => {
+                return Err(bad(m.span(), "max_model_len must be at least 2".into()))
+            }
             Some(m) => *m.get_ref(),
             None => (n - 1) * b,
         };
         let policy = match e.load_failure_policy.get_ref().as_str() {
             "fail" => LoadFailurePolicy::Fail,
             "recompute" => LoadFailurePolicy::Recompute,
-            other => return Err(bad(e.load_failure_policy.span(), format!("load_failure_policy must be \"fail\" or \"recompute\", got \"{other}\""))),
+            other => {
+                return Err(bad(
+                    e.load_failure_policy.span(),
+                    format!(
+                        "load_failure_policy must be \"fail\" or \"recompute\", got \"{other}\""
+                    ),
+                ))
+            }
         };
         let connector = match e.connector.get_ref().as_str() {
             "none" => {
                 if raw.offload.is_some() {
-                    return Err(bad(e.connector.span(), "an [offload] table needs connector = \"offloading\"".into()));
+                    return Err(bad(
+                        e.connector.span(),
+                        "an [offload] table needs connector = \"offloading\"".into(),
+                    ));
                 }
                 ConnectorConfig::None
             }
             "offloading" => {
                 let Some(o) = &raw.offload else {
-                    return Err(bad(e.connector.span(), "connector = \"offloading\" needs an [offload] table with host_chunks".into()));
+                    return Err(bad(
+                        e.connector.span(),
+                        "connector = \"offloading\" needs an [offload] table with host_chunks"
+                            .into(),
+                    ));
                 };
                 let bpc = *o.blocks_per_chunk.get_ref();
                 if bpc == 0 {
-                    return Err(bad(o.blocks_per_chunk.span(), "blocks_per_chunk must be positive".into()));
+                    return Err(bad(
+                        o.blocks_per_chunk.span(),
+                        "blocks_per_chunk must be positive".into(),
+                    ));
                 }
                 if *o.host_chunks.get_ref() == 0 {
-                    return Err(bad(o.host_chunks.span(), "host_chunks must be positive".into()));
+                    return Err(bad(
+                        o.host_chunks.span(),
+                        "host_chunks must be positive".into(),
+                    ));
                 }
                 ConnectorConfig::Offloading(OffloadConfig {
                     host_chunks: *o.host_chunks.get_ref(),
@@ -242,7 +289,12 @@ impl Scope {
                     sync_load_budget_tokens: o.sync_load_budget_tokens,
                 })
             }
-            other => return Err(bad(e.connector.span(), format!("connector must be \"none\" or \"offloading\", got \"{other}\""))),
+            other => {
+                return Err(bad(
+                    e.connector.span(),
+                    format!("connector must be \"none\" or \"offloading\", got \"{other}\""),
+                ))
+            }
         };
         let cfg = EngineConfig {
             block_size: b,
@@ -255,7 +307,11 @@ impl Scope {
             connector,
         };
         if raw.requests.is_empty() {
-            return Err(KvmcError::input(path, 1, "a scope needs at least one [[request]]"));
+            return Err(KvmcError::input(
+                path,
+                1,
+                "a scope needs at least one [[request]]",
+            ));
         }
         if raw.requests.len() > 64 {
             return Err(KvmcError::input(path, 1, "at most 64 requests per scope"));
@@ -264,7 +320,10 @@ impl Scope {
         for r in &raw.requests {
             let nm = r.name.get_ref();
             if nm.is_empty() || nm.contains(|c: char| c.is_whitespace() || c == '.') {
-                return Err(bad(r.name.span(), format!("request name {nm:?} must be non-empty, without spaces or dots")));
+                return Err(bad(
+                    r.name.span(),
+                    format!("request name {nm:?} must be non-empty, without spaces or dots"),
+                ));
             }
             if specs.iter().any(|s: &RequestSpec| &s.name == nm) {
                 return Err(bad(r.name.span(), format!("duplicate request name {nm:?}")));
@@ -272,18 +331,32 @@ impl Scope {
             let prompt = parse_tokens(r.prompt.get_ref());
             let output = parse_tokens(r.output.get_ref());
             if prompt.is_empty() {
-                return Err(bad(r.prompt.span(), format!("request {nm}: the prompt is empty")));
+                return Err(bad(
+                    r.prompt.span(),
+                    format!("request {nm}: the prompt is empty"),
+                ));
             }
             if output.is_empty() {
-                return Err(bad(r.output.span(), format!("request {nm}: output needs at least one token (max_tokens >= 1)")));
+                return Err(bad(
+                    r.output.span(),
+                    format!("request {nm}: output needs at least one token (max_tokens >= 1)"),
+                ));
             }
             if (prompt.len() + output.len()) as u32 > max_model_len {
-                return Err(bad(r.prompt.span(), format!("request {nm}: prompt + output exceed max_model_len {max_model_len}")));
+                return Err(bad(
+                    r.prompt.span(),
+                    format!("request {nm}: prompt + output exceed max_model_len {max_model_len}"),
+                ));
             }
             let end = match r.end.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
                 None | Some(("length", _)) => EndKind::Length,
                 Some(("stop", _)) => EndKind::Stop,
-                Some((other, sp)) => return Err(bad(sp, format!("end must be \"length\" or \"stop\", got \"{other}\""))),
+                Some((other, sp)) => {
+                    return Err(bad(
+                        sp,
+                        format!("end must be \"length\" or \"stop\", got \"{other}\""),
+                    ))
+                }
             };
             specs.push(RequestSpec::new(nm, prompt, output, end, b));
         }
@@ -293,17 +366,35 @@ impl Scope {
                 None => None,
                 Some(a) => match specs.iter().position(|s| &s.name == a.get_ref()) {
                     Some(i) if specs[i].name != *r.name.get_ref() => Some(i as u16),
-                    _ => return Err(bad(a.span(), format!("after = {:?} names no other request", a.get_ref()))),
+                    _ => {
+                        return Err(bad(
+                            a.span(),
+                            format!("after = {:?} names no other request", a.get_ref()),
+                        ))
+                    }
                 },
             });
         }
-        let arrivals = match raw.bounds.arrivals.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
+        let arrivals = match raw
+            .bounds
+            .arrivals
+            .as_ref()
+            .map(|s| (s.get_ref().as_str(), s.span()))
+        {
             None | Some(("in-order", _)) => Arrivals::InOrder,
             Some(("any", _)) => Arrivals::Any,
-            Some((other, sp)) => return Err(bad(sp, format!("arrivals must be \"in-order\" or \"any\", got \"{other}\""))),
+            Some((other, sp)) => {
+                return Err(bad(
+                    sp,
+                    format!("arrivals must be \"in-order\" or \"any\", got \"{other}\""),
+                ))
+            }
         };
         let total: u32 = specs.iter().map(|s| s.tokens.len() as u32).sum();
-        let progress_steps = raw.bounds.progress_steps.unwrap_or(2 * total + 4 * specs.len() as u32 + 4);
+        let progress_steps = raw
+            .bounds
+            .progress_steps
+            .unwrap_or(2 * total + 4 * specs.len() as u32 + 4);
         let faults = Faults {
             abort: raw.faults.abort,
             error: raw.faults.error,
@@ -311,7 +402,11 @@ impl Scope {
             max_load_failures: raw.faults.max_load_failures,
         };
         if faults.load_failure && cfg.offload().is_none() {
-            return Err(KvmcError::input(path, 1, "faults.load_failure needs connector = \"offloading\""));
+            return Err(KvmcError::input(
+                path,
+                1,
+                "faults.load_failure needs connector = \"offloading\"",
+            ));
         }
         Ok(Scope {
             name: name.to_string(),

@@ -59,6 +59,7 @@ impl EngineConfig {
         }
     }
     pub fn tokens_per_chunk(&self) -> u32 {
-        self.offload().map_or(self.block_size, |c| c.blocks_per_chunk * self.block_size)
+        self.offload()
+            .map_or(self.block_size, |c| c.blocks_per_chunk * self.block_size)
     }
 }

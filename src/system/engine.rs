@@ -73,7 +73,9 @@ impl Engine {
 
     /// Requests not yet finished, or finished but still holding blocks or connector state.
     pub fn has_work(&self) -> bool {
-        self.reqs.iter().any(|r| r.status.is_live() || (r.status.is_finished() && !r.table.is_empty()))
+        self.reqs
+            .iter()
+            .any(|r| r.status.is_live() || (r.status.is_finished() && !r.table.is_empty()))
             || !self.finished_since.is_empty()
             || self.conn.has_pending_work()
     }
@@ -81,7 +83,11 @@ impl Engine {
     /// `add_request`: a new request joins the tail of `waiting`.
     pub fn arrive(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
         let _ = ctx;
-        assert_eq!(self.reqs[r as usize].status, Status::Pending, "request arrives once");
+        assert_eq!(
+            self.reqs[r as usize].status,
+            Status::Pending,
+            "request arrives once"
+        );
         self.reqs[r as usize].status = Status::Waiting;
         self.waiting.push(r);
         if let Some(oc) = self.conn.offloading_mut() {
@@ -115,15 +121,29 @@ impl Engine {
 
     /// The worker finished copying `job` (the scheduler learns it at the next step).
     pub fn transfer_done(&mut self, ctx: Ctx, job: JobId, ev: &mut Events) {
-        let oc = self.conn.offloading_mut().expect("transfers need a connector");
+        let oc = self
+            .conn
+            .offloading_mut()
+            .expect("transfers need a connector");
         conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev);
     }
 
     /// A load failed: blocks from index `first_bad` of its destination were not written.
     pub fn transfer_failed(&mut self, ctx: Ctx, job: JobId, first_bad: u32, ev: &mut Events) {
-        let oc = self.conn.offloading_mut().expect("transfers need a connector");
+        let oc = self
+            .conn
+            .offloading_mut()
+            .expect("transfers need a connector");
         self.ghost.mark(Mark::LoadFailure);
-        conn_worker::complete(oc, &mut self.pool, ctx, job, Some(first_bad), &mut self.ghost, ev);
+        conn_worker::complete(
+            oc,
+            &mut self.pool,
+            ctx,
+            job,
+            Some(first_bad),
+            &mut self.ghost,
+            ev,
+        );
     }
 
     /// One engine step: `schedule()`, the worker (connector hooks and the forward pass),
@@ -134,6 +154,22 @@ impl Engine {
         let out = scheduler::schedule(self, ctx, &mut scratch, ev);
         let wout = worker::execute(self, ctx, &out, &scratch, sync_load_fail, ev);
         scheduler_output::update_from_output(self, ctx, &out, wout, ev);
+    }
+
+    /// Equal but for the last transition's marks and the idle-step counter (a step that
+    /// changed nothing else is no step at all).
+    pub fn same_ignoring_marks(&self, o: &Engine) -> bool {
+        self.ghost.violations == o.ghost.violations
+            && self.ghost.faults == o.ghost.faults
+            && self.reqs == o.reqs
+            && self.running == o.running
+            && self.waiting == o.waiting
+            && self.kv_holding == o.kv_holding
+            && self.finished_since == o.finished_since
+            && self.finished_recving == o.finished_recving
+            && self.failed_recving == o.failed_recving
+            && self.pool == o.pool
+            && self.conn == o.conn
     }
 
     /// Make equal histories equal states (the model checker only): renumber job ids and

@@ -7,38 +7,113 @@ use super::types::{BlockHash, BlockId, FinishReason, JobId, ReqId};
 /// Things that crossed the scheduler/connector API, in the order vLLM does them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    Arrived { req: ReqId },
+    Arrived {
+        req: ReqId,
+    },
     /// A prefix lookup: local G1 hit, and the connector's answer (`None` = retry later).
-    Lookup { req: ReqId, local: u32, external: Option<u32>, load_async: bool },
+    Lookup {
+        req: ReqId,
+        local: u32,
+        external: Option<u32>,
+        load_async: bool,
+    },
     /// A waiting request was admitted (`resumed` = it had been preempted).
-    Admitted { req: ReqId, resumed: bool, table: Vec<BlockId>, num_computed: u32 },
+    Admitted {
+        req: ReqId,
+        resumed: bool,
+        table: Vec<BlockId>,
+        num_computed: u32,
+    },
     /// Admitted into WAITING_FOR_REMOTE_KVS: an async load will fill its blocks.
-    AsyncLoadWait { req: ReqId, table: Vec<BlockId>, num_computed: u32 },
-    Scheduled { req: ReqId, start: u32, tokens: u32, new_blocks: Vec<BlockId> },
+    AsyncLoadWait {
+        req: ReqId,
+        table: Vec<BlockId>,
+        num_computed: u32,
+    },
+    Scheduled {
+        req: ReqId,
+        start: u32,
+        tokens: u32,
+        new_blocks: Vec<BlockId>,
+    },
     /// An async load landed (or failed) and the request left WAITING_FOR_REMOTE_KVS.
-    Promoted { req: ReqId, num_computed: u32, failed: bool },
+    Promoted {
+        req: ReqId,
+        num_computed: u32,
+        failed: bool,
+    },
     /// A waiting request does not fit in G1 this step (admission stops here).
-    NoRoom { req: ReqId, free: u32 },
-    Preempted { req: ReqId },
+    NoRoom {
+        req: ReqId,
+        free: u32,
+    },
+    Preempted {
+        req: ReqId,
+    },
     /// A cached G1 block lost its hash because its slot was handed out again.
-    G1Evicted { block: BlockId, hash: BlockHash },
-    G1Cached { block: BlockId, hash: BlockHash },
-    HostEvicted { key: BlockHash },
+    G1Evicted {
+        block: BlockId,
+        hash: BlockHash,
+    },
+    G1Cached {
+        block: BlockId,
+        hash: BlockHash,
+    },
+    HostEvicted {
+        key: BlockHash,
+    },
     /// `prepare_store` returned None: no room (nothing changed).
-    StoreRefused { req: ReqId, keys: Vec<BlockHash> },
-    StoreJob { job: JobId, req: ReqId, keys: Vec<BlockHash>, blocks: Vec<BlockId>, slots: Vec<u32> },
-    LoadJob { job: JobId, req: ReqId, keys: Vec<BlockHash>, blocks: Vec<BlockId>, slots: Vec<u32>, sync: bool },
-    Flush { job: JobId },
-    TransferDone { job: JobId },
-    TransferFailed { job: JobId, invalid: Vec<BlockId> },
+    StoreRefused {
+        req: ReqId,
+        keys: Vec<BlockHash>,
+    },
+    StoreJob {
+        job: JobId,
+        req: ReqId,
+        keys: Vec<BlockHash>,
+        blocks: Vec<BlockId>,
+        slots: Vec<u32>,
+    },
+    LoadJob {
+        job: JobId,
+        req: ReqId,
+        keys: Vec<BlockHash>,
+        blocks: Vec<BlockId>,
+        slots: Vec<u32>,
+        sync: bool,
+    },
+    Flush {
+        job: JobId,
+    },
+    TransferDone {
+        job: JobId,
+    },
+    TransferFailed {
+        job: JobId,
+        invalid: Vec<BlockId>,
+    },
     /// The scheduler processed a job's completion (`complete_store` / `complete_load`).
-    JobCompleted { job: JobId },
-    Sampled { req: ReqId, position: u32 },
-    Finished { req: ReqId, reason: FinishReason },
-    Freed { req: ReqId, blocks: Vec<BlockId> },
+    JobCompleted {
+        job: JobId,
+    },
+    Sampled {
+        req: ReqId,
+        position: u32,
+    },
+    Finished {
+        req: ReqId,
+        reason: FinishReason,
+    },
+    Freed {
+        req: ReqId,
+        blocks: Vec<BlockId>,
+    },
     /// A property's predicate failed inside a transition (read integrity, source freshness,
     /// load safety, coverage).
-    Violation { property: &'static str, detail: String },
+    Violation {
+        property: &'static str,
+        detail: String,
+    },
 }
 
 /// An event recorder that can be switched off.
@@ -50,10 +125,16 @@ pub struct Events {
 
 impl Events {
     pub fn off() -> Self {
-        Events { on: false, list: Vec::new() }
+        Events {
+            on: false,
+            list: Vec::new(),
+        }
     }
     pub fn on() -> Self {
-        Events { on: true, list: Vec::new() }
+        Events {
+            on: true,
+            list: Vec::new(),
+        }
     }
     #[inline]
     pub fn emit(&mut self, f: impl FnOnce() -> Event) {

@@ -151,7 +151,11 @@ impl GpuPool {
     /// `get_new_blocks(n)`: pop `n` blocks from the head, evict their hashes, ref 1.
     /// Callers check capacity first.
     pub fn get_new_blocks(&mut self, n: u32, ghost: &mut Ghost, ev: &mut Events) -> Vec<BlockId> {
-        assert!(n <= self.num_free, "get_new_blocks({n}) with {} free: capacity not checked", self.num_free);
+        assert!(
+            n <= self.num_free,
+            "get_new_blocks({n}) with {} free: capacity not checked",
+            self.num_free
+        );
         let mut out = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let b = self.head;
@@ -216,7 +220,14 @@ impl GpuPool {
     }
 
     /// `cache_full_blocks`: register `hashes[i]` for `blocks[i]`, i in `from..to`.
-    pub fn cache_full_blocks(&mut self, blocks: &[BlockId], hashes: &[BlockHash], from: usize, to: usize, ev: &mut Events) {
+    pub fn cache_full_blocks(
+        &mut self,
+        blocks: &[BlockId],
+        hashes: &[BlockHash],
+        from: usize,
+        to: usize,
+        ev: &mut Events,
+    ) {
         for i in from..to {
             let b = blocks[i];
             if b == NULL_BLOCK {
@@ -252,7 +263,12 @@ impl GpuPool {
 
     /// `find_longest_cache_hit`: walk the request's hashes for at most `max_len / B` blocks,
     /// stopping at the first miss.
-    pub fn find_longest_cache_hit(&self, hashes: &[BlockHash], max_len: u32, block_size: u32) -> Vec<BlockId> {
+    pub fn find_longest_cache_hit(
+        &self,
+        hashes: &[BlockHash],
+        max_len: u32,
+        block_size: u32,
+    ) -> Vec<BlockId> {
         let max_blocks = (max_len / block_size) as usize;
         let mut out = Vec::new();
         for h in hashes.iter().take(max_blocks) {

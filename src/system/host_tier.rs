@@ -133,7 +133,11 @@ impl HostTier {
     /// `_record_request_cache_access` + `LRUCachePolicy.on_request_access`: first sight of a
     /// key raises a resident key to (request rank, -position) if that is larger.
     fn record_access(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess) {
-        let new: Vec<(Key, u32)> = keys.iter().filter(|(k, p)| acc.seen.get(p) != Some(k)).copied().collect();
+        let new: Vec<(Key, u32)> = keys
+            .iter()
+            .filter(|(k, p)| acc.seen.get(p) != Some(k))
+            .copied()
+            .collect();
         if new.is_empty() {
             return;
         }
@@ -152,7 +156,13 @@ impl HostTier {
     }
 
     /// `prepare_store(keys)`: keys are (key, end-token position) in chunk order.
-    pub fn prepare_store(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, ghost: &mut Ghost, ev: &mut Events) -> Option<StoreOut> {
+    pub fn prepare_store(
+        &mut self,
+        keys: &[(Key, u32)],
+        acc: &mut ReqAccess,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) -> Option<StoreOut> {
         let mut to_store: Vec<(Key, u32)> = Vec::new();
         let mut recorded: Vec<(Key, u32)> = Vec::new();
         for &(k, p) in keys {
@@ -178,8 +188,13 @@ impl HostTier {
                 return None;
             }
             let protected: BTreeSet<Key> = keys.iter().map(|(k, _)| *k).collect();
-            let victims: Vec<(Rank, Key)> =
-                self.evictable.iter().filter(|(_, k)| !protected.contains(k)).take(need as usize).copied().collect();
+            let victims: Vec<(Rank, Key)> = self
+                .evictable
+                .iter()
+                .filter(|(_, k)| !protected.contains(k))
+                .take(need as usize)
+                .copied()
+                .collect();
             if (victims.len() as u32) < need {
                 return None;
             }
@@ -206,10 +221,22 @@ impl HostTier {
                 self.free_list.pop().expect("room was made")
             };
             slots.push(slot);
-            self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank: (rr, -(p as i64)), content: Vec::new() });
+            self.entries.insert(
+                k,
+                HostEntry {
+                    ref_cnt: -1,
+                    slot,
+                    rank: (rr, -(p as i64)),
+                    content: Vec::new(),
+                },
+            );
         }
         self.num_write_pending += to_store.len() as u32;
-        Some(StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted })
+        Some(StoreOut {
+            keys_to_store: to_store.iter().map(|(k, _)| *k).collect(),
+            slots,
+            evicted,
+        })
     }
 
     /// The copy of a store landed in the chunk slot of `k`.
@@ -236,7 +263,12 @@ impl HostTier {
 
     /// `prepare_load(keys)`: pin ready keys; returns their chunk slots. Loading a key that is
     /// absent or write-pending is a load-safety breach (vLLM asserts).
-    pub fn prepare_load(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, ghost: &mut Ghost) -> Vec<u32> {
+    pub fn prepare_load(
+        &mut self,
+        keys: &[(Key, u32)],
+        acc: &mut ReqAccess,
+        ghost: &mut Ghost,
+    ) -> Vec<u32> {
         let mut slots = Vec::with_capacity(keys.len());
         for (k, _) in keys {
             match self.entries.get_mut(k) {
@@ -260,7 +292,10 @@ impl HostTier {
 
     /// What a load of `k` copies into GPU memory.
     pub fn content_of(&self, k: &Key) -> Option<&[ContentTag]> {
-        self.entries.get(k).filter(|e| e.ref_cnt >= 0).map(|e| e.content.as_slice())
+        self.entries
+            .get(k)
+            .filter(|e| e.ref_cnt >= 0)
+            .map(|e| e.content.as_slice())
     }
 
     /// `complete_load(keys)`: unpin; a key whose count reaches 0 is evictable again at its
@@ -304,17 +339,22 @@ impl HostTier {
         majors.extend(live.iter().filter_map(|r| **r));
         majors.sort_unstable();
         majors.dedup();
+        if majors.iter().enumerate().all(|(i, &m)| m == i as u64 + 1) && self.next_rank == majors.len() as u64 {
+            return; // already dense
+        }
         let map = |m: u64| majors.binary_search(&m).expect("known major") as u64 + 1;
         let mut entries = std::mem::take(&mut self.entries);
         for e in entries.values_mut() {
             e.rank.0 = map(e.rank.0);
         }
         self.entries = entries;
-        self.evictable = self.evictable.iter().map(|((m, n), k)| ((map(*m), *n), *k)).collect();
-        for r in live.iter_mut() {
-            if let Some(m) = r {
-                *m = map(*m);
-            }
+        self.evictable = self
+            .evictable
+            .iter()
+            .map(|((m, n), k)| ((map(*m), *n), *k))
+            .collect();
+        for m in live.iter_mut().filter_map(|r| r.as_mut()) {
+            *m = map(*m);
         }
         self.next_rank = majors.len() as u64;
     }

@@ -84,7 +84,10 @@ fn vllm_033() -> Rules {
 }
 
 fn vllm_main() -> Rules {
-    Rules { error_watermark_computed: true, ..vllm_033() }
+    Rules {
+        error_watermark_computed: true,
+        ..vllm_033()
+    }
 }
 
 pub const PROFILES: &[Profile] = &[
@@ -121,7 +124,8 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "pre-54193",
-        summary: "a finished request's store watermark is num_tokens (includes the unwritten last token)",
+        summary:
+            "a finished request's store watermark is num_tokens (includes the unwritten last token)",
         upstream: "vllm #54288 (issue #54193)",
         apply: |r| r.finish_watermark = FinishWatermark::NumTokens,
     },
@@ -139,7 +143,8 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "fix-s10",
-        summary: "not in vLLM: the recompute load-failure policy also evicts invalid blocks' hashes",
+        summary:
+            "not in vLLM: the recompute load-failure policy also evicts invalid blocks' hashes",
         upstream: "none (proposed fix for GP S10)",
         apply: |r| r.evict_invalid_on_recompute = true,
     },
@@ -194,7 +199,11 @@ pub fn resolve(profile_name: &str, variant_name: Option<&str>) -> Result<Rules, 
     let p = profile(profile_name).ok_or_else(|| {
         format!(
             "unknown profile '{profile_name}' (known: {})",
-            PROFILES.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+            PROFILES
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     })?;
     let mut rules = (p.rules)();
@@ -202,7 +211,11 @@ pub fn resolve(profile_name: &str, variant_name: Option<&str>) -> Result<Rules, 
         let v = variant(v).ok_or_else(|| {
             format!(
                 "unknown variant '{v}' (known: {})",
-                VARIANTS.iter().map(|v| v.name).collect::<Vec<_>>().join(", ")
+                VARIANTS
+                    .iter()
+                    .map(|v| v.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         })?;
         (v.apply)(&mut rules);
@@ -219,19 +232,87 @@ pub struct RuleRow {
 }
 
 pub const RULE_ROWS: &[RuleRow] = &[
-    RuleRow { name: "touch_dequeues", what: "prefix hit removes a free block from the free queue", upstream: "BlockPool.touch", value: |r| r.touch_dequeues.to_string() },
-    RuleRow { name: "cache_scheduled_only", what: "blocks are cached only up to the scheduled end", upstream: "KVCacheManager.allocate_slots", value: |r| r.cache_scheduled_only.to_string() },
-    RuleRow { name: "delay_cache_async_loads", what: "async-load blocks are cached only when the load lands", upstream: "allocate_slots(delay_cache_blocks)", value: |r| r.delay_cache_async_loads.to_string() },
-    RuleRow { name: "no_admission_after_preempt", what: "no admission in a step that preempted", upstream: "Scheduler.schedule", value: |r| r.no_admission_after_preempt.to_string() },
-    RuleRow { name: "reserve_for_async_loads", what: "async loads leave room for in-flight prefills", upstream: "Scheduler._inflight_prefill_reserved_blocks", value: |r| r.reserve_for_async_loads.to_string() },
-    RuleRow { name: "evict_invalid_on_recompute", what: "recompute policy evicts invalid blocks' hashes", upstream: "(proposed)", value: |r| r.evict_invalid_on_recompute.to_string() },
-    RuleRow { name: "cursor_reset_on_lookup", what: "store cursor reset to 0 at lookup", upstream: "#63010", value: |r| r.cursor_reset_on_lookup.to_string() },
-    RuleRow { name: "inflight_lookup_guard", what: "lookup waits while transfers are in flight", upstream: "#46014", value: |r| r.inflight_lookup_guard.to_string() },
-    RuleRow { name: "flush_preempted_stores", what: "preempted requests' stores are flushed", upstream: "#29870", value: |r| r.flush_preempted_stores.to_string() },
-    RuleRow { name: "finish_watermark", what: "store watermark of a finished request", upstream: "#54288", value: |r| match r.finish_watermark { FinishWatermark::NumTokens => "num_tokens".into(), FinishWatermark::PromptOrTokensMinusOne => "max(prompt, num_tokens-1)".into() } },
-    RuleRow { name: "error_watermark_computed", what: "error finish stores only computed tokens", upstream: "#63937", value: |r| r.error_watermark_computed.to_string() },
-    RuleRow { name: "cursor_advance_on_store_failure", what: "cursor advances when prepare_store fails", upstream: "#27697", value: |r| r.cursor_advance_on_store_failure.to_string() },
-    RuleRow { name: "double_complete", what: "a job completion is processed twice", upstream: "(mutation)", value: |r| r.double_complete.to_string() },
+    RuleRow {
+        name: "touch_dequeues",
+        what: "prefix hit removes a free block from the free queue",
+        upstream: "BlockPool.touch",
+        value: |r| r.touch_dequeues.to_string(),
+    },
+    RuleRow {
+        name: "cache_scheduled_only",
+        what: "blocks are cached only up to the scheduled end",
+        upstream: "KVCacheManager.allocate_slots",
+        value: |r| r.cache_scheduled_only.to_string(),
+    },
+    RuleRow {
+        name: "delay_cache_async_loads",
+        what: "async-load blocks are cached only when the load lands",
+        upstream: "allocate_slots(delay_cache_blocks)",
+        value: |r| r.delay_cache_async_loads.to_string(),
+    },
+    RuleRow {
+        name: "no_admission_after_preempt",
+        what: "no admission in a step that preempted",
+        upstream: "Scheduler.schedule",
+        value: |r| r.no_admission_after_preempt.to_string(),
+    },
+    RuleRow {
+        name: "reserve_for_async_loads",
+        what: "async loads leave room for in-flight prefills",
+        upstream: "Scheduler._inflight_prefill_reserved_blocks",
+        value: |r| r.reserve_for_async_loads.to_string(),
+    },
+    RuleRow {
+        name: "evict_invalid_on_recompute",
+        what: "recompute policy evicts invalid blocks' hashes",
+        upstream: "(proposed)",
+        value: |r| r.evict_invalid_on_recompute.to_string(),
+    },
+    RuleRow {
+        name: "cursor_reset_on_lookup",
+        what: "store cursor reset to 0 at lookup",
+        upstream: "#63010",
+        value: |r| r.cursor_reset_on_lookup.to_string(),
+    },
+    RuleRow {
+        name: "inflight_lookup_guard",
+        what: "lookup waits while transfers are in flight",
+        upstream: "#46014",
+        value: |r| r.inflight_lookup_guard.to_string(),
+    },
+    RuleRow {
+        name: "flush_preempted_stores",
+        what: "preempted requests' stores are flushed",
+        upstream: "#29870",
+        value: |r| r.flush_preempted_stores.to_string(),
+    },
+    RuleRow {
+        name: "finish_watermark",
+        what: "store watermark of a finished request",
+        upstream: "#54288",
+        value: |r| match r.finish_watermark {
+            FinishWatermark::NumTokens => "num_tokens".into(),
+            FinishWatermark::PromptOrTokensMinusOne => "max(prompt, num_tokens-1)".into(),
+        },
+    },
+    RuleRow {
+        name: "error_watermark_computed",
+        what: "error finish stores only computed tokens",
+        upstream: "#63937",
+        value: |r| r.error_watermark_computed.to_string(),
+    },
+    RuleRow {
+        name: "cursor_advance_on_store_failure",
+        what: "cursor advances when prepare_store fails",
+        upstream: "#27697",
+        value: |r| r.cursor_advance_on_store_failure.to_string(),
+    },
+    RuleRow {
+        name: "double_complete",
+        what: "a job completion is processed twice",
+        upstream: "(mutation)",
+        value: |r| r.double_complete.to_string(),
+    },
 ];
 
 impl fmt::Display for Rules {

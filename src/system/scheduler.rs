@@ -11,12 +11,29 @@ use super::kv_manager::{self, Alloc, KvCtx};
 use super::types::{ReqId, Status};
 
 pub(crate) fn kv_ctx<'a>(ctx: &Ctx<'a>, r: ReqId) -> KvCtx<'a> {
-    KvCtx { spec: &ctx.wl.requests[r as usize], rules: ctx.rules, block_size: ctx.cfg.block_size, max_model_len: ctx.cfg.max_model_len }
+    KvCtx {
+        spec: &ctx.wl.requests[r as usize],
+        rules: ctx.rules,
+        block_size: ctx.cfg.block_size,
+        max_model_len: ctx.cfg.max_model_len,
+    }
 }
 
 pub(crate) fn conn_ctx<'a>(ctx: &Ctx<'a>) -> ConnCtx<'a> {
-    let (bpc, prompt_only, budget) = ctx.cfg.offload().map_or((1, true, 0), |o| (o.blocks_per_chunk, o.offload_prompt_only, o.sync_load_budget_tokens));
-    ConnCtx { rules: ctx.rules, block_size: ctx.cfg.block_size, bpc, offload_prompt_only: prompt_only, sync_budget: budget }
+    let (bpc, prompt_only, budget) = ctx.cfg.offload().map_or((1, true, 0), |o| {
+        (
+            o.blocks_per_chunk,
+            o.offload_prompt_only,
+            o.sync_load_budget_tokens,
+        )
+    });
+    ConnCtx {
+        rules: ctx.rules,
+        block_size: ctx.cfg.block_size,
+        bpc,
+        offload_prompt_only: prompt_only,
+        sync_budget: budget,
+    }
 }
 
 /// `_holds_kv_blocks`.
@@ -64,7 +81,11 @@ fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Eve
     }
     let num_computed = q.num_computed;
     e.finished_recving.retain(|&x| x != r);
-    ev.emit(|| Event::Promoted { req: r, num_computed, failed });
+    ev.emit(|| Event::Promoted {
+        req: r,
+        num_computed,
+        failed,
+    });
 }
 
 /// `Scheduler.schedule()` up to and including `build_connector_meta` and
@@ -73,8 +94,15 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let cfg = ctx.cfg;
     let mut budget = cfg.max_num_batched_tokens;
     let eligible = e.running.len() + e.waiting.len() + e.kv_holding.len();
-    let lpt = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
-    let mut out = SchedOut { finished: std::mem::take(&mut e.finished_since), ..Default::default() };
+    let lpt = if eligible > 1 {
+        cfg.long_prefill_token_threshold
+    } else {
+        0
+    };
+    let mut out = SchedOut {
+        finished: std::mem::take(&mut e.finished_since),
+        ..Default::default()
+    };
 
     // Phase A: running requests, in order.
     let mut idx = 0;
@@ -86,15 +114,31 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         if lpt > 0 && lpt < n {
             n = lpt;
         }
-        n = n.min(budget).min(cfg.max_model_len.saturating_sub(q.num_computed + 1));
+        n = n
+            .min(budget)
+            .min(cfg.max_model_len.saturating_sub(q.num_computed + 1));
         if n == 0 {
             idx += 1;
             continue;
         }
         let start = q.num_computed;
         let new_blocks = loop {
-            let a = Alloc { num_new_tokens: n, num_new_computed: 0, hits: &[], num_external: 0, delay_cache: false, reserved_blocks: 0 };
-            if let Some(nb) = kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev) {
+            let a = Alloc {
+                num_new_tokens: n,
+                num_new_computed: 0,
+                hits: &[],
+                num_external: 0,
+                delay_cache: false,
+                reserved_blocks: 0,
+            };
+            if let Some(nb) = kv_manager::allocate_slots(
+                &mut e.pool,
+                &mut e.reqs[r as usize],
+                a,
+                &k,
+                &mut e.ghost,
+                ev,
+            ) {
                 break Some(nb);
             }
             let victim = e.running.pop().expect("the current request is running");
@@ -105,8 +149,19 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             }
         };
         let Some(new_blocks) = new_blocks else { break };
-        ev.emit(|| Event::Scheduled { req: r, start, tokens: n, new_blocks: new_blocks.clone() });
-        out.scheduled.push(Scheduled { req: r, start, tokens: n, blocks: new_blocks, full_table: false });
+        ev.emit(|| Event::Scheduled {
+            req: r,
+            start,
+            tokens: n,
+            new_blocks: new_blocks.clone(),
+        });
+        out.scheduled.push(Scheduled {
+            req: r,
+            start,
+            tokens: n,
+            blocks: new_blocks,
+            full_table: false,
+        });
         budget -= n;
         idx += 1;
     }
@@ -117,7 +172,16 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     }
 
     if let Some(oc) = e.conn.offloading_mut() {
-        oc.build_connector_meta(&out, &e.reqs, &ctx.wl.requests, &e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
+        oc.build_connector_meta(
+            &out,
+            &e.reqs,
+            &ctx.wl.requests,
+            &e.pool,
+            &conn_ctx(&ctx),
+            scratch,
+            &mut e.ghost,
+            ev,
+        );
     }
 
     // _update_after_schedule
@@ -131,14 +195,26 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     out
 }
 
-fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &mut SchedOut, scratch: &mut StepScratch, ev: &mut Events) {
+fn schedule_waiting(
+    e: &mut Engine,
+    ctx: Ctx,
+    budget: &mut u32,
+    lpt: u32,
+    out: &mut SchedOut,
+    scratch: &mut StepScratch,
+    ev: &mut Events,
+) {
     let cfg = ctx.cfg;
     let cc = conn_ctx(&ctx);
     let mut skipped_kv: Vec<ReqId> = Vec::new();
     let mut skipped_waiting: Vec<ReqId> = Vec::new();
     // Pops the head of the queue in use into the skipped list it belongs to.
     let skip = |e: &mut Engine, from_kv: bool, sk: &mut Vec<ReqId>, sw: &mut Vec<ReqId>| {
-        let r = if from_kv { e.kv_holding.remove(0) } else { e.waiting.remove(0) };
+        let r = if from_kv {
+            e.kv_holding.remove(0)
+        } else {
+            e.waiting.remove(0)
+        };
         if holds_kv_blocks(e, r) {
             sk.push(r);
         } else {
@@ -147,7 +223,11 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
     };
     while *budget > 0 {
         let from_kv = !e.kv_holding.is_empty();
-        let head = if from_kv { e.kv_holding.first() } else { e.waiting.first() };
+        let head = if from_kv {
+            e.kv_holding.first()
+        } else {
+            e.waiting.first()
+        };
         let Some(&r) = head else { break };
         if e.running.len() as u32 >= cfg.max_num_seqs {
             break;
@@ -160,7 +240,11 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
             }
             update_waiting_for_remote_kv(e, ctx, r, ev);
             let q = &mut e.reqs[r as usize];
-            q.status = if q.preempted { Status::Preempted } else { Status::Waiting };
+            q.status = if q.preempted {
+                Status::Preempted
+            } else {
+                Status::Waiting
+            };
         }
         let q = &e.reqs[r as usize];
         let nt = q.num_tokens(k.spec);
@@ -168,10 +252,23 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
         if q.num_computed == 0 {
             let (h, l) = kv_manager::get_computed_blocks(&e.pool, q, &k);
             let (x, la) = match e.conn.offloading_mut() {
-                Some(oc) => oc.get_num_new_matched_tokens(r, &e.reqs[r as usize], k.spec, l, &cc, scratch, &mut e.ghost),
+                Some(oc) => oc.get_num_new_matched_tokens(
+                    r,
+                    &e.reqs[r as usize],
+                    k.spec,
+                    l,
+                    &cc,
+                    scratch,
+                    &mut e.ghost,
+                ),
                 None => (Some(0), false),
             };
-            ev.emit(|| Event::Lookup { req: r, local: l, external: x, load_async: la });
+            ev.emit(|| Event::Lookup {
+                req: r,
+                local: l,
+                external: x,
+                load_async: la,
+            });
             let Some(x) = x else {
                 skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
                 continue;
@@ -207,14 +304,40 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
         } else {
             0
         };
-        let a = Alloc { num_new_tokens: n, num_new_computed: local, hits: &hits, num_external: ext, delay_cache: load_async, reserved_blocks: reserved };
-        if kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev).is_none() {
+        let a = Alloc {
+            num_new_tokens: n,
+            num_new_computed: local,
+            hits: &hits,
+            num_external: ext,
+            delay_cache: load_async,
+            reserved_blocks: reserved,
+        };
+        if kv_manager::allocate_slots(
+            &mut e.pool,
+            &mut e.reqs[r as usize],
+            a,
+            &k,
+            &mut e.ghost,
+            ev,
+        )
+        .is_none()
+        {
             let free = e.pool.num_free();
             ev.emit(|| Event::NoRoom { req: r, free });
             break;
         }
         if let Some(oc) = e.conn.offloading_mut() {
-            oc.update_state_after_alloc(r, &e.reqs[r as usize], k.spec, &e.pool, ext, &cc, scratch, &mut e.ghost, ev);
+            oc.update_state_after_alloc(
+                r,
+                &e.reqs[r as usize],
+                k.spec,
+                &e.pool,
+                ext,
+                &cc,
+                scratch,
+                &mut e.ghost,
+                ev,
+            );
         }
         let q = &mut e.reqs[r as usize];
         if load_async {
@@ -222,7 +345,11 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
             q.num_computed = num_computed;
             q.inflight_prefill = true;
             let table = q.table.clone();
-            ev.emit(|| Event::AsyncLoadWait { req: r, table, num_computed });
+            ev.emit(|| Event::AsyncLoadWait {
+                req: r,
+                table,
+                num_computed,
+            });
             skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
             continue;
         }
@@ -239,9 +366,25 @@ fn schedule_waiting(e: &mut Engine, ctx: Ctx, budget: &mut u32, lpt: u32, out: &
         }
         let table = q.table.clone();
         e.running.push(r);
-        ev.emit(|| Event::Admitted { req: r, resumed, table: table.clone(), num_computed });
-        ev.emit(|| Event::Scheduled { req: r, start: num_computed, tokens: n, new_blocks: table.clone() });
-        out.scheduled.push(Scheduled { req: r, start: num_computed, tokens: n, blocks: table, full_table: true });
+        ev.emit(|| Event::Admitted {
+            req: r,
+            resumed,
+            table: table.clone(),
+            num_computed,
+        });
+        ev.emit(|| Event::Scheduled {
+            req: r,
+            start: num_computed,
+            tokens: n,
+            new_blocks: table.clone(),
+        });
+        out.scheduled.push(Scheduled {
+            req: r,
+            start: num_computed,
+            tokens: n,
+            blocks: table,
+            full_table: true,
+        });
         *budget -= n;
     }
     // Skipped requests go back to the front of their queue in their original order.

@@ -11,8 +11,8 @@ use super::ghost::Mark;
 use super::kv_manager;
 use super::scheduler::{conn_ctx, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
-use super::workload::EndKind;
 use super::worker::WorkerOut;
+use super::workload::EndKind;
 use std::collections::BTreeSet;
 
 /// `update_from_output` for one synchronous step.
@@ -73,9 +73,19 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
 
 /// `_handle_invalid_blocks`: rewind the requests whose computed prefix holds an invalid
 /// block; returns the ids whose output this step is dropped (all failed ones under `fail`).
-fn handle_invalid_blocks(e: &mut Engine, ctx: Ctx, invalid: &BTreeSet<BlockId>, out: &SchedOut, ev: &mut Events) -> Vec<ReqId> {
-    let async_reqs: Vec<ReqId> =
-        e.kv_holding.iter().copied().filter(|&r| e.reqs[r as usize].status == Status::WaitingForRemoteKvs).collect();
+fn handle_invalid_blocks(
+    e: &mut Engine,
+    ctx: Ctx,
+    invalid: &BTreeSet<BlockId>,
+    out: &SchedOut,
+    ev: &mut Events,
+) -> Vec<ReqId> {
+    let async_reqs: Vec<ReqId> = e
+        .kv_holding
+        .iter()
+        .copied()
+        .filter(|&r| e.reqs[r as usize].status == Status::WaitingForRemoteKvs)
+        .collect();
     let (async_failed, _) = rewind_requests(e, ctx, &async_reqs, invalid, out, false);
     let running = e.running.clone();
     let (sync_failed, to_evict) = rewind_requests(e, ctx, &running, invalid, out, true);
@@ -115,7 +125,11 @@ fn rewind_requests(
     let mut marked: BTreeSet<BlockId> = BTreeSet::new();
     for &r in reqs {
         let q = &mut e.reqs[r as usize];
-        let scheduled = out.scheduled.iter().find(|s| s.req == r).map_or(0, |s| s.tokens);
+        let scheduled = out
+            .scheduled
+            .iter()
+            .find(|s| s.req == r)
+            .map_or(0, |s| s.tokens);
         let pre = q.num_computed - scheduled;
         let mut hit = false;
         let mut marked_here = false;
@@ -144,8 +158,18 @@ fn rewind_requests(
 }
 
 /// `finish_requests(ids, status)`: finish live requests from outside the step loop.
-pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishReason, ev: &mut Events) {
-    let valid: Vec<ReqId> = ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
+pub fn finish_requests(
+    e: &mut Engine,
+    ctx: Ctx,
+    ids: &[ReqId],
+    reason: FinishReason,
+    ev: &mut Events,
+) {
+    let valid: Vec<ReqId> = ids
+        .iter()
+        .copied()
+        .filter(|&r| e.reqs[r as usize].status.is_live())
+        .collect();
     e.running.retain(|r| !valid.contains(r));
     e.waiting.retain(|r| !valid.contains(r));
     e.kv_holding.retain(|r| !valid.contains(r));

@@ -25,15 +25,26 @@ pub struct WorkerOut {
 }
 
 /// Run the worker side of one step.
-pub fn execute(e: &mut Engine, ctx: Ctx, out: &SchedOut, scratch: &StepScratch, sync_fail: Option<u32>, ev: &mut Events) -> WorkerOut {
+pub fn execute(
+    e: &mut Engine,
+    ctx: Ctx,
+    out: &SchedOut,
+    scratch: &StepScratch,
+    sync_fail: Option<u32>,
+    ev: &mut Events,
+) -> WorkerOut {
     let mut invalid = BTreeSet::new();
     let has_sync = e.conn.offloading().is_some_and(|oc| {
-        scratch.load_jobs.iter().any(|&id| oc.job(id).is_some_and(|j| matches!(j.kind, JobKind::Load { sync: true })))
+        scratch.load_jobs.iter().any(|&id| {
+            oc.job(id)
+                .is_some_and(|j| matches!(j.kind, JobKind::Load { sync: true }))
+        })
     });
     if let Some(oc) = e.conn.offloading_mut() {
         conn::handle_preemptions(oc, &mut e.pool, ctx, scratch, &mut e.ghost, ev);
         if has_sync {
-            invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &mut e.ghost, ev);
+            invalid =
+                conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &mut e.ghost, ev);
         }
     }
     forward(e, ctx, out, &invalid, ev);
@@ -57,7 +68,10 @@ fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
         ContentTag::full(spec.hashes[i], b)
     } else {
         let from = i * b as usize;
-        ContentTag::Kv { hash: fold_tokens(spec.parent(i), &spec.tokens[from..from + len as usize]), len: len as u16 }
+        ContentTag::Kv {
+            hash: fold_tokens(spec.parent(i), &spec.tokens[from..from + len as usize]),
+            len: len as u16,
+        }
     }
 }
 
@@ -70,7 +84,8 @@ pub fn tag_serves(tag: ContentTag, spec: &RequestSpec, i: usize, need: u32, b: u
             if u32::from(len) == b {
                 spec.hashes.get(i).is_some_and(|h| h.0 == hash)
             } else {
-                to <= spec.tokens.len() && fold_tokens(spec.parent(i), &spec.tokens[from..to]) == hash
+                to <= spec.tokens.len()
+                    && fold_tokens(spec.parent(i), &spec.tokens[from..to]) == hash
             }
         }
         _ => false,
@@ -91,16 +106,29 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         let q = &e.reqs[s.req as usize];
         let end = s.start + s.tokens;
         for i in (s.start / b)..cdiv(end, b) {
-            let Some(&blk) = q.table.get(i as usize) else { continue };
+            let Some(&blk) = q.table.get(i as usize) else {
+                continue;
+            };
             let len = ((i + 1) * b).min(end) - i * b;
-            writes.push(Write { req: s.req, block: blk, tag: written_tag(spec, i as usize, len, b) });
+            writes.push(Write {
+                req: s.req,
+                block: blk,
+                tag: written_tag(spec, i as usize, len, b),
+            });
         }
     }
-    let written: BTreeMap<BlockId, (ReqId, ContentTag)> = writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
+    let written: BTreeMap<BlockId, (ReqId, ContentTag)> =
+        writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
     let loading: BTreeSet<BlockId> = e
         .conn
         .offloading()
-        .map(|oc| oc.jobs.iter().filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed)).flat_map(|j| j.blocks.iter().copied()).collect())
+        .map(|oc| {
+            oc.jobs
+                .iter()
+                .filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed))
+                .flat_map(|j| j.blocks.iter().copied())
+                .collect()
+        })
         .unwrap_or_default();
     // Reads, with taint propagated to a fixpoint over same-pass writers.
     let mut bad: BTreeMap<ReqId, String> = BTreeMap::new();
@@ -115,7 +143,10 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             for i in 0..cdiv(s.start, b) {
                 let need = (s.start - i * b).min(b);
                 let Some(&blk) = q.table.get(i as usize) else {
-                    bad.insert(s.req, format!("block {i} of {} is not allocated", spec.name));
+                    bad.insert(
+                        s.req,
+                        format!("block {i} of {} is not allocated", spec.name),
+                    );
                     changed = true;
                     break;
                 };
@@ -133,7 +164,9 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                     e.ghost.breach(Breach::UnsafeLoad);
                 }
                 if !tag_serves(view, spec, i as usize, need, b) {
-                    let want = ctx.wl.label(spec.hashes.get(i as usize).copied().unwrap_or_default());
+                    let want = ctx
+                        .wl
+                        .label(spec.hashes.get(i as usize).copied().unwrap_or_default());
                     bad.insert(s.req, format!("{} reads block {blk} (its block {i}, expects {want}) but it holds {view:?}", spec.name));
                     changed = true;
                     break;
@@ -145,13 +178,21 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     for w in &writes {
-        let tag = if bad.contains_key(&w.req) { ContentTag::Bad(BadKind::Tainted) } else { w.tag };
+        let tag = if bad.contains_key(&w.req) {
+            ContentTag::Bad(BadKind::Tainted)
+        } else {
+            w.tag
+        };
         e.pool.content[w.block as usize] = tag;
         if loading.contains(&w.block) {
             e.ghost.breach(Breach::UnsafeLoad);
         }
         if let Some(oc) = e.conn.offloading_mut() {
-            for j in oc.jobs.iter_mut().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
+            for j in oc
+                .jobs
+                .iter_mut()
+                .filter(|j| j.is_store() && j.phase == Phase::Submitted)
+            {
                 for (idx, &src) in j.blocks.iter().enumerate() {
                     if src == w.block {
                         j.snapshot[idx] = ContentTag::Bad(BadKind::Torn);
@@ -160,7 +201,10 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                         let id = j.id;
                         ev.emit(|| Event::Violation {
                             property: "source-freshness",
-                            detail: format!("block {} is overwritten while store job {id} is still copying it", w.block),
+                            detail: format!(
+                                "block {} is overwritten while store job {id} is still copying it",
+                                w.block
+                            ),
                         });
                     }
                 }
@@ -168,14 +212,25 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     for (r, why) in bad {
-        let s = out.scheduled.iter().find(|s| s.req == r).expect("scheduled");
+        let s = out
+            .scheduled
+            .iter()
+            .find(|s| s.req == r)
+            .expect("scheduled");
         let q = &e.reqs[r as usize];
         // A request whose computed prefix holds a block that failed to load in this step is
         // rewound by the scheduler and its output dropped: its read is expected.
-        let excused = q.table.iter().take(cdiv(s.start, b) as usize).any(|blk| invalid.contains(blk));
+        let excused = q
+            .table
+            .iter()
+            .take(cdiv(s.start, b) as usize)
+            .any(|blk| invalid.contains(blk));
         if !excused {
             e.ghost.breach(Breach::BadRead);
-            ev.emit(|| Event::Violation { property: "kv-read-integrity", detail: why });
+            ev.emit(|| Event::Violation {
+                property: "kv-read-integrity",
+                detail: why,
+            });
         }
     }
 }

@@ -14,7 +14,9 @@ use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use super::super::request::ReqState;
 use super::super::rules::FinishWatermark;
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, FinishReason, JobId, ReqId, Status, NULL_BLOCK};
+use super::super::types::{
+    cdiv, BlockHash, BlockId, ContentTag, FinishReason, JobId, ReqId, Status, NULL_BLOCK,
+};
 use super::super::workload::RequestSpec;
 use super::{BitSet, ConnCtx, SchedOut, StepScratch};
 use std::collections::BTreeMap;
@@ -103,7 +105,13 @@ pub struct OcState {
 
 impl OcState {
     pub fn new(num_reqs: usize, host_chunks: u32) -> Self {
-        OcState { reqs: vec![None; num_reqs], jobs: Vec::new(), next_job: 0, fences: BTreeMap::new(), host: HostTier::new(host_chunks) }
+        OcState {
+            reqs: vec![None; num_reqs],
+            jobs: Vec::new(),
+            next_job: 0,
+            fences: BTreeMap::new(),
+            host: HostTier::new(host_chunks),
+        }
     }
 
     pub fn job(&self, id: JobId) -> Option<&Job> {
@@ -121,7 +129,9 @@ impl OcState {
 
     /// `_chunks_being_loaded`: keys of async loads not yet completed.
     fn being_loaded(&self, k: &Key) -> bool {
-        self.jobs.iter().any(|j| j.is_async_load() && j.keys.contains(k))
+        self.jobs
+            .iter()
+            .any(|j| j.is_async_load() && j.keys.contains(k))
     }
 
     /// `on_new_request`.
@@ -167,7 +177,12 @@ impl OcState {
         // _reserve_sync_load
         scratch.sync_loads.retain(|&x| x != r);
         let sync = match hit {
-            Some(h) if h > 0 && c.sync_budget > 0 && num_local + h < req.num_tokens(spec) && scratch.sync_used + h <= c.sync_budget => {
+            Some(h)
+                if h > 0
+                    && c.sync_budget > 0
+                    && num_local + h < req.num_tokens(spec)
+                    && scratch.sync_used + h <= c.sync_budget =>
+            {
                 scratch.sync_used += h;
                 scratch.sync_loads.push(r);
                 true
@@ -178,7 +193,13 @@ impl OcState {
     }
 
     /// `_lookup_complete_chunks` for one full-attention group.
-    fn lookup_complete_chunks(&self, st: &OcReq, num_tokens: u32, spec: &RequestSpec, c: &ConnCtx) -> Option<u32> {
+    fn lookup_complete_chunks(
+        &self,
+        st: &OcReq,
+        num_tokens: u32,
+        spec: &RequestSpec,
+        c: &ConnCtx,
+    ) -> Option<u32> {
         let tpc = c.tpc();
         let local = st.num_local;
         let max_hit = num_tokens.min(st.num_keys * tpc);
@@ -234,7 +255,9 @@ impl OcState {
         ghost: &mut Ghost,
         ev: &mut Events,
     ) {
-        scratch.allocated.extend(req.table.iter().copied().filter(|&b| b != NULL_BLOCK));
+        scratch
+            .allocated
+            .extend(req.table.iter().copied().filter(|&b| b != NULL_BLOCK));
         if num_external == 0 {
             return;
         }
@@ -261,13 +284,23 @@ impl OcState {
         let dst: Vec<BlockId> = req.table[load_start as usize..num_gpu_blocks as usize].to_vec();
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
         st.cursor = num_chunks; // CHUNK_LEVEL: hit chunks are not offered again.
-        let slots = self.host.prepare_load(&keys, &mut self.reqs[r as usize].as_mut().unwrap().access, ghost);
+        let slots = self.host.prepare_load(
+            &keys,
+            &mut self.reqs[r as usize].as_mut().unwrap().access,
+            ghost,
+        );
         let id = self.new_job_id();
         let st = self.reqs[r as usize].as_mut().unwrap();
         if !st.transfer_jobs.is_empty() {
             // vLLM asserts `not req_status.transfer_jobs` here (#46014).
             ghost.breach(Breach::UnsafeLoad);
-            ev.emit(|| Event::Violation { property: "load-safety", detail: format!("load job {id} created while request has jobs {:?} in flight", st.transfer_jobs) });
+            ev.emit(|| Event::Violation {
+                property: "load-safety",
+                detail: format!(
+                    "load job {id} created while request has jobs {:?} in flight",
+                    st.transfer_jobs
+                ),
+            });
         }
         st.transfer_jobs.push(id);
         let keys: Vec<Key> = keys.into_iter().map(|(k, _)| k).collect();
@@ -275,18 +308,48 @@ impl OcState {
         if sync {
             ghost.mark(Mark::SyncLoad);
         }
-        ev.emit(|| Event::LoadJob { job: id, req: r, keys: keys.clone(), blocks: dst.clone(), slots: slots.clone(), sync });
-        self.jobs.push(Job { id, req: r, kind: JobKind::Load { sync }, keys, blocks: dst, slots, phase: Phase::Built, snapshot: Vec::new(), torn: false, invalid_from: None, block_offset: load_start % bpc });
+        ev.emit(|| Event::LoadJob {
+            job: id,
+            req: r,
+            keys: keys.clone(),
+            blocks: dst.clone(),
+            slots: slots.clone(),
+            sync,
+        });
+        self.jobs.push(Job {
+            id,
+            req: r,
+            kind: JobKind::Load { sync },
+            keys,
+            blocks: dst,
+            slots,
+            phase: Phase::Built,
+            snapshot: Vec::new(),
+            torn: false,
+            invalid_from: None,
+            block_offset: load_start % bpc,
+        });
         scratch.load_jobs.push(id);
     }
 
     /// `request_finished`: refresh the keys and fence the blocks in-flight stores still read.
     pub fn request_finished(&mut self, r: ReqId, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
-        let Some(st) = self.reqs[r as usize].as_mut() else { return };
+        let Some(st) = self.reqs[r as usize].as_mut() else {
+            return;
+        };
         Self::update_offload_keys(st, req, spec, c);
         let jobs = st.transfer_jobs.clone();
         for id in jobs {
-            let blocks = self.job(id).map(|j| if j.is_store() { j.blocks.clone() } else { Vec::new() }).unwrap_or_default();
+            let blocks = self
+                .job(id)
+                .map(|j| {
+                    if j.is_store() {
+                        j.blocks.clone()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .unwrap_or_default();
             for b in blocks {
                 let v = self.fences.entry(b).or_default();
                 if !v.contains(&id) {
@@ -312,13 +375,17 @@ impl OcState {
     ) {
         // _update_req_states
         for s in &out.scheduled {
-            let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");
+            let st = self.reqs[s.req as usize]
+                .as_mut()
+                .expect("scheduled request is tracked");
             Self::update_offload_keys(st, &reqs[s.req as usize], &specs[s.req as usize], c);
             if s.full_table {
                 st.mirror.clear();
             }
             st.mirror.extend_from_slice(&s.blocks);
-            scratch.allocated.extend(s.blocks.iter().copied().filter(|&b| b != NULL_BLOCK));
+            scratch
+                .allocated
+                .extend(s.blocks.iter().copied().filter(|&b| b != NULL_BLOCK));
         }
         // Flush the stores of preempted requests (#29870).
         if c.rules.flush_preempted_stores {
@@ -354,10 +421,24 @@ impl OcState {
             }
         }
         // _build_store_jobs: scheduled requests, then requests finished since last step.
-        let visits: Vec<(ReqId, Option<u32>)> =
-            out.scheduled.iter().map(|s| (s.req, Some(s.tokens))).chain(out.finished.iter().map(|&f| (f, None))).collect();
+        let visits: Vec<(ReqId, Option<u32>)> = out
+            .scheduled
+            .iter()
+            .map(|s| (s.req, Some(s.tokens)))
+            .chain(out.finished.iter().map(|&f| (f, None)))
+            .collect();
         for (r, scheduled) in visits {
-            self.build_store_job(r, scheduled, &reqs[r as usize], &specs[r as usize], pool, c, scratch, ghost, ev);
+            self.build_store_job(
+                r,
+                scheduled,
+                &reqs[r as usize],
+                &specs[r as usize],
+                pool,
+                c,
+                scratch,
+                ghost,
+                ev,
+            );
         }
         for &f in &out.finished {
             if let Some(st) = self.reqs[f as usize].as_mut() {
@@ -383,16 +464,22 @@ impl OcState {
         ghost: &mut Ghost,
         ev: &mut Events,
     ) {
-        let Some(st) = self.reqs[r as usize].as_ref() else { return };
+        let Some(st) = self.reqs[r as usize].as_ref() else {
+            return;
+        };
         let (bpc, tpc) = (c.bpc, c.tpc());
         let num_tokens = req.num_tokens(spec);
         let finished = req.status.is_finished();
         let watermark = match (req.status, scheduled) {
             (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
-            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => req.num_computed,
+            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => {
+                req.num_computed
+            }
             (Status::Finished(_), _) => match c.rules.finish_watermark {
                 FinishWatermark::NumTokens => num_tokens,
-                FinishWatermark::PromptOrTokensMinusOne => spec.prompt_len.max(num_tokens.saturating_sub(1)),
+                FinishWatermark::PromptOrTokensMinusOne => {
+                    spec.prompt_len.max(num_tokens.saturating_sub(1))
+                }
             },
             (_, Some(n)) => req.num_computed + n,
             (_, None) => req.num_computed,
@@ -401,7 +488,9 @@ impl OcState {
         if c.offload_prompt_only {
             offloadable = offloadable.min(spec.prompt_len);
         }
-        let storable = (offloadable / tpc).min(st.mirror.len() as u32 / bpc).min(st.num_keys);
+        let storable = (offloadable / tpc)
+            .min(st.mirror.len() as u32 / bpc)
+            .min(st.num_keys);
         let start = st.cursor;
         let mut cands: Vec<(Key, u32)> = Vec::new();
         let mut cand_chunks: Vec<u32> = Vec::new();
@@ -423,7 +512,10 @@ impl OcState {
         let st = self.reqs[r as usize].as_mut().unwrap();
         let Some(out) = stored else {
             ghost.mark(Mark::StoreRefused);
-            ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
+            ev.emit(|| Event::StoreRefused {
+                req: r,
+                keys: cands.iter().map(|(k, _)| *k).collect(),
+            });
             // No room. A running request offers these chunks again at its next step; for a
             // finished request this was the last chance (final-store-kept's business).
             if finished {
@@ -452,7 +544,10 @@ impl OcState {
             }
         }
         st.cursor = st.cursor.max(storable);
-        let has_async_load = st.transfer_jobs.iter().any(|&j| self.jobs.iter().any(|x| x.id == j && x.is_async_load()));
+        let has_async_load = st
+            .transfer_jobs
+            .iter()
+            .any(|&j| self.jobs.iter().any(|x| x.id == j && x.is_async_load()));
         let id = self.new_job_id();
         let st = self.reqs[r as usize].as_mut().unwrap();
         if has_async_load {
@@ -473,7 +568,13 @@ impl OcState {
             }
         }
         let _ = pool;
-        ev.emit(|| Event::StoreJob { job: id, req: r, keys: out.keys_to_store.clone(), blocks: src.clone(), slots: out.slots.clone() });
+        ev.emit(|| Event::StoreJob {
+            job: id,
+            req: r,
+            keys: out.keys_to_store.clone(),
+            blocks: src.clone(),
+            slots: out.slots.clone(),
+        });
         self.jobs.push(Job {
             id,
             req: r,
@@ -493,12 +594,24 @@ impl OcState {
 
     /// store-coverage: once a finished request's final stores are built, every chunk it
     /// computed in its last run was offered, or is in the host tier anyway.
-    fn check_coverage(&mut self, r: ReqId, finished: bool, spec: &RequestSpec, c: &ConnCtx, ghost: &mut Ghost, ev: &mut Events) {
+    fn check_coverage(
+        &mut self,
+        r: ReqId,
+        finished: bool,
+        spec: &RequestSpec,
+        c: &ConnCtx,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
         if !finished {
             return;
         }
         let st = self.reqs[r as usize].as_ref().unwrap();
-        let lost: Vec<u32> = st.owed.iter().filter(|&ci| self.host.get(&key_of(spec, ci, c)).is_none()).collect();
+        let lost: Vec<u32> = st
+            .owed
+            .iter()
+            .filter(|&ci| self.host.get(&key_of(spec, ci, c)).is_none())
+            .collect();
         if !lost.is_empty() {
             ghost.breach(Breach::CoverageLoss);
             ev.emit(|| Event::Violation {
@@ -519,7 +632,14 @@ impl OcState {
     }
 
     /// `update_connector_output`: apply the worker's reported completions.
-    pub fn update_connector_output(&mut self, completed: &[JobId], reqs: &[ReqState], c: &ConnCtx, ghost: &mut Ghost, ev: &mut Events) {
+    pub fn update_connector_output(
+        &mut self,
+        completed: &[JobId],
+        reqs: &[ReqState],
+        c: &ConnCtx,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
         for &id in completed {
             let Some(pos) = self.jobs.iter().position(|j| j.id == id) else {
                 ghost.breach(Breach::BadCompletion);
@@ -561,7 +681,20 @@ impl OcState {
 
     /// Renumber job ids 0..n (order kept) and LRU ranks densely: equal histories, equal states.
     pub fn canonicalize(&mut self) {
-        let map: BTreeMap<JobId, JobId> = self.jobs.iter().enumerate().map(|(i, j)| (j.id, i as JobId)).collect();
+        let dense = self.jobs.iter().enumerate().all(|(i, j)| j.id == i as JobId) && self.next_job == self.jobs.len() as JobId;
+        if !dense {
+            self.renumber_jobs();
+        }
+        self.host.canonicalize(self.reqs.iter_mut().flatten().map(|st| &mut st.access.rank));
+    }
+
+    fn renumber_jobs(&mut self) {
+        let map: BTreeMap<JobId, JobId> = self
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| (j.id, i as JobId))
+            .collect();
         let m = |id: &mut JobId| *id = *map.get(id).expect("live job");
         for j in &mut self.jobs {
             m(&mut j.id);
@@ -573,7 +706,8 @@ impl OcState {
             v.iter_mut().for_each(m);
         }
         self.next_job = self.jobs.len() as JobId;
-        self.host.canonicalize(self.reqs.iter_mut().flatten().map(|st| &mut st.access.rank));
+        self.host
+            .canonicalize(self.reqs.iter_mut().flatten().map(|st| &mut st.access.rank));
     }
 }
 

@@ -20,12 +20,23 @@ use std::collections::BTreeSet;
 
 /// Submit a store: take the copy's snapshot and check that every source block holds its
 /// chunk's final KV (source-freshness).
-fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
+fn submit_store(
+    oc: &mut OcState,
+    pool: &GpuPool,
+    ctx: Ctx,
+    id: JobId,
+    ghost: &mut Ghost,
+    ev: &mut Events,
+) {
     let b = ctx.cfg.block_size;
     let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     let job = oc.job_mut(id).expect("submitted job exists");
     job.phase = Phase::Submitted;
-    job.snapshot = job.blocks.iter().map(|&blk| pool.content[blk as usize]).collect();
+    job.snapshot = job
+        .blocks
+        .iter()
+        .map(|&blk| pool.content[blk as usize])
+        .collect();
     let mut stale = Vec::new();
     for (i, key) in job.keys.iter().enumerate() {
         let want = ctx.wl.chain_ending_at(*key, bpc);
@@ -36,7 +47,10 @@ fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &m
                 _ => false,
             };
             if !ok {
-                stale.push((ctx.wl.label(*key), job.blocks.get(i * bpc as usize + j).copied()));
+                stale.push((
+                    ctx.wl.label(*key),
+                    job.blocks.get(i * bpc as usize + j).copied(),
+                ));
             }
         }
     }
@@ -50,13 +64,23 @@ fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &m
 }
 
 /// The copy of `id` finished (`fail`: a load whose blocks from that index were not written).
-pub fn complete(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, id: JobId, fail: Option<u32>, ghost: &mut Ghost, ev: &mut Events) {
+pub fn complete(
+    oc: &mut OcState,
+    pool: &mut GpuPool,
+    ctx: Ctx,
+    id: JobId,
+    fail: Option<u32>,
+    ghost: &mut Ghost,
+    ev: &mut Events,
+) {
     let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     let job = oc.job(id).expect("completed job exists").clone();
     match job.kind {
         JobKind::Store => {
             for (i, key) in job.keys.iter().enumerate() {
-                let content = job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())].to_vec();
+                let content = job.snapshot
+                    [i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())]
+                    .to_vec();
                 oc.host.write_content(key, content);
             }
             oc.job_mut(id).unwrap().phase = Phase::Done;
@@ -71,14 +95,17 @@ pub fn complete(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, id: JobId, fail:
                 } else {
                     let pos = job.block_offset + j;
                     let key = job.keys.get((pos / bpc) as usize);
-                    key.and_then(|k| oc.host.content_of(k)).and_then(|c| c.get((pos % bpc) as usize).copied()).unwrap_or(ContentTag::Empty)
+                    key.and_then(|k| oc.host.content_of(k))
+                        .and_then(|c| c.get((pos % bpc) as usize).copied())
+                        .unwrap_or(ContentTag::Empty)
                 };
             }
             let jm = oc.job_mut(id).unwrap();
             if fail.is_some() {
                 jm.phase = Phase::Failed;
                 jm.invalid_from = fail;
-                let invalid = job.blocks[first_bad.min(job.blocks.len() as u32) as usize..].to_vec();
+                let invalid =
+                    job.blocks[first_bad.min(job.blocks.len() as u32) as usize..].to_vec();
                 ev.emit(|| Event::TransferFailed { job: id, invalid });
             } else {
                 jm.phase = Phase::Done;
@@ -91,7 +118,14 @@ pub fn complete(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, id: JobId, fail:
 
 /// `handle_preemptions`: queue this step's flushed stores, submit every queued store, wait
 /// for the flushed jobs (and, handlers being FIFO, for every store submitted before them).
-pub fn handle_preemptions(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, scratch: &StepScratch, ghost: &mut Ghost, ev: &mut Events) {
+pub fn handle_preemptions(
+    oc: &mut OcState,
+    pool: &mut GpuPool,
+    ctx: Ctx,
+    scratch: &StepScratch,
+    ghost: &mut Ghost,
+    ev: &mut Events,
+) {
     for &id in &scratch.flush {
         if scratch.store_jobs.contains(&id) {
             if let Some(j) = oc.job_mut(id) {
@@ -99,13 +133,31 @@ pub fn handle_preemptions(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, scratc
             }
         }
     }
-    let queued: Vec<JobId> = oc.jobs.iter().filter(|j| j.phase == Phase::Queued).map(|j| j.id).collect();
+    let queued: Vec<JobId> = oc
+        .jobs
+        .iter()
+        .filter(|j| j.phase == Phase::Queued)
+        .map(|j| j.id)
+        .collect();
     for id in queued {
         submit_store(oc, pool, ctx, id, ghost, ev);
     }
-    if let Some(&last) = scratch.flush.iter().filter(|&&id| oc.job(id).is_some_and(|j| j.is_store() && j.phase == Phase::Submitted)).max() {
+    if let Some(&last) = scratch
+        .flush
+        .iter()
+        .filter(|&&id| {
+            oc.job(id)
+                .is_some_and(|j| j.is_store() && j.phase == Phase::Submitted)
+        })
+        .max()
+    {
         ghost.mark(super::super::ghost::Mark::Flush);
-        let upto: Vec<JobId> = oc.jobs.iter().filter(|j| j.is_store() && j.phase == Phase::Submitted && j.id <= last).map(|j| j.id).collect();
+        let upto: Vec<JobId> = oc
+            .jobs
+            .iter()
+            .filter(|j| j.is_store() && j.phase == Phase::Submitted && j.id <= last)
+            .map(|j| j.id)
+            .collect();
         for id in upto {
             ev.emit(|| Event::Flush { job: id });
             complete(oc, pool, ctx, id, None, ghost, ev);
@@ -115,7 +167,15 @@ pub fn handle_preemptions(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, scratc
 
 /// `start_load_kv`: submit this step's loads; sync loads land now. Returns the blocks a
 /// failed sync load left invalid.
-pub fn start_load_kv(oc: &mut OcState, pool: &mut GpuPool, ctx: Ctx, scratch: &StepScratch, sync_fail: Option<u32>, ghost: &mut Ghost, ev: &mut Events) -> BTreeSet<BlockId> {
+pub fn start_load_kv(
+    oc: &mut OcState,
+    pool: &mut GpuPool,
+    ctx: Ctx,
+    scratch: &StepScratch,
+    sync_fail: Option<u32>,
+    ghost: &mut Ghost,
+    ev: &mut Events,
+) -> BTreeSet<BlockId> {
     let mut invalid = BTreeSet::new();
     let mut fail = sync_fail;
     for &id in &scratch.load_jobs {
@@ -154,14 +214,22 @@ pub fn get_finished(oc: &OcState) -> (Vec<JobId>, Vec<ReqId>, BTreeSet<BlockId>)
     for j in oc.jobs.iter().filter(|j| j.is_store() && finished(j.phase)) {
         completed.push(j.id);
     }
-    for j in oc.jobs.iter().filter(|j| j.is_async_load() && finished(j.phase)) {
+    for j in oc
+        .jobs
+        .iter()
+        .filter(|j| j.is_async_load() && finished(j.phase))
+    {
         completed.push(j.id);
         recving.push(j.req);
         if let Some(f) = j.invalid_from {
             invalid.extend(j.blocks.iter().skip(f as usize).copied());
         }
     }
-    for j in oc.jobs.iter().filter(|j| matches!(j.kind, JobKind::Load { sync: true }) && finished(j.phase)) {
+    for j in oc
+        .jobs
+        .iter()
+        .filter(|j| matches!(j.kind, JobKind::Load { sync: true }) && finished(j.phase))
+    {
         completed.push(j.id);
         if let Some(f) = j.invalid_from {
             invalid.extend(j.blocks.iter().skip(f as usize).copied());

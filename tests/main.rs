@@ -1,0 +1,8 @@
+//! kvmc's integration tests: one binary, one module per concern.
+
+mod cli;
+mod common;
+mod models;
+mod parsers;
+mod roundtrip;
+mod system;

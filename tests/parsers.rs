@@ -1,0 +1,99 @@
+//! Parsers never panic: every input is either accepted or rejected with a file and line.
+
+use kvmc::check::specs::Spec;
+use kvmc::model::scope::{parse_tokens, Scope};
+use proptest::prelude::*;
+use std::path::Path;
+
+const GOOD: &str = r#"description = "d"
+[engine]
+profile = "vllm-0.33"
+connector = "offloading"
+block_size = 2
+gpu_blocks = 4
+max_num_batched_tokens = 4
+[offload]
+host_chunks = 2
+[[request]]
+name = "A"
+prompt = "ab|c"
+output = "x"
+[[request]]
+name = "B"
+prompt = "ab|d"
+output = "y"
+after = "A"
+[faults]
+abort = true
+"#;
+
+#[test]
+fn the_reference_scope_parses() {
+    let s = Scope::parse("t", Path::new("t.toml"), GOOD).expect("parses");
+    assert_eq!(s.workload.requests.len(), 2);
+    assert_eq!(s.workload.requests[0].tokens, parse_tokens("abcx"));
+    assert_eq!(s.after[1], Some(0));
+    assert_eq!(s.cfg.max_model_len, 6);
+}
+
+fn check_error(text: &str) {
+    match Scope::parse("t", Path::new("t.toml"), text) {
+        Ok(_) => {}
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with("t.toml:"), "names the file: {msg}");
+            let line: usize = msg["t.toml:".len()..]
+                .split(':')
+                .next()
+                .unwrap()
+                .parse()
+                .expect("a line number");
+            assert!(
+                line >= 1 && line <= text.lines().count() + 1,
+                "line {line} in range: {msg}"
+            );
+            assert_eq!(e.exit_code(), 2);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn tokens_ignore_separators(s in "[a-z| ]{0,20}") {
+        let t = parse_tokens(&s);
+        prop_assert_eq!(t.len(), s.chars().filter(|c| c.is_ascii_lowercase()).count());
+    }
+
+    #[test]
+    fn scope_parser_never_panics_on_arbitrary_text(s in "\\PC{0,200}") {
+        check_error(&s);
+    }
+
+    #[test]
+    fn scope_parser_never_panics_on_mutated_scopes(pos in 0usize..GOOD.len(), del in 0usize..6, ins in "[a-z0-9=\\[\\]\"\\n .|-]{0,6}") {
+        let mut t = GOOD.to_string();
+        let p = (0..=pos).rev().find(|&i| t.is_char_boundary(i)).unwrap();
+        let end = (p + del).min(t.len());
+        let end = (end..=t.len()).find(|&i| t.is_char_boundary(i)).unwrap();
+        t.replace_range(p..end, &ins);
+        check_error(&t);
+    }
+
+    #[test]
+    fn scope_parser_rejects_out_of_range_numbers(b in 0u32..200, n in 0u32..3_000_000, budget in 0u32..10) {
+        let t = format!("[engine]\nblock_size = {b}\ngpu_blocks = {n}\nmax_num_batched_tokens = {budget}\n[[request]]\nname = \"A\"\nprompt = \"ab\"\noutput = \"x\"\n");
+        check_error(&t);
+    }
+
+    #[test]
+    fn spec_parser_never_panics(s in "\\PC{0,200}", v in prop::sample::select(vec!["holds", "violated", "maybe", ""])) {
+        let _ = Spec::parse(Path::new("s.toml"), &s);
+        let t = format!("property = \"host-integrity\"\nsummary = \"x\"\n[[expect]]\nmodel = \"m\"\nverdict = \"{v}\"\n");
+        match Spec::parse(Path::new("s.toml"), &t) {
+            Ok(sp) => prop_assert!(v == "holds" || v == "violated", "{:?}", sp.expects),
+            Err(e) => prop_assert!(e.to_string().starts_with("s.toml:5:"), "{}", e),
+        }
+    }
+}
