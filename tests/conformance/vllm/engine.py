@@ -1,0 +1,206 @@
+"""Builds vLLM 0.33's real scheduler side for a scenario, on a CPU-only machine.
+
+Drives, in the order of ``vllm.v1.engine.core.EngineCore._initialize_kv_caches`` and
+``EngineCore.__init__`` (without an executor):
+
+* config objects from ``vllm.config``: ``ModelConfig`` (offline tiny llama, see
+  ``tiny-llama/config.json``), ``SchedulerConfig`` (``async_scheduling=False`` always),
+  ``CacheConfig`` (prefix caching on, ``num_gpu_blocks_override``), ``KVTransferConfig``
+  (``OffloadingConnector``, ``kv_both``), ``DeviceConfig("cpu")``, ``VllmConfig``;
+* the KV-cache planning path: ``register_all_kvcache_specs``, a hand-written worker spec
+  ``FullAttentionSpec`` (one layer), ``resolve_kv_cache_layout``,
+  ``get_global_kv_cache_groups`` / ``get_kv_cache_configs`` (``v1.core.kv_cache_planning``),
+  ``generate_scheduler_kv_cache_config``, ``update_kv_cache_capacity``,
+  ``resolve_kv_cache_block_sizes``, ``resolve_cache_hit_alignment_tokens``;
+* ``SchedulerConfig.get_scheduler_cls()`` -> ``vllm.v1.core.sched.scheduler.Scheduler``,
+  which creates the ``OffloadingConnector`` (role SCHEDULER) through
+  ``KVConnectorFactory``; the CPU tier is its ``CPUOffloadingManager`` with the
+  ``LRUCachePolicy``;
+* the block hasher: ``get_hash_fn_by_name("sha256")``, ``init_none_hash``,
+  ``get_request_block_hasher``;
+* ``vllm.v1.request.Request`` objects with ``SamplingParams``.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+# Model Runner V2 is 0.33's default (it reports resumed requests as new requests with
+# their full block table); pin it so a stray environment cannot change the schedule lines.
+os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+
+import torch  # noqa: E402
+
+from scenario import EOS_TOKEN_ID, Scenario  # noqa: E402
+
+TINY_LLAMA_DIR = Path(__file__).resolve().parent / "tiny-llama"
+LAYER_NAME = "model.layers.0.self_attn.attn"
+NUM_KV_HEADS = 2
+HEAD_SIZE = 16
+DTYPE = torch.float16
+
+
+@dataclass
+class Engine:
+    vllm_config: object
+    scheduler: object
+    hasher: object
+    kv_bytes_per_token: int
+    num_host_chunks: int            # what the CPU manager really got (0 without connector)
+
+    @property
+    def connector(self):
+        return self.scheduler.connector
+
+    @property
+    def manager(self):
+        """The OffloadingConnector's CPUOffloadingManager (None without connector)."""
+        if self.scheduler.connector is None:
+            return None
+        return self.scheduler.connector.connector_scheduler.manager
+
+    @property
+    def block_pool(self):
+        return self.scheduler.kv_cache_manager.block_pool
+
+    def req_to_blocks(self) -> dict:
+        coord = self.scheduler.kv_cache_manager.coordinator
+        (mgr,) = coord.single_type_managers
+        return mgr.req_to_blocks
+
+
+def _round_up(x: int, align: int) -> int:
+    return (x + align - 1) // align * align
+
+
+def _kv_spec(block_size: int):
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return FullAttentionSpec(block_size=block_size, num_kv_heads=NUM_KV_HEADS,
+                             head_size=HEAD_SIZE, dtype=DTYPE)
+
+
+def build_engine(sc: Scenario) -> Engine:
+    from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
+                             SchedulerConfig, VllmConfig)
+
+    spec = _kv_spec(sc.block_size)
+    page_bytes = spec.page_size_bytes                 # K and V of one block, one layer
+    kv_bytes_per_token = page_bytes // sc.block_size
+    chunk_bytes = _round_up(page_bytes * sc.blocks_per_chunk, mmap.PAGESIZE)
+
+    model_config = ModelConfig(model=str(TINY_LLAMA_DIR), skip_tokenizer_init=True,
+                               dtype="float16", max_model_len=sc.max_model_len, seed=0)
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=sc.max_num_seqs,
+        max_num_batched_tokens=sc.max_num_batched_tokens,
+        max_model_len=sc.max_model_len,
+        enable_chunked_prefill=True,
+        is_encoder_decoder=False,
+        long_prefill_token_threshold=sc.long_prefill_token_threshold,
+        async_scheduling=False,
+    )
+    cache_config = CacheConfig(block_size=sc.block_size, enable_prefix_caching=True,
+                               num_gpu_blocks_override=sc.gpu_blocks)
+    kv_transfer_config = None
+    if sc.connector == "offloading":
+        extra = {
+            "cpu_bytes_to_use": sc.host_chunks * chunk_bytes,
+            "eviction_policy": sc.eviction_policy,
+            "offload_prompt_only": sc.offload_prompt_only,
+            "blocks_per_chunk": sc.blocks_per_chunk,
+        }
+        if sc.sync_load_budget_tokens:
+            extra["sync_load_budget_bytes"] = sc.sync_load_budget_tokens * kv_bytes_per_token
+        kv_transfer_config = KVTransferConfig(
+            kv_connector="OffloadingConnector", kv_role="kv_both",
+            kv_connector_extra_config=extra,
+            kv_load_failure_policy=sc.load_failure_policy)
+    vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
+                             cache_config=cache_config,
+                             kv_transfer_config=kv_transfer_config,
+                             device_config=DeviceConfig("cpu"))
+    assert vllm_config.scheduler_config.async_scheduling is False
+
+    kv_cache_config, block_size, hash_block_size = _plan_kv_cache(vllm_config, spec)
+
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    sched_cls = vllm_config.scheduler_config.get_scheduler_cls()
+    scheduler = sched_cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        include_finished_set=False,
+        log_stats=True,
+        block_size=block_size,
+        hash_block_size=hash_block_size,
+    )
+    if type(scheduler).__name__ != "Scheduler":
+        raise RuntimeError(f"expected the synchronous Scheduler, got {type(scheduler)}")
+
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(hash_block_size, hash_fn,
+                                      vllm_config.num_hash_lookahead_tokens)
+
+    eng = Engine(vllm_config, scheduler, hasher, kv_bytes_per_token, 0)
+    if eng.manager is not None:
+        eng.num_host_chunks = eng.manager._num_chunks
+        if eng.num_host_chunks != sc.host_chunks:
+            raise RuntimeError(f"CPU tier got {eng.num_host_chunks} chunks, "
+                               f"scenario asked for {sc.host_chunks}")
+    return eng
+
+
+def _plan_kv_cache(vllm_config, spec):
+    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    from vllm.v1.core.kv_cache_planning import (get_global_kv_cache_groups,
+                                                get_kv_cache_configs)
+    from vllm.v1.core.kv_cache_utils import (generate_scheduler_kv_cache_config,
+                                             resolve_cache_hit_alignment_tokens,
+                                             resolve_kv_cache_block_sizes,
+                                             update_kv_cache_capacity)
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+
+    register_all_kvcache_specs(vllm_config)
+    kv_cache_specs = [{LAYER_NAME: spec}]
+    resolve_kv_cache_layout(vllm_config, [["LBNHC", "LBHNC"]],  # one worker
+                            [s for specs in kv_cache_specs for s in specs.values()])
+    groups = get_global_kv_cache_groups(vllm_config, kv_cache_specs)
+    configs = get_kv_cache_configs(vllm_config, kv_cache_specs, [1 << 30], groups)
+    for cfg in configs:
+        cfg.kv_cache_layout = vllm_config.cache_config.kv_cache_layout
+    sched_cfg = generate_scheduler_kv_cache_config(configs)
+    vllm_config.cache_config.num_gpu_blocks = sched_cfg.num_blocks
+    vllm_config.cache_config.block_size = min(
+        g.kv_cache_spec.block_size for g in sched_cfg.kv_cache_groups)
+    update_kv_cache_capacity(vllm_config, sched_cfg)
+    vllm_config.validate_block_size()
+    block_size, hash_block_size = resolve_kv_cache_block_sizes(sched_cfg, vllm_config)
+    align = resolve_cache_hit_alignment_tokens(sched_cfg, vllm_config, block_size,
+                                               hash_block_size)
+    for cfg in (*configs, sched_cfg):
+        cfg.hash_block_size = hash_block_size
+        cfg.cache_hit_alignment_tokens = align
+    return sched_cfg, block_size, hash_block_size
+
+
+def make_request(eng: Engine, name: str, prompt: list[int], max_tokens: int,
+                 eos: bool):
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=not eos)
+    # What the input processor does: eos_token_id is only kept without ignore_eos.
+    params.update_from_generation_config({}, EOS_TOKEN_ID)
+    return Request(name, list(prompt), params, pooling_params=None,
+                   block_hasher=eng.hasher, resumable=False)

@@ -1,0 +1,170 @@
+"""Fake worker: decides when each OffloadingConnector transfer job completes and builds
+the per-step ``ModelRunnerOutput`` / ``KVConnectorOutput`` that vLLM's model runner
+would return.
+
+Drives (builds) these vLLM 0.33 objects:
+``vllm.v1.outputs.ModelRunnerOutput`` (and ``ModelRunnerOutput.with_kv_conn_output_only``
+for steps without scheduled tokens), ``vllm.v1.outputs.KVConnectorOutput`` and
+``...kv_connector.v1.offloading.common.OffloadingWorkerMetadata`` (``mark_completed``).
+It reads ``OffloadingConnectorMetadata`` (``load_jobs``, ``store_jobs``,
+``jobs_to_flush``) from the ``SchedulerOutput``.
+
+Rules (README "Fake-worker rules"):
+* a store job created in step k is due at k + store_delay (default 1, at least 1);
+* an async load job created in step k is due at k + load_delay (default 1); a sync load
+  is reported in the step that created it (vLLM waits for it before the forward);
+* a job in ``jobs_to_flush`` is reported in that step; every store job created in an
+  earlier step that is still pending is reported with it (the real CPU worker submits
+  them first and its copy stream runs in submission order);
+* per direction (store, async load) jobs are reported in FIFO order: a due job waits
+  for every earlier job of its direction (as ``CPUOffloadingWorker.get_finished``);
+* every completed job goes into ``completed_jobs``; an async load also puts its request
+  into ``finished_recving``; a failing load (scenario ``[[load_failure]]``) is still
+  reported complete and its destination GPU blocks go into ``invalid_block_ids``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scenario import Scenario, sampled_token
+
+
+@dataclass
+class PendingJob:
+    job_id: int
+    req_id: str
+    kind: str            # "store" | "load"
+    sync: bool
+    created: int         # step
+    due: int             # step
+    dst_blocks: list[int]
+    invalid: list[int] | None = None   # set for a failing load
+
+
+class FakeWorker:
+    def __init__(self, sc: Scenario):
+        self.sc = sc
+        self.pending: dict[int, PendingJob] = {}
+        self._count: dict[tuple[str, str], int] = {}   # (req, kind) -> jobs seen
+
+    # -- job registration -------------------------------------------------------------
+    def _delay_for(self, req_id: str, kind: str, nth: int, default: int) -> int:
+        for d in self.sc.delay_overrides:
+            if d.req == req_id and d.kind == kind and d.nth == nth:
+                return d.delay
+        return default
+
+    def _failure_for(self, req_id: str, nth: int):
+        for f in self.sc.load_failures:
+            if f.req == req_id and f.nth == nth:
+                return f
+        return None
+
+    def register(self, step: int, meta) -> None:
+        """Register the jobs of this step's OffloadingConnectorMetadata."""
+        if meta is None:
+            return
+        for job_id in sorted(meta.load_jobs):
+            job = meta.load_jobs[job_id]
+            nth = self._count.get((job.req_id, "load"), 0) + 1
+            self._count[(job.req_id, "load")] = nth
+            dst = [int(b) for b in job.dst_spec.block_ids]
+            delay = 0 if job.sync else self._delay_for(job.req_id, "load", nth,
+                                                       self.sc.load_delay)
+            pj = PendingJob(job_id, job.req_id, "load", bool(job.sync), step,
+                            step + delay, dst)
+            fail = self._failure_for(job.req_id, nth)
+            if fail is not None:
+                pj.invalid = dst[fail.from_block:]
+            self.pending[job_id] = pj
+        for job_id in sorted(meta.store_jobs):
+            job = meta.store_jobs[job_id]
+            nth = self._count.get((job.req_id, "store"), 0) + 1
+            self._count[(job.req_id, "store")] = nth
+            delay = self._delay_for(job.req_id, "store", nth, self.sc.store_delay)
+            self.pending[job_id] = PendingJob(
+                job_id, job.req_id, "store", False, step, step + max(delay, 1),
+                [int(b) for b in job.src_spec.block_ids])
+
+    # -- completion -------------------------------------------------------------------
+    def complete(self, step: int, meta) -> list[PendingJob]:
+        """Jobs reported in this step, in job-id order."""
+        flushed = set(meta.jobs_to_flush or ()) if meta is not None else set()
+        forced: set[int] = set()
+        for jid in flushed:
+            if jid in self.pending:
+                forced.add(jid)
+        if forced:
+            # Earlier-step stores were submitted before the flushed job.
+            for pj in self.pending.values():
+                if pj.kind == "store" and pj.created < step:
+                    forced.add(pj.job_id)
+        done: list[PendingJob] = []
+        for direction in ("store", "async-load"):
+            queue = sorted(
+                (pj for pj in self.pending.values()
+                 if (pj.kind == "store") == (direction == "store") and not pj.sync),
+                key=lambda pj: (pj.created, pj.job_id))
+            blocked = False   # FIFO: a job that is not done holds back later ones
+            for pj in queue:
+                if pj.job_id in forced or (not blocked and pj.due <= step):
+                    done.append(pj)
+                else:
+                    blocked = True
+        done.extend(pj for pj in self.pending.values() if pj.sync and pj.due <= step)
+        for pj in done:
+            del self.pending[pj.job_id]
+        return sorted(done, key=lambda pj: pj.job_id)
+
+    # -- outputs ----------------------------------------------------------------------
+    def kv_output(self, done: list[PendingJob]):
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+            OffloadingWorkerMetadata,
+        )
+        from vllm.v1.outputs import KVConnectorOutput
+
+        wmeta = OffloadingWorkerMetadata()
+        finished_recving: set[str] = set()
+        invalid: set[int] = set()
+        for pj in done:
+            wmeta.mark_completed(pj.job_id)
+            if pj.kind == "load" and not pj.sync:
+                finished_recving.add(pj.req_id)
+            if pj.invalid:
+                invalid.update(pj.invalid)
+        return KVConnectorOutput(
+            finished_sending=None,
+            finished_recving=finished_recving or None,
+            kv_connector_worker_meta=wmeta,
+            invalid_block_ids=invalid,
+        )
+
+    def model_output(self, so, requests: dict, kv_out, eos_of: dict[str, int | None]):
+        """Build the ModelRunnerOutput for SchedulerOutput `so`. Returns (mro, sampled)
+        where sampled is [(req_id, token)] in num_scheduled_tokens order."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        if so.total_num_scheduled_tokens == 0:
+            if kv_out is None:
+                from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+                return EMPTY_MODEL_RUNNER_OUTPUT, []
+            return ModelRunnerOutput.with_kv_conn_output_only(kv_out), []
+        req_ids = list(so.num_scheduled_tokens)
+        sampled_ids: list[list[int]] = []
+        sampled: list[tuple[str, int]] = []
+        for rid in req_ids:
+            req = requests[rid]
+            if req.is_prefill_chunk:
+                sampled_ids.append([])
+                continue
+            tok = sampled_token(rid, len(req.output_token_ids), eos_of.get(rid))
+            sampled_ids.append([tok])
+            sampled.append((rid, tok))
+        mro = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled_ids,
+            kv_connector_output=kv_out,
+        )
+        return mro, sampled

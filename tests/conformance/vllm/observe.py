@@ -1,0 +1,259 @@
+"""Observation of vLLM's scheduler side: wrappers on bound methods of live instances,
+per-step snapshots, hash labels, and the JSONL writer (docs/conformance-format.md).
+
+Wraps (instance attributes shadowing the class methods; nothing in vLLM is patched):
+* ``OffloadingConnector.get_num_new_matched_tokens`` -> ``lookup`` lines;
+* ``OffloadingConnector.update_state_after_alloc`` (+ the scheduler side's
+  ``_current_batch_load_jobs``) and ``CPUOffloadingManager.prepare_load`` -> ``load``;
+* ``OffloadingConnector.build_connector_meta`` (``OffloadingConnectorMetadata``
+  ``store_jobs`` / ``jobs_to_flush``) and ``CPUOffloadingManager.prepare_store`` ->
+  ``store``, ``store_refused``, ``evict``, ``flush``;
+* ``Scheduler._free_request`` -> ``finish``.
+Reads read-only: ``BlockPool.free_block_queue.get_all_free_blocks()``,
+``BlockPool.cached_block_hash_to_block._cache``, ``LRUCachePolicy.chunks`` / ``_ranks`` /
+``_evictable`` (eviction order = ascending (rank, key) among evictable keys, which is the
+order ``LRUCachePolicy.evict`` pops its heap in).
+"""
+
+from __future__ import annotations
+
+import json
+
+_REASONS = {
+    "FINISHED_STOPPED": "stop",
+    "FINISHED_LENGTH_CAPPED": "length",
+    "FINISHED_ABORTED": "abort",
+    "FINISHED_IGNORED": "length",
+    "FINISHED_ERROR": "error",
+    "FINISHED_REPETITION": "repetition",
+}
+
+
+class H:
+    """A block hash or offload key (group id stripped); written as a label."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes):
+        self.raw = bytes(raw)
+
+
+def key_hash(key: bytes) -> H:
+    """Offload key / BlockHashWithGroupId -> block hash (drop the 4-byte group id)."""
+    return H(bytes(key)[:-4])
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+class Recorder:
+    def __init__(self, eng, sc, out):
+        self.eng = eng
+        self.sc = sc
+        self.out = out
+        self.step = 0
+        self.buf: list[dict] = []
+        self.arrivals: list = []            # Request objects in arrival order
+        self.finished_at: dict[str, int] = {}
+        self._store_keys: dict[int, list[bytes]] = {}   # id(store_spec) -> keys
+        self._load_calls: list[tuple[list[bytes], list[int]]] = []
+        self._install()
+
+    # -- emission ---------------------------------------------------------------------
+    def emit(self, ev: str, **fields) -> None:
+        self.buf.append({"ev": ev, "step": self.step, **fields})
+
+    def header(self) -> None:
+        sc = self.sc
+        hdr = {
+            "ev": "header", "format": 1, "implementation": "vllm", "version": _version(),
+            "scenario": sc.name, "connector": sc.connector, "async_scheduling": False,
+            "block_size": sc.block_size, "num_gpu_blocks": sc.gpu_blocks,
+            "max_num_batched_tokens": sc.max_num_batched_tokens,
+            "max_num_seqs": sc.max_num_seqs, "max_model_len": sc.max_model_len,
+            "long_prefill_token_threshold": sc.long_prefill_token_threshold,
+            "load_failure_policy": sc.load_failure_policy,
+            "host_chunks": sc.host_chunks if sc.connector == "offloading" else 0,
+            "blocks_per_chunk": sc.blocks_per_chunk,
+            "offload_prompt_only": sc.offload_prompt_only,
+            "eviction_policy": sc.eviction_policy,
+            "sync_load_budget_tokens": sc.sync_load_budget_tokens,
+        }
+        self.out.write(dumps(hdr) + "\n")
+
+    def _labels(self) -> dict[bytes, str]:
+        labels: dict[bytes, str] = {}
+        for req in self.arrivals:
+            for i, h in enumerate(req.block_hashes):
+                labels.setdefault(bytes(h), f"{req.request_id}.{i}")
+        return labels
+
+    def flush_step(self) -> None:
+        labels = self._labels()
+
+        def res(x):
+            if isinstance(x, H):
+                return labels.get(x.raw, "?" + x.raw.hex()[:16])
+            if isinstance(x, list):
+                return [res(v) for v in x]
+            if isinstance(x, dict):
+                return {(res(k) if isinstance(k, H) else k): res(v) for k, v in x.items()}
+            return x
+
+        for ev in self.buf:
+            self.out.write(dumps(res(ev)) + "\n")
+        self.buf = []
+
+    def label_order(self, label: str) -> tuple:
+        """Sort key for labels: arrival index of the request, then block index."""
+        name, _, idx = label.rpartition(".")
+        order = {r.request_id: i for i, r in enumerate(self.arrivals)}
+        try:
+            return (order.get(name, len(order)), int(idx), label)
+        except ValueError:
+            return (len(order) + 1, 0, label)
+
+    # -- wrappers ---------------------------------------------------------------------
+    def _req_of_ctx(self, ctx) -> str | None:
+        cs = self.eng.connector.connector_scheduler
+        for rid, st in cs._req_status.items():
+            if st.req_context is ctx:
+                return rid
+        return None
+
+    def _install(self) -> None:
+        sched = self.eng.scheduler
+        orig_free = sched._free_request
+
+        def free_request(request, *a, **kw):
+            self.emit("finish", req=request.request_id,
+                      reason=_REASONS.get(request.status.name, request.status.name.lower()))
+            self.finished_at[request.request_id] = self.step
+            return orig_free(request, *a, **kw)
+
+        sched._free_request = free_request
+
+        conn = self.eng.connector
+        if conn is None:
+            return
+        cs = conn.connector_scheduler
+        mgr = self.eng.manager
+
+        orig_lookup = conn.get_num_new_matched_tokens
+
+        def lookup(request, num_computed_tokens, *a, **kw):
+            ext, is_async = orig_lookup(request, num_computed_tokens, *a, **kw)
+            self.emit("lookup", req=request.request_id, local=num_computed_tokens,
+                      external=ext, **{"async": bool(is_async)})
+            return ext, is_async
+
+        conn.get_num_new_matched_tokens = lookup
+
+        orig_prepare_load = mgr.prepare_load
+
+        def prepare_load(keys, req_context, *a, **kw):
+            keys = list(keys)
+            spec = orig_prepare_load(keys, req_context, *a, **kw)
+            self._load_calls.append((keys, [int(c) for c in spec.block_ids]))
+            return spec
+
+        mgr.prepare_load = prepare_load
+
+        orig_alloc = conn.update_state_after_alloc
+
+        def update_state_after_alloc(request, blocks, num_external_tokens, *a, **kw):
+            before = set(cs._current_batch_load_jobs)
+            self._load_calls.clear()
+            res = orig_alloc(request, blocks, num_external_tokens, *a, **kw)
+            for jid in sorted(set(cs._current_batch_load_jobs) - before):
+                job = cs._current_batch_load_jobs[jid]
+                keys, slots = self._load_calls.pop(0)
+                assert slots == [int(c) for c in job.src_spec.block_ids]
+                self.emit("load", job=jid, req=job.req_id, keys=[key_hash(k) for k in keys],
+                          blocks=[int(b) for b in job.dst_spec.block_ids], slots=slots,
+                          sync=bool(job.sync))
+            return res
+
+        conn.update_state_after_alloc = update_state_after_alloc
+
+        orig_prepare_store = mgr.prepare_store
+
+        def prepare_store(keys, req_context, *a, **kw):
+            keys = list(keys)
+            out = orig_prepare_store(keys, req_context, *a, **kw)
+            if out is None:
+                self.emit("store_refused", req=self._req_of_ctx(req_context),
+                          keys=[key_hash(k) for k in keys])
+                return out
+            if out.evicted_keys:
+                self.emit("evict", medium="CPU", keys=[key_hash(k) for k in out.evicted_keys])
+            self._store_keys[id(out.store_spec)] = list(out.keys_to_store)
+            return out
+
+        mgr.prepare_store = prepare_store
+
+        orig_build = conn.build_connector_meta
+
+        def build_connector_meta(scheduler_output, *a, **kw):
+            self._store_keys.clear()
+            meta = orig_build(scheduler_output, *a, **kw)
+            for jid in sorted(meta.store_jobs):
+                job = meta.store_jobs[jid]
+                keys = self._store_keys[id(job.dst_spec)]
+                self.emit("store", job=jid, req=job.req_id, keys=[key_hash(k) for k in keys],
+                          blocks=[int(b) for b in job.src_spec.block_ids],
+                          slots=[int(c) for c in job.dst_spec.block_ids])
+            if meta.jobs_to_flush:
+                self.emit("flush", jobs=sorted(meta.jobs_to_flush))
+            self._store_keys.clear()
+            return meta
+
+        conn.build_connector_meta = build_connector_meta
+
+    # -- snapshots --------------------------------------------------------------------
+    def schedule_line(self, so) -> None:
+        tables = {}
+        order = {r.request_id: i for i, r in enumerate(self.arrivals)}
+        r2b = self.eng.req_to_blocks()
+        for rid in sorted(r2b, key=lambda r: order.get(r, len(order))):
+            blocks = r2b[rid]
+            if blocks:
+                tables[rid] = [b.block_id for b in blocks]
+        cached = so.scheduled_cached_reqs
+        self.emit("schedule",
+                  scheduled=[[rid, n] for rid, n in so.num_scheduled_tokens.items()],
+                  new=[r.req_id for r in so.scheduled_new_reqs],
+                  resumed=sorted(cached.resumed_req_ids),
+                  preempted=sorted(so.preempted_req_ids or ()),
+                  finished=sorted(so.finished_req_ids or ()),
+                  tables=tables)
+
+    def snapshots(self) -> None:
+        pool = self.eng.block_pool
+        free = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        labels = self._labels()
+        cached: dict[str, list[int]] = {}
+        for key, val in pool.cached_block_hash_to_block._cache.items():
+            raw = bytes(key)[:-4]
+            lab = labels.get(raw, "?" + raw.hex()[:16])
+            ids = [val.block_id] if hasattr(val, "block_id") else [int(b) for b in val]
+            cached.setdefault(lab, []).extend(ids)
+        cached = {k: cached[k] for k in sorted(cached, key=self.label_order)}
+        self.emit("g1", free=free, cached=cached)
+        mgr = self.eng.manager
+        if mgr is None:
+            return
+        pol = mgr._policy
+        entries = sorted(pol.chunks.items(), key=lambda kv: kv[1].chunk_id)
+        evictable = sorted(pol._evictable, key=lambda k: (pol._ranks[k], k))
+        self.emit("host",
+                  entries=[{"key": key_hash(k), "slot": c.chunk_id, "ref": c.ref_cnt}
+                           for k, c in entries],
+                  order=[key_hash(k) for k in evictable])
+
+
+def _version() -> str:
+    import vllm
+
+    return vllm.__version__

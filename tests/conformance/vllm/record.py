@@ -1,0 +1,168 @@
+"""Record a conformance event log by running vLLM 0.33.0's real scheduler side.
+
+    python record.py SCENARIO.toml -o LOG.jsonl
+
+Drives ``vllm.v1.core.sched.scheduler.Scheduler`` in synchronous mode, mirroring
+``vllm.v1.engine.core.EngineCore.step``: per step, ``has_requests()`` (idle step when
+False), ``schedule()``, the fake worker's ``ModelRunnerOutput`` (fakeworker.py), then
+``update_from_output()``. Arrivals go in through ``Scheduler.add_request``, aborts and
+errors through ``Scheduler.finish_requests(..., FINISHED_ABORTED | FINISHED_ERROR)``,
+all before the step's ``schedule()``. The log format is docs/conformance-format.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scenario import (EOS_TOKEN_ID, Scenario, ScenarioError, When,  # noqa: E402
+                      build_prompt, load_scenario)
+
+
+class Timeline:
+    """Resolves scenario times (fixed steps, or relative to arrivals/finishes)."""
+
+    def __init__(self, sc: Scenario):
+        self.sc = sc
+        self.arrived_at: dict[str, int] = {}
+        self.pending_requests = list(sc.requests)
+        self.pending_events = list(sc.events)
+
+    def due(self, when: When, step: int, finished_at: dict[str, int]) -> bool:
+        if when.step is not None:
+            return when.step == step
+        if when.after is not None:
+            f = finished_at.get(when.after)
+            return f is not None and f + max(when.delay, 1) == step
+        a = self.arrived_at.get(when.after_arrival)
+        return a is not None and a + when.delay == step
+
+    def overdue(self, when: When, step: int, finished_at: dict[str, int]) -> bool:
+        if when.step is not None:
+            return when.step < step
+        if when.after is not None:
+            f = finished_at.get(when.after)
+            return f is not None and f + max(when.delay, 1) < step
+        a = self.arrived_at.get(when.after_arrival)
+        return a is not None and a + when.delay < step
+
+    def idle(self) -> bool:
+        return not self.pending_requests and not self.pending_events
+
+
+def run(sc: Scenario, out) -> dict:
+    from vllm.v1.request import RequestStatus
+
+    from engine import build_engine, make_request
+    from fakeworker import FakeWorker
+    from observe import Recorder
+
+    t0 = time.monotonic()
+    eng = build_engine(sc)
+    t_build = time.monotonic() - t0
+    rec = Recorder(eng, sc, out)
+    worker = FakeWorker(sc)
+    sched = eng.scheduler
+    tl = Timeline(sc)
+    tokens_of: dict[str, list[int]] = {}
+    eos_of = {r.name: r.eos_at for r in sc.requests}
+    rec.header()
+
+    step = 0
+    while True:
+        step += 1
+        rec.step = step
+        if step > sc.max_steps:
+            raise RuntimeError(f"scenario {sc.name} did not finish in {sc.max_steps} steps")
+
+        # Inputs, before schedule(): aborts/errors first, then arrivals (file order).
+        for ev in list(tl.pending_events):
+            if tl.overdue(ev.when, step, rec.finished_at):
+                raise ScenarioError(f"{ev.kind} of {ev.req} missed its step")
+            if tl.due(ev.when, step, rec.finished_at):
+                tl.pending_events.remove(ev)
+                rec.emit(ev.kind, req=ev.req)
+                status = (RequestStatus.FINISHED_ABORTED if ev.kind == "abort"
+                          else RequestStatus.FINISHED_ERROR)
+                sched.finish_requests([ev.req], status)
+        progress = True
+        while progress:   # 'after_arrival' with delay 0 can chain within one step
+            progress = False
+            for spec in list(tl.pending_requests):
+                if tl.overdue(spec.when, step, rec.finished_at):
+                    raise ScenarioError(f"arrival of {spec.name} missed its step")
+                if not tl.due(spec.when, step, rec.finished_at):
+                    continue
+                tl.pending_requests.remove(spec)
+                for r in rec.arrivals:   # refresh '@' sources (prompt + outputs)
+                    tokens_of[r.request_id] = list(r.all_token_ids)
+                prompt = build_prompt(spec, tokens_of)
+                req = make_request(eng, spec.name, prompt, spec.max_tokens,
+                                   eos=spec.eos_at is not None)
+                rec.arrivals.append(req)
+                tl.arrived_at[spec.name] = step
+                rec.emit("arrive", req=spec.name, prompt=prompt, max_tokens=spec.max_tokens,
+                         eos_token_id=EOS_TOKEN_ID if spec.eos_at is not None else None)
+                sched.add_request(req)
+                progress = True
+
+        if not sched.has_requests():
+            if tl.idle():
+                if rec.buf:          # inputs that found nothing to act on
+                    rec.snapshots()
+                    rec.flush_step()
+                break
+            rec.snapshots()          # idle step: nothing to schedule yet
+            rec.flush_step()
+            continue
+
+        so = sched.schedule()
+        rec.schedule_line(so)
+        meta = so.kv_connector_metadata
+        kv_out = None
+        if eng.connector is not None:
+            worker.register(step, meta)
+            done = worker.complete(step, meta)
+            for pj in done:
+                if pj.invalid:
+                    rec.emit("transfer_failed", job=pj.job_id, invalid_blocks=pj.invalid)
+                else:
+                    rec.emit("transfer_done", job=pj.job_id)
+            kv_out = worker.kv_output(done)
+        mro, sampled = worker.model_output(so, sched.requests, kv_out, eos_of)
+        for rid, tok in sampled:
+            rec.emit("sampled", req=rid, token=tok)
+        sched.update_from_output(so, mro)
+        rec.snapshots()
+        rec.flush_step()
+
+    return {"steps": step - 1, "build_s": t_build, "total_s": time.monotonic() - t0}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("scenario")
+    ap.add_argument("-o", "--output", required=True)
+    ap.add_argument("-q", "--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        sc = load_scenario(args.scenario)
+    except (ScenarioError, KeyError) as e:
+        print(f"{args.scenario}: {e}", file=sys.stderr)
+        return 2
+    tmp = Path(args.output).with_suffix(".tmp")
+    with open(tmp, "w") as out:
+        stats = run(sc, out)
+    tmp.replace(args.output)
+    if not args.quiet:
+        print(f"{sc.name}: {stats['steps']} steps, build {stats['build_s']:.2f} s, "
+              f"run {stats['total_s']:.2f} s -> {args.output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

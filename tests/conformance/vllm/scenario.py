@@ -1,0 +1,311 @@
+"""Scenario files for the conformance recorder: parsing, validation, token ids.
+
+A scenario (tests/conformance/scenarios/NAME.toml, format in ../README.md) names an
+engine configuration with the same keys as kvmc model files, a set of requests with
+segment-built prompts, a timeline (arrivals, aborts, errors) and a fake-worker policy
+(transfer delays, load failures). This module has no vLLM dependency; it only turns the
+TOML into plain dataclasses and defines the deterministic token ids:
+
+* token ``i`` of prompt segment ``NAME`` is ``3 + fnv1a64(f"{NAME}:{i}") % 997``;
+* output token ``n`` (0-based) of request ``R`` is ``3 + fnv1a64(f"{R}#{n}") % 997``,
+  except at ``eos_at`` where it is the EOS id 2.
+
+Both land in [3, 999], so they never hit bos (1) or eos (2) of the tiny model.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EOS_TOKEN_ID = 2
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+def fnv1a64(text: str) -> int:
+    h = _FNV_OFFSET
+    for b in text.encode("utf-8"):
+        h ^= b
+        h = (h * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def segment_token(name: str, i: int) -> int:
+    return 3 + fnv1a64(f"{name}:{i}") % 997
+
+
+def sampled_token(req: str, n: int, eos_at: int | None) -> int:
+    if eos_at is not None and n == eos_at:
+        return EOS_TOKEN_ID
+    return 3 + fnv1a64(f"{req}#{n}") % 997
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+@dataclass
+class When:
+    """A point on the timeline: a fixed step, or `delay` steps after another
+    request finished (`after`) or arrived (`after_arrival`)."""
+
+    step: int | None = None
+    after: str | None = None
+    after_arrival: str | None = None
+    delay: int = 1
+
+    def describe(self) -> str:
+        if self.step is not None:
+            return f"step {self.step}"
+        if self.after is not None:
+            return f"{self.delay} step(s) after {self.after} finishes"
+        return f"{self.delay} step(s) after {self.after_arrival} arrives"
+
+
+@dataclass
+class RequestSpec:
+    name: str
+    prompt: list[str]
+    max_tokens: int
+    when: When
+    eos_at: int | None = None
+
+
+@dataclass
+class InputEvent:
+    kind: str  # "abort" | "error"
+    req: str
+    when: When
+
+
+@dataclass
+class LoadFailure:
+    req: str
+    nth: int = 1          # the nth load job created for `req` (1-based)
+    from_block: int = 0   # invalid blocks = the job's destination blocks [from_block:]
+
+
+@dataclass
+class DelayOverride:
+    req: str
+    kind: str             # "store" | "load"
+    nth: int              # the nth job of that kind for `req` (1-based)
+    delay: int
+
+
+@dataclass
+class Scenario:
+    name: str
+    description: str
+    # [engine]
+    block_size: int
+    gpu_blocks: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    long_prefill_token_threshold: int
+    load_failure_policy: str
+    connector: str
+    # [offload]
+    host_chunks: int
+    blocks_per_chunk: int
+    offload_prompt_only: bool
+    sync_load_budget_tokens: int
+    eviction_policy: str
+    # [worker]
+    store_delay: int
+    load_delay: int
+    max_steps: int
+    requests: list[RequestSpec] = field(default_factory=list)
+    events: list[InputEvent] = field(default_factory=list)
+    load_failures: list[LoadFailure] = field(default_factory=list)
+    delay_overrides: list[DelayOverride] = field(default_factory=list)
+
+    def request(self, name: str) -> RequestSpec:
+        for r in self.requests:
+            if r.name == name:
+                return r
+        raise ScenarioError(f"unknown request {name!r}")
+
+
+_SEG_RE = re.compile(r"^(@?)([A-Za-z0-9_\-]+)(?::(\d+))?$")
+
+_ENGINE_KEYS = {
+    "block_size", "gpu_blocks", "max_num_batched_tokens", "max_num_seqs",
+    "max_model_len", "long_prefill_token_threshold", "load_failure_policy",
+    "connector", "profile",
+}
+_OFFLOAD_KEYS = {
+    "host_chunks", "blocks_per_chunk", "offload_prompt_only",
+    "sync_load_budget_tokens", "eviction_policy",
+}
+_WORKER_KEYS = {"store_delay", "load_delay", "max_steps"}
+_REQUEST_KEYS = {"name", "prompt", "max_tokens", "eos_at", "arrive", "after",
+                 "after_arrival", "delay"}
+_EVENT_KEYS = {"abort", "error", "step", "after", "after_arrival", "delay"}
+_TOP_KEYS = {"name", "description", "engine", "offload", "worker", "request",
+             "event", "load_failure", "transfer_delay"}
+
+
+def _check_keys(table: dict, allowed: set[str], where: str) -> None:
+    unknown = set(table) - allowed
+    if unknown:
+        raise ScenarioError(f"{where}: unknown key(s) {sorted(unknown)}")
+
+
+def _parse_when(t: dict, where: str, step_key: str) -> When:
+    fixed = t.get(step_key)
+    after = t.get("after")
+    after_arrival = t.get("after_arrival")
+    given = [x is not None for x in (fixed, after, after_arrival)]
+    if sum(given) != 1:
+        raise ScenarioError(
+            f"{where}: give exactly one of {step_key!r}, 'after', 'after_arrival'")
+    delay = int(t.get("delay", 1))
+    if delay < 0:
+        raise ScenarioError(f"{where}: delay must be >= 0")
+    if fixed is not None:
+        if int(fixed) < 1:
+            raise ScenarioError(f"{where}: steps start at 1")
+        return When(step=int(fixed))
+    return When(after=after, after_arrival=after_arrival, delay=delay)
+
+
+def parse_segment(seg: str) -> tuple[bool, str, int | None]:
+    """'SYS:16' -> (False, 'SYS', 16); '@R1' -> (True, 'R1', None)."""
+    m = _SEG_RE.match(seg.strip())
+    if not m:
+        raise ScenarioError(f"bad prompt segment {seg!r}")
+    ref, name, count = m.groups()
+    if not ref and count is None:
+        raise ScenarioError(f"segment {seg!r} needs a length (NAME:N)")
+    return bool(ref), name, int(count) if count is not None else None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    with open(path, "rb") as f:
+        doc = tomllib.load(f)
+    _check_keys(doc, _TOP_KEYS, str(path))
+    eng = doc.get("engine", {})
+    off = doc.get("offload", {})
+    wrk = doc.get("worker", {})
+    _check_keys(eng, _ENGINE_KEYS, "[engine]")
+    _check_keys(off, _OFFLOAD_KEYS, "[offload]")
+    _check_keys(wrk, _WORKER_KEYS, "[worker]")
+
+    block_size = int(eng["block_size"])
+    gpu_blocks = int(eng["gpu_blocks"])
+    connector = eng.get("connector", "offloading")
+    if connector not in ("offloading", "none"):
+        raise ScenarioError("[engine] connector must be 'offloading' or 'none'")
+    policy = eng.get("load_failure_policy", "fail")
+    if policy not in ("fail", "recompute"):
+        raise ScenarioError("[engine] load_failure_policy must be 'fail' or 'recompute'")
+    if connector == "offloading" and "host_chunks" not in off:
+        raise ScenarioError("[offload] host_chunks is required with the offloading connector")
+    eviction = off.get("eviction_policy", "lru")
+    if eviction != "lru":
+        raise ScenarioError("[offload] only eviction_policy = 'lru' is supported")
+
+    sc = Scenario(
+        name=doc.get("name", path.stem),
+        description=doc.get("description", ""),
+        block_size=block_size,
+        gpu_blocks=gpu_blocks,
+        max_num_batched_tokens=int(eng["max_num_batched_tokens"]),
+        max_num_seqs=int(eng.get("max_num_seqs", 256)),
+        max_model_len=int(eng.get("max_model_len", (gpu_blocks - 1) * block_size)),
+        long_prefill_token_threshold=int(eng.get("long_prefill_token_threshold", 0)),
+        load_failure_policy=policy,
+        connector=connector,
+        host_chunks=int(off.get("host_chunks", 0)),
+        blocks_per_chunk=int(off.get("blocks_per_chunk", 1)),
+        offload_prompt_only=bool(off.get("offload_prompt_only", True)),
+        sync_load_budget_tokens=int(off.get("sync_load_budget_tokens", 0)),
+        eviction_policy=eviction,
+        store_delay=int(wrk.get("store_delay", 1)),
+        load_delay=int(wrk.get("load_delay", 1)),
+        max_steps=int(wrk.get("max_steps", 200)),
+    )
+    if sc.store_delay < 1:
+        raise ScenarioError("[worker] store_delay must be >= 1 (stores are submitted a step later)")
+    if sc.load_delay < 0:
+        raise ScenarioError("[worker] load_delay must be >= 0")
+
+    names: set[str] = set()
+    for i, r in enumerate(doc.get("request", [])):
+        where = f"[[request]] #{i + 1}"
+        _check_keys(r, _REQUEST_KEYS, where)
+        name = r["name"]
+        if name in names:
+            raise ScenarioError(f"{where}: duplicate request name {name!r}")
+        prompt = r["prompt"]
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        for seg in prompt:
+            parse_segment(seg)
+        eos_at = r.get("eos_at")
+        sc.requests.append(RequestSpec(
+            name=name, prompt=list(prompt), max_tokens=int(r["max_tokens"]),
+            when=_parse_when(r, where, "arrive"),
+            eos_at=int(eos_at) if eos_at is not None else None))
+        names.add(name)
+
+    for i, e in enumerate(doc.get("event", [])):
+        where = f"[[event]] #{i + 1}"
+        _check_keys(e, _EVENT_KEYS, where)
+        kinds = [k for k in ("abort", "error") if k in e]
+        if len(kinds) != 1:
+            raise ScenarioError(f"{where}: give exactly one of 'abort', 'error'")
+        sc.events.append(InputEvent(kind=kinds[0], req=e[kinds[0]],
+                                    when=_parse_when(e, where, "step")))
+
+    for i, f in enumerate(doc.get("load_failure", [])):
+        _check_keys(f, {"req", "nth", "from_block"}, f"[[load_failure]] #{i + 1}")
+        sc.load_failures.append(LoadFailure(req=f["req"], nth=int(f.get("nth", 1)),
+                                            from_block=int(f.get("from_block", 0))))
+
+    for i, d in enumerate(doc.get("transfer_delay", [])):
+        _check_keys(d, {"req", "kind", "nth", "delay"}, f"[[transfer_delay]] #{i + 1}")
+        if d["kind"] not in ("store", "load"):
+            raise ScenarioError("[[transfer_delay]] kind must be 'store' or 'load'")
+        sc.delay_overrides.append(DelayOverride(req=d["req"], kind=d["kind"],
+                                                nth=int(d.get("nth", 1)),
+                                                delay=int(d["delay"])))
+
+    # Cross references.
+    for r in sc.requests:
+        for ref in (r.when.after, r.when.after_arrival):
+            if ref is not None and ref not in names:
+                raise ScenarioError(f"request {r.name}: unknown request {ref!r}")
+        for seg in r.prompt:
+            is_ref, seg_name, _ = parse_segment(seg)
+            if is_ref and seg_name not in names:
+                raise ScenarioError(f"request {r.name}: unknown request {seg_name!r}")
+    for e in sc.events:
+        if e.req not in names:
+            raise ScenarioError(f"{e.kind} of unknown request {e.req!r}")
+    return sc
+
+
+def build_prompt(spec: RequestSpec, tokens_of: dict[str, list[int]]) -> list[int]:
+    """Prompt token ids; `tokens_of` maps an arrived request to its current tokens
+    (prompt + outputs) for '@NAME' segments."""
+    out: list[int] = []
+    for seg in spec.prompt:
+        is_ref, name, count = parse_segment(seg)
+        if is_ref:
+            if name not in tokens_of:
+                raise ScenarioError(
+                    f"request {spec.name}: '@{name}' used before {name} arrived")
+            toks = tokens_of[name]
+            out.extend(toks if count is None else toks[:count])
+        else:
+            assert count is not None
+            out.extend(segment_token(name, i) for i in range(count))
+    return out
