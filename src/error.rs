@@ -24,11 +24,7 @@ pub enum KvmcError {
     Io { path: PathBuf, msg: String },
     /// A file was read but is not valid (TOML syntax or meaning).
     #[error("{}:{line}: {msg}", path.display())]
-    Input {
-        path: PathBuf,
-        line: usize,
-        msg: String,
-    },
+    Input { path: PathBuf, line: usize, msg: String },
     /// A bad flag or argument combination.
     #[error("{0}")]
     Usage(String),
@@ -46,28 +42,17 @@ impl KvmcError {
     }
 
     pub fn io(path: &Path, e: impl std::fmt::Display) -> Self {
-        KvmcError::Io {
-            path: path.to_path_buf(),
-            msg: e.to_string(),
-        }
+        KvmcError::Io { path: path.to_path_buf(), msg: e.to_string() }
     }
 
     pub fn input(path: &Path, line: usize, msg: impl Into<String>) -> Self {
-        KvmcError::Input {
-            path: path.to_path_buf(),
-            line,
-            msg: msg.into(),
-        }
+        KvmcError::Input { path: path.to_path_buf(), line, msg: msg.into() }
     }
 }
 
 /// 1-based line of byte offset `off` in `text`.
 pub fn line_of_offset(text: &str, off: usize) -> usize {
-    text[..off.min(text.len())]
-        .bytes()
-        .filter(|&b| b == b'\n')
-        .count()
-        + 1
+    text[..off.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// Convert a `toml` deserialization error into an input error with its line.

@@ -6,11 +6,7 @@ fn main() {
     let cli = match kvmc::cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() {
-                kvmc::error::exit::USAGE
-            } else {
-                kvmc::error::exit::OK
-            };
+            let code = if e.use_stderr() { kvmc::error::exit::USAGE } else { kvmc::error::exit::OK };
             let _ = e.print();
             std::process::exit(code);
         }

@@ -45,22 +45,11 @@ fn gate_json_report_has_the_contract_fields() {
 
 #[test]
 fn explicit_variant_run_exits_10_with_a_story() {
-    let o = kvmc(&[
-        "check",
-        "models/preempt-store.toml",
-        "--variant",
-        "pre-29870",
-    ]);
+    let o = kvmc(&["check", "models/preempt-store.toml", "--variant", "pre-29870"]);
     assert_eq!(o.status.code(), Some(10));
     let out = stdout(&o);
-    assert!(
-        out.contains("counterexample: source-freshness on preempt-store"),
-        "{out}"
-    );
-    assert!(
-        out.contains("preempt R"),
-        "the story names the preemption: {out}"
-    );
+    assert!(out.contains("counterexample: source-freshness on preempt-store"), "{out}");
+    assert!(out.contains("preempt R"), "the story names the preemption: {out}");
     assert!(out.contains("VIOLATION source-freshness"), "{out}");
 }
 
@@ -69,18 +58,9 @@ fn explicit_run_of_a_holding_model_exits_0() {
     let o = kvmc(&["check", "models/restart-recompute.toml"]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
     // shared-prefix holds too, but never preempts: g1-accounting over it is vacuous.
-    let o = kvmc(&[
-        "check",
-        "models/shared-prefix.toml",
-        "--property",
-        "g1-accounting",
-    ]);
+    let o = kvmc(&["check", "models/shared-prefix.toml", "--property", "g1-accounting"]);
     assert_eq!(o.status.code(), Some(10));
-    assert!(
-        stdout(&o).contains("VACUOUS: never reached reach-g1-eviction, reach-preemption"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("VACUOUS: never reached reach-g1-eviction, reach-preemption"), "{}", stdout(&o));
 }
 
 #[test]
@@ -92,10 +72,7 @@ fn bounded_runs_are_incomplete_never_holds() {
         assert_eq!(o.status.code(), Some(13), "{flags:?}: {}", stdout(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         for r in v["results"].as_array().unwrap() {
-            assert_ne!(
-                r["verdict"], "holds",
-                "{flags:?}: a bounded run never says holds"
-            );
+            assert_ne!(r["verdict"], "holds", "{flags:?}: a bounded run never says holds");
         }
     }
 }
@@ -117,16 +94,8 @@ fn a_violation_found_before_the_bound_still_counts() {
 
 #[test]
 fn simulation_never_claims_holds() {
-    let o = kvmc(&[
-        "check",
-        "models/shared-prefix.toml",
-        "--strategy",
-        "simulate",
-        "--timeout",
-        "0.3",
-        "--format",
-        "json",
-    ]);
+    let o =
+        kvmc(&["check", "models/shared-prefix.toml", "--strategy", "simulate", "--timeout", "0.3", "--format", "json"]);
     assert_eq!(o.status.code(), Some(13), "{}", stdout(&o));
 }
 
@@ -134,22 +103,14 @@ fn simulation_never_claims_holds() {
 fn missing_model_file_exits_2_naming_it() {
     let o = kvmc(&["check", "models/no-such-model.toml"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("models/no-such-model.toml"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("models/no-such-model.toml"), "{}", stderr(&o));
 }
 
 #[test]
 fn malformed_toml_exits_2_with_file_and_line() {
     let d = tempdir("badtoml");
     let p = d.join("bad.toml");
-    std::fs::write(
-        &p,
-        "description = \"x\"\n[engine]\nblock_size = 2\ngpu_blocks = = 4\n",
-    )
-    .unwrap();
+    std::fs::write(&p, "description = \"x\"\n[engine]\nblock_size = 2\ngpu_blocks = = 4\n").unwrap();
     let o = kvmc(&["check", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     let e = stderr(&o);
@@ -167,42 +128,20 @@ fn invalid_values_exit_2_with_their_line() {
     .unwrap();
     let o = kvmc(&["check", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("m.toml:5: unknown profile 'vllm-9.9'"),
-        "{}",
-        stderr(&o)
-    );
-    std::fs::write(
-        &p,
-        "[engine]\nblock_size = 2\ngpu_blocks = 4\nmax_num_batched_tokens = 4\nwidth = 3\n",
-    )
-    .unwrap();
+    assert!(stderr(&o).contains("m.toml:5: unknown profile 'vllm-9.9'"), "{}", stderr(&o));
+    std::fs::write(&p, "[engine]\nblock_size = 2\ngpu_blocks = 4\nmax_num_batched_tokens = 4\nwidth = 3\n").unwrap();
     let o = kvmc(&["check", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("m.toml:5:"),
-        "unknown keys are errors with a line: {}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("m.toml:5:"), "unknown keys are errors with a line: {}", stderr(&o));
 }
 
 #[test]
 fn bad_flags_exit_2() {
     for args in [
         &["check", "--strategy", "sideways"][..],
-        &[
-            "check",
-            "models/shared-prefix.toml",
-            "--variant",
-            "pre-99999",
-        ],
+        &["check", "models/shared-prefix.toml", "--variant", "pre-99999"],
         &["check", "--shard", "3/2"],
-        &[
-            "check",
-            "models/shared-prefix.toml",
-            "--property",
-            "no-such-property",
-        ],
+        &["check", "models/shared-prefix.toml", "--property", "no-such-property"],
         &["check", "--variant", "pre-63010"],
         &["explain", "no-such-property"],
         &["frobnicate"],
@@ -218,11 +157,7 @@ fn bad_spec_exits_2_naming_file_and_line() {
     let d = tempdir("badspec");
     std::fs::create_dir_all(d.join("specs")).unwrap();
     std::fs::create_dir_all(d.join("models")).unwrap();
-    std::fs::copy(
-        root().join("models/shared-prefix.toml"),
-        d.join("models/shared-prefix.toml"),
-    )
-    .unwrap();
+    std::fs::copy(root().join("models/shared-prefix.toml"), d.join("models/shared-prefix.toml")).unwrap();
     std::fs::write(
         d.join("specs/x.toml"),
         "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"shared-prefix\"\nverdict = \"maybe\"\n",
@@ -230,19 +165,15 @@ fn bad_spec_exits_2_naming_file_and_line() {
     .unwrap();
     let o = kvmc_in(&d, &["check"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("x.toml:5: verdict must be"),
-        "{}",
-        stderr(&o)
-    );
-    std::fs::write(d.join("specs/x.toml"), "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"nope\"\nverdict = \"holds\"\n").unwrap();
+    assert!(stderr(&o).contains("x.toml:5: verdict must be"), "{}", stderr(&o));
+    std::fs::write(
+        d.join("specs/x.toml"),
+        "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"nope\"\nverdict = \"holds\"\n",
+    )
+    .unwrap();
     let o = kvmc_in(&d, &["check"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("x.toml:4: no model 'nope'"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("x.toml:4: no model 'nope'"), "{}", stderr(&o));
 }
 
 #[test]
@@ -250,11 +181,7 @@ fn a_spec_expectation_that_no_longer_matches_exits_10() {
     let d = tempdir("wrongspec");
     std::fs::create_dir_all(d.join("specs")).unwrap();
     std::fs::create_dir_all(d.join("models")).unwrap();
-    std::fs::copy(
-        root().join("models/error-mid-prefill.toml"),
-        d.join("models/error-mid-prefill.toml"),
-    )
-    .unwrap();
+    std::fs::copy(root().join("models/error-mid-prefill.toml"), d.join("models/error-mid-prefill.toml")).unwrap();
     // Claims the fixed profile still has the bug: the checker disagrees.
     std::fs::write(
         d.join("specs/host-integrity.toml"),
@@ -270,11 +197,7 @@ fn a_holds_over_unreached_guards_is_vacuous() {
     let d = tempdir("vacuous");
     std::fs::create_dir_all(d.join("specs")).unwrap();
     std::fs::create_dir_all(d.join("models")).unwrap();
-    std::fs::copy(
-        root().join("models/decode-store.toml"),
-        d.join("models/decode-store.toml"),
-    )
-    .unwrap();
+    std::fs::copy(root().join("models/decode-store.toml"), d.join("models/decode-store.toml")).unwrap();
     std::fs::write(
         d.join("specs/host-integrity.toml"),
         "property = \"host-integrity\"\nsummary = \"s\"\nreach = [\"reach-host-eviction\"]\n[[expect]]\nmodel = \"decode-store\"\nverdict = \"holds\"\n",
@@ -282,32 +205,18 @@ fn a_holds_over_unreached_guards_is_vacuous() {
     .unwrap();
     let o = kvmc_in(&d, &["check"]);
     assert_eq!(o.status.code(), Some(10));
-    assert!(
-        stdout(&o).contains("VACUOUS: never reached reach-host-eviction"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("VACUOUS: never reached reach-host-eviction"), "{}", stdout(&o));
 }
 
 #[test]
 fn junit_output_is_well_formed_enough() {
-    let o = kvmc(&[
-        "check",
-        "models/preempt-store.toml",
-        "--variant",
-        "pre-29870",
-        "--format",
-        "junit",
-    ]);
+    let o = kvmc(&["check", "models/preempt-store.toml", "--variant", "pre-29870", "--format", "junit"]);
     assert_eq!(o.status.code(), Some(10));
     let x = stdout(&o);
     assert!(x.starts_with("<?xml"));
     assert!(x.contains("<testsuite name=\"preempt-store\""));
     assert!(x.contains("<failure message=\"verdict violated (expected holds)\">"));
-    assert_eq!(
-        x.matches("<testsuite ").count(),
-        x.matches("</testsuite>").count()
-    );
+    assert_eq!(x.matches("<testsuite ").count(), x.matches("</testsuite>").count());
 }
 
 #[test]
@@ -316,10 +225,7 @@ fn shards_partition_the_gate() {
     let a = kvmc(&["check", "--format", "json", "--shard", "1/2"]);
     let b = kvmc(&["check", "--format", "json", "--shard", "2/2"]);
     let n = |o: &std::process::Output| {
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["results"]
-            .as_array()
-            .unwrap()
-            .len()
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["results"].as_array().unwrap().len()
     };
     assert_eq!(n(&a) + n(&b), n(&all));
     assert!(n(&a) > 0 && n(&b) > 0);
@@ -347,9 +253,7 @@ fn list_and_explain_describe_the_catalogue() {
     assert_eq!(o.status.code(), Some(0));
     let out = stdout(&o);
     assert!(
-        out.contains("#63937")
-            && out.contains("error-mid-prefill")
-            && out.contains("error_watermark_computed"),
+        out.contains("#63937") && out.contains("error-mid-prefill") && out.contains("error_watermark_computed"),
         "{out}"
     );
     let o = kvmc(&["list", "--rules"]);
@@ -359,33 +263,19 @@ fn list_and_explain_describe_the_catalogue() {
 #[test]
 fn counterexample_files_are_written() {
     let d = tempdir("cxout");
-    let o = kvmc(&[
-        "check",
-        "models/error-mid-prefill.toml",
-        "--property",
-        "host-integrity",
-        "--out",
-        d.to_str().unwrap(),
-    ]);
+    let o =
+        kvmc(&["check", "models/error-mid-prefill.toml", "--property", "host-integrity", "--out", d.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(10));
     let stem = "error-mid-prefill__vllm-0.33__fixed__host-integrity";
     let f = |ext: &str| d.join(format!("{stem}.{ext}"));
     for ext in ["json", "itf.json", "dot", "scenario.toml"] {
         assert!(f(ext).exists(), "{} written", f(ext).display());
     }
-    let steps: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(f("json")).unwrap()).unwrap();
+    let steps: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f("json")).unwrap()).unwrap();
     let n = steps["steps"].as_array().unwrap().len();
-    let itf: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(f("itf.json")).unwrap()).unwrap();
-    assert_eq!(
-        itf["states"].as_array().unwrap().len(),
-        n + 1,
-        "init + one state per step"
-    );
-    assert!(std::fs::read_to_string(f("dot"))
-        .unwrap()
-        .starts_with("digraph"));
+    let itf: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f("itf.json")).unwrap()).unwrap();
+    assert_eq!(itf["states"].as_array().unwrap().len(), n + 1, "init + one state per step");
+    assert!(std::fs::read_to_string(f("dot")).unwrap().starts_with("digraph"));
 }
 
 #[test]

@@ -19,10 +19,7 @@ pub fn scope(name: &str) -> Arc<Scope> {
 /// Every applicable always-property and every applicable guard.
 pub fn all_props(s: &Scope) -> Vec<&'static props::PropDef> {
     let off = s.cfg.offload().is_some();
-    props::CATALOGUE
-        .iter()
-        .filter(|p| props::applies(p, off))
-        .collect()
+    props::CATALOGUE.iter().filter(|p| props::applies(p, off)).collect()
 }
 
 pub fn model(name: &str, profile: Option<&str>, variant: Option<&str>) -> KvModel {
@@ -36,27 +33,15 @@ pub fn check(name: &str, profile: Option<&str>, variant: Option<&str>) -> RunRes
 }
 
 pub fn always_props(s: &Scope) -> Vec<&'static str> {
-    all_props(s)
-        .into_iter()
-        .filter(|p| p.kind == Kind::Always)
-        .map(|p| p.name)
-        .collect()
+    all_props(s).into_iter().filter(|p| p.kind == Kind::Always).map(|p| p.name).collect()
 }
 
 pub fn kvmc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvmc"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .expect("kvmc runs")
+    Command::new(env!("CARGO_BIN_EXE_kvmc")).args(args).current_dir(root()).output().expect("kvmc runs")
 }
 
 pub fn kvmc_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvmc"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("kvmc runs")
+    Command::new(env!("CARGO_BIN_EXE_kvmc")).args(args).current_dir(dir).output().expect("kvmc runs")
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -69,10 +54,7 @@ pub fn stderr(o: &Output) -> String {
 
 /// A fresh temporary directory under target/.
 pub fn tempdir(tag: &str) -> PathBuf {
-    let d = root()
-        .join("target")
-        .join("test-tmp")
-        .join(format!("{tag}-{}", std::process::id()));
+    let d = root().join("target").join("test-tmp").join(format!("{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

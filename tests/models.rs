@@ -6,15 +6,17 @@ use kvmc::check::{replay, Verdict};
 
 /// (model, unique states) with the model's own profile and every applicable property.
 const PINNED: &[(&str, usize)] = &[
-    ("decode-store", 9),
-    ("error-mid-prefill", 26),
+    ("async-no-prefix-cache", 480),
+    ("async-preempt", 124),
+    ("decode-store", 13),
+    ("error-mid-prefill", 36),
     ("g1-pressure", 120),
-    ("load-reservation", 813),
-    ("preempt-store", 32),
-    ("restart-recompute", 2374),
-    ("shared-prefix", 48),
-    ("sync-load-failure-fail", 693),
-    ("sync-load-failure", 9047),
+    ("load-reservation", 1117),
+    ("preempt-store", 40),
+    ("restart-recompute", 3292),
+    ("shared-prefix", 64),
+    ("sync-load-failure-fail", 837),
+    ("sync-load-failure", 11159),
 ];
 
 #[test]
@@ -53,98 +55,28 @@ fn exploration_is_deterministic() {
 }
 
 /// (model, profile, variant, property, steps of the shortest counterexample).
-type Found = (
-    &'static str,
-    Option<&'static str>,
-    Option<&'static str>,
-    &'static str,
-    usize,
-);
+type Found = (&'static str, Option<&'static str>, Option<&'static str>, &'static str, usize);
 
 const FOUND: &[Found] = &[
-    ("error-mid-prefill", None, None, "host-integrity", 8),
+    ("error-mid-prefill", None, None, "host-integrity", 5),
     ("error-mid-prefill", None, None, "source-freshness", 5),
-    ("decode-store", None, Some("pre-54193"), "host-integrity", 8),
-    (
-        "preempt-store",
-        None,
-        Some("pre-29870"),
-        "source-freshness",
-        4,
-    ),
-    (
-        "preempt-store",
-        None,
-        Some("pre-29870"),
-        "host-integrity",
-        7,
-    ),
-    (
-        "preempt-store",
-        None,
-        Some("pre-29870"),
-        "kv-read-integrity",
-        11,
-    ),
-    (
-        "restart-recompute",
-        None,
-        Some("pre-63010"),
-        "store-coverage",
-        10,
-    ),
-    (
-        "restart-recompute",
-        None,
-        Some("pre-27697"),
-        "store-coverage",
-        7,
-    ),
-    (
-        "restart-recompute",
-        None,
-        Some("mut-no-touch-dequeue"),
-        "g1-accounting",
-        4,
-    ),
-    (
-        "restart-recompute",
-        None,
-        Some("mut-cache-unscheduled"),
-        "kv-read-integrity",
-        3,
-    ),
-    (
-        "restart-recompute",
-        None,
-        Some("mut-no-delay-cache-async-load"),
-        "g1-cache-sound",
-        7,
-    ),
-    (
-        "restart-recompute",
-        None,
-        Some("mut-double-complete"),
-        "host-accounting",
-        9,
-    ),
-    (
-        "g1-pressure",
-        None,
-        Some("mut-no-touch-dequeue"),
-        "g1-accounting",
-        6,
-    ),
-    (
-        "load-reservation",
-        None,
-        Some("mut-no-load-reservation"),
-        "requests-finish",
-        13,
-    ),
+    ("decode-store", None, Some("pre-54193"), "host-integrity", 5),
+    ("preempt-store", None, Some("pre-29870"), "source-freshness", 4),
+    ("preempt-store", None, Some("pre-29870"), "host-integrity", 4),
+    ("preempt-store", None, Some("pre-29870"), "kv-read-integrity", 6),
+    ("restart-recompute", None, Some("pre-63010"), "store-coverage", 10),
+    ("restart-recompute", None, Some("pre-27697"), "store-coverage", 7),
+    ("restart-recompute", None, Some("mut-no-touch-dequeue"), "g1-accounting", 4),
+    ("restart-recompute", None, Some("mut-cache-unscheduled"), "kv-read-integrity", 3),
+    ("restart-recompute", None, Some("mut-no-delay-cache-async-load"), "g1-cache-sound", 6),
+    ("restart-recompute", None, Some("mut-double-complete"), "host-accounting", 6),
+    ("g1-pressure", None, Some("mut-no-touch-dequeue"), "g1-accounting", 6),
+    ("load-reservation", None, Some("mut-no-load-reservation"), "requests-finish", 11),
     ("sync-load-failure", None, None, "g1-cache-sound", 9),
     ("sync-load-failure", None, None, "kv-read-integrity", 10),
-    ("sync-load-failure-fail", None, None, "host-integrity", 12),
+    ("sync-load-failure-fail", None, None, "host-integrity", 10),
+    ("async-no-prefix-cache", None, Some("pre-46014"), "load-safety", 7),
+    ("async-preempt", None, Some("pre-29870"), "source-freshness", 5),
 ];
 
 #[test]
@@ -152,39 +84,22 @@ fn every_variant_is_caught_with_a_replayable_counterexample() {
     let mut wrong_len = Vec::new();
     for (name, profile, variant, prop, steps) in FOUND {
         let r = check(name, *profile, *variant);
-        assert_eq!(
-            r.verdict(prop),
-            Verdict::Violated,
-            "{name} {variant:?}: {prop} must be violated"
-        );
+        assert_eq!(r.verdict(prop), Verdict::Violated, "{name} {variant:?}: {prop} must be violated");
         let path = r.outcome(prop).unwrap().path.clone().unwrap();
         if path.len() != *steps {
-            wrong_len.push(format!(
-                "{name} {variant:?} {prop}: {} steps, pinned {steps}",
-                path.len()
-            ));
+            wrong_len.push(format!("{name} {variant:?} {prop}: {} steps, pinned {steps}", path.len()));
         }
         // The path replays and ends in a state that violates the property, while every
         // earlier state satisfies it (the discovery is the first violation on its path).
         let m = model(name, *profile, *variant);
         let states = replay(&m, &path).expect("counterexample replays");
         let def = kvmc::props::find(prop).unwrap();
-        assert!(
-            !(def.check)(&m, states.last().unwrap()),
-            "{name} {prop}: last state violates"
-        );
+        assert!(!(def.check)(&m, states.last().unwrap()), "{name} {prop}: last state violates");
         for s in &states[..states.len() - 1] {
-            assert!(
-                (def.check)(&m, s),
-                "{name} {prop}: earlier states satisfy it"
-            );
+            assert!((def.check)(&m, s), "{name} {prop}: earlier states satisfy it");
         }
     }
-    assert!(
-        wrong_len.is_empty(),
-        "shortest counterexample lengths changed:\n{}",
-        wrong_len.join("\n")
-    );
+    assert!(wrong_len.is_empty(), "shortest counterexample lengths changed:\n{}", wrong_len.join("\n"));
 }
 
 #[test]
@@ -194,31 +109,25 @@ fn fixed_rules_hold_where_the_bug_is_fixed() {
     let s10 = check("sync-load-failure", None, Some("fix-s10"));
     assert_eq!(s10.verdict("g1-cache-sound"), Verdict::Holds);
     assert_eq!(s10.verdict("kv-read-integrity"), Verdict::Holds);
-    for name in [
-        "shared-prefix",
-        "preempt-store",
-        "restart-recompute",
-        "load-reservation",
-        "g1-pressure",
-    ] {
+    for name in ["shared-prefix", "preempt-store", "restart-recompute", "load-reservation", "g1-pressure"] {
         let r = check(name, None, None);
         for p in always_props(&scope(name)) {
-            assert_eq!(
-                r.verdict(p),
-                Verdict::Holds,
-                "{name}: {p} holds on vllm-0.33"
-            );
+            assert_eq!(r.verdict(p), Verdict::Holds, "{name}: {p} holds on vllm-0.33");
         }
     }
 }
 
-/// Known gap, pinned: pre-46014 needs async scheduling (the flushed stores of a preempted
-/// request are reported in the same step under synchronous scheduling), which the
-/// foundation does not model yet. When it does, this test must fail and be replaced.
+/// Finding, pinned: under 0.33's lookup (a write-pending key defers it), removing only the
+/// #46014 guard is harmless; the race needs the lookup to stop at a write-pending key.
 #[test]
-fn fixme_pre_46014_is_not_reachable_in_sync_scheduling() {
-    for name in ["preempt-store", "restart-recompute", "load-reservation"] {
-        let r = check(name, None, Some("pre-46014"));
+fn the_46014_guard_alone_is_redundant_with_hit_pending() {
+    for name in ["async-no-prefix-cache", "async-preempt", "preempt-store", "restart-recompute"] {
+        let r = check(name, None, Some("mut-no-inflight-guard"));
         assert_eq!(r.verdict("load-safety"), Verdict::Holds, "{name}");
+        let s = scope(name);
+        let m = model(name, None, Some("mut-no-inflight-guard"));
+        drop((s, m));
     }
+    let r = check("async-no-prefix-cache", None, Some("mut-no-inflight-guard"));
+    assert_eq!(r.reached("reach-lookup-inflight"), Some(true), "the window is reached, the harm is not");
 }

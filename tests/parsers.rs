@@ -42,16 +42,8 @@ fn check_error(text: &str) {
         Err(e) => {
             let msg = e.to_string();
             assert!(msg.starts_with("t.toml:"), "names the file: {msg}");
-            let line: usize = msg["t.toml:".len()..]
-                .split(':')
-                .next()
-                .unwrap()
-                .parse()
-                .expect("a line number");
-            assert!(
-                line >= 1 && line <= text.lines().count() + 1,
-                "line {line} in range: {msg}"
-            );
+            let line: usize = msg["t.toml:".len()..].split(':').next().unwrap().parse().expect("a line number");
+            assert!(line >= 1 && line <= text.lines().count() + 1, "line {line} in range: {msg}");
             assert_eq!(e.exit_code(), 2);
         }
     }

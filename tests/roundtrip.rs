@@ -22,14 +22,7 @@ fn counterexample_scenario_replays_to_the_same_violation() {
     let m = model("preempt-store", None, Some("pre-29870"));
     let acts = scenario_actions(&m, &scen).expect("scenario resolves");
     let r = check("preempt-store", None, Some("pre-29870"));
-    assert_eq!(
-        &acts,
-        r.outcome("kv-read-integrity")
-            .unwrap()
-            .path
-            .as_ref()
-            .unwrap()
-    );
+    assert_eq!(&acts, r.outcome("kv-read-integrity").unwrap().path.as_ref().unwrap());
     let states = replay(&m, &acts).unwrap();
     let def = kvmc::props::find("kv-read-integrity").unwrap();
     assert!(!(def.check)(&m, states.last().unwrap()));
@@ -52,17 +45,7 @@ fn a_scenario_with_an_impossible_action_is_an_input_error() {
     let d = tempdir("rtbad");
     let p = d.join("s.toml");
     std::fs::write(&p, "actions = [\"arrive A\", \"store copy done\"]\n").unwrap();
-    let o = kvmc(&[
-        "explore",
-        "models/preempt-store.toml",
-        "--path",
-        p.to_str().unwrap(),
-        "--dry-run",
-    ]);
+    let o = kvmc(&["explore", "models/preempt-store.toml", "--path", p.to_str().unwrap(), "--dry-run"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(
-        stderr(&o).contains("action 2 (\"store copy done\") is not enabled"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).contains("action 2 (\"store copy done\") is not enabled"), "{}", stderr(&o));
 }

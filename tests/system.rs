@@ -19,11 +19,7 @@ fn free_queue_order_follows_block_pool() {
     let mut g = Ghost::default();
     let mut ev = Events::off();
     let mut p = GpuPool::new(6);
-    assert_eq!(
-        p.free_queue(),
-        vec![1, 2, 3, 4, 5],
-        "block 0 is the null block"
-    );
+    assert_eq!(p.free_queue(), vec![1, 2, 3, 4, 5], "block 0 is the null block");
     let got = p.get_new_blocks(3, &mut g, &mut ev);
     assert_eq!(got, vec![1, 2, 3], "pop at the head");
     // blocks 1, 2 hashed, 3 not: freeing [1,2,3] tail-first puts 3 at the head, then 2, 1 at the tail.
@@ -36,16 +32,8 @@ fn free_queue_order_follows_block_pool() {
     assert_eq!(p.ref_cnt[2], 1);
     // handing out a cached block evicts its hash lazily
     let _ = p.get_new_blocks(4, &mut g, &mut ev);
-    assert_eq!(
-        p.get_one_block(h(10)),
-        None,
-        "block 1 was handed out: its hash is gone"
-    );
-    assert_eq!(
-        p.get_one_block(h(20)),
-        Some(2),
-        "block 2 is held: still cached"
-    );
+    assert_eq!(p.get_one_block(h(10)), None, "block 1 was handed out: its hash is gone");
+    assert_eq!(p.get_one_block(h(20)), Some(2), "block 2 is held: still cached");
 }
 
 #[test]
@@ -57,28 +45,15 @@ fn cached_map_keeps_duplicates_in_insertion_order() {
     p.cache_full_blocks(&[2], &[h(7)], 0, 1, &mut ev);
     p.cache_full_blocks(&[1], &[h(7)], 0, 1, &mut ev);
     assert_eq!(p.get_one_block(h(7)), Some(2), "first inserted wins");
-    assert_eq!(
-        p.find_longest_cache_hit(&[h(7), h(8)], 10, 2),
-        vec![2],
-        "stops at the first miss"
-    );
-    assert_eq!(
-        p.find_longest_cache_hit(&[h(7)], 1, 2),
-        Vec::<u32>::new(),
-        "capped at max_len / B blocks"
-    );
+    assert_eq!(p.find_longest_cache_hit(&[h(7), h(8)], 10, 2), vec![2], "stops at the first miss");
+    assert_eq!(p.find_longest_cache_hit(&[h(7)], 1, 2), Vec::<u32>::new(), "capped at max_len / B blocks");
 }
 
 #[test]
 fn allocate_slots_checks_capacity_before_any_mutation() {
     let r = rules::resolve("vllm-0.33", None).unwrap();
     let spec = RequestSpec::new("A", vec![1, 2, 3], vec![9], EndKind::Length, 2);
-    let k = KvCtx {
-        spec: &spec,
-        rules: &r,
-        block_size: 2,
-        max_model_len: 16,
-    };
+    let k = KvCtx { spec: &spec, rules: &r, block_size: 2, max_model_len: 16, caching: true };
     let mut ev = Events::off();
     let mut g = Ghost::default();
     let mut p = GpuPool::new(3); // two usable blocks
@@ -122,12 +97,7 @@ fn allocate_slots_checks_capacity_before_any_mutation() {
 fn last_token_rule_caps_prefix_hits() {
     let r = rules::resolve("vllm-0.33", None).unwrap();
     let spec = RequestSpec::new("A", vec![1, 2, 3, 4], vec![9], EndKind::Length, 2);
-    let k = KvCtx {
-        spec: &spec,
-        rules: &r,
-        block_size: 2,
-        max_model_len: 16,
-    };
+    let k = KvCtx { spec: &spec, rules: &r, block_size: 2, max_model_len: 16, caching: true };
     let mut ev = Events::off();
     let mut g = Ghost::default();
     let mut p = GpuPool::new(4);
@@ -135,11 +105,7 @@ fn last_token_rule_caps_prefix_hits() {
     p.cache_full_blocks(&b, &spec.hashes, 0, 2, &mut ev);
     let q = ReqState::new();
     let (hits, n) = kv_manager::get_computed_blocks(&p, &q, &k);
-    assert_eq!(
-        (hits.len(), n),
-        (1, 2),
-        "a fully cached 4-token prompt recomputes its whole last block"
-    );
+    assert_eq!((hits.len(), n), (1, 2), "a fully cached 4-token prompt recomputes its whole last block");
 }
 
 fn acc() -> ReqAccess {
@@ -152,15 +118,12 @@ fn host_lru_033_evicts_tails_of_older_requests_first() {
     let mut ev = Events::off();
     let mut t = HostTier::new(3);
     let (mut r1, mut r2) = (acc(), acc());
-    let s = t
-        .prepare_store(&[(h(1), 2), (h(2), 4)], &mut r1, &mut g, &mut ev)
-        .unwrap();
+    let s = t.prepare_store(&[(h(1), 2), (h(2), 4)], &mut r1, &mut g, &mut ev).unwrap();
     assert_eq!(s.slots, vec![0, 1], "fresh slots in increasing order");
     assert_eq!(t.lookup(&h(1)), Lookup::HitPending);
     t.complete_store(&[h(1), h(2)], &mut g);
     assert_eq!(t.lookup(&h(1)), Lookup::Hit);
-    t.prepare_store(&[(h(3), 2)], &mut r2, &mut g, &mut ev)
-        .unwrap();
+    t.prepare_store(&[(h(3), 2)], &mut r2, &mut g, &mut ev).unwrap();
     t.complete_store(&[h(3)], &mut g);
     // request ranks: r1 before r2; within r1 the tail (position 4) goes first
     assert_eq!(t.eviction_order(), vec![h(2), h(1), h(3)]);
@@ -170,18 +133,12 @@ fn host_lru_033_evicts_tails_of_older_requests_first() {
     // a pinned key is never a victim; a store that cannot make room changes nothing
     let mut r3 = acc();
     t.prepare_load(&[(h(3), 2)], &mut r3, &mut g);
-    let out = t
-        .prepare_store(&[(h(4), 2)], &mut r3, &mut g, &mut ev)
-        .unwrap();
+    let out = t.prepare_store(&[(h(4), 2)], &mut r3, &mut g, &mut ev).unwrap();
     assert_eq!(out.evicted, vec![h(2)]);
     assert_eq!(out.slots, vec![1], "the victim's slot is reused");
     let before = (t.len(), t.num_free_slots());
     let mut r4 = acc();
-    assert!(
-        t.prepare_store(&[(h(5), 2), (h(6), 4), (h(7), 6)], &mut r4, &mut g, &mut ev)
-            .is_none(),
-        "all or nothing"
-    );
+    assert!(t.prepare_store(&[(h(5), 2), (h(6), 4), (h(7), 6)], &mut r4, &mut g, &mut ev).is_none(), "all or nothing");
     assert_eq!((t.len(), t.num_free_slots()), before);
     assert_eq!(g.violations, 0);
 }
@@ -192,8 +149,7 @@ fn host_complete_load_twice_is_a_breach() {
     let mut ev = Events::off();
     let mut t = HostTier::new(1);
     let mut r = acc();
-    t.prepare_store(&[(h(1), 2)], &mut r, &mut g, &mut ev)
-        .unwrap();
+    t.prepare_store(&[(h(1), 2)], &mut r, &mut g, &mut ev).unwrap();
     t.complete_store(&[h(1)], &mut g);
     t.prepare_load(&[(h(1), 2)], &mut r, &mut g);
     t.complete_load(&[h(1)], &mut g);

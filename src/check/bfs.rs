@@ -79,13 +79,7 @@ pub fn explore(model: &KvModel, opts: &RunOpts) -> BfsOutcome {
     let init = model.init();
     let init_fp = fingerprint(&init);
     let mut seen: HashMap<u64, Node> = HashMap::new();
-    seen.insert(
-        init_fp,
-        Node {
-            parent: init_fp,
-            action: u32::MAX,
-        },
-    );
+    seen.insert(init_fp, Node { parent: init_fp, action: u32::MAX });
     let mut frontier: VecDeque<(KvState, u64, usize)> = VecDeque::from([(init, init_fp, 0)]);
     let mut generated = 1usize;
     let mut max_depth = 0usize;
@@ -131,10 +125,7 @@ pub fn explore(model: &KvModel, opts: &RunOpts) -> BfsOutcome {
             generated += 1;
             let nfp = fingerprint(&next);
             if let std::collections::hash_map::Entry::Vacant(v) = seen.entry(nfp) {
-                v.insert(Node {
-                    parent: fp,
-                    action: idx as u32,
-                });
+                v.insert(Node { parent: fp, action: idx as u32 });
                 frontier.push_back((next, nfp, depth + 1));
             }
         }
@@ -148,13 +139,7 @@ pub fn explore(model: &KvModel, opts: &RunOpts) -> BfsOutcome {
         .zip(&found)
         .filter_map(|(p, f)| f.map(|fp| (p.name, path_to(model, &seen, init_fp, fp))))
         .collect();
-    BfsOutcome {
-        unique: seen.len(),
-        generated,
-        max_depth,
-        stopped,
-        discoveries,
-    }
+    BfsOutcome { unique: seen.len(), generated, max_depth, stopped, discoveries }
 }
 
 /// Rebuild the actions from the initial state to `fp` by replaying action indices.
@@ -174,9 +159,7 @@ fn path_to(model: &KvModel, seen: &HashMap<u64, Node>, init_fp: u64, fp: u64) ->
         acts.clear();
         model.actions(&s, &mut acts);
         let a = acts[i];
-        s = model
-            .next_state(&s, a)
-            .expect("a recorded step replays (the model is deterministic)");
+        s = model.next_state(&s, a).expect("a recorded step replays (the model is deterministic)");
         out.push(a);
     }
     out

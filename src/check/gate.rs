@@ -91,10 +91,7 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                 return Err(KvmcError::input(
                     &x.at.0,
                     x.at.1,
-                    format!(
-                        "property '{}' needs an offload connector; model '{}' has none",
-                        spec.property, x.model
-                    ),
+                    format!("property '{}' needs an offload connector; model '{}' has none", spec.property, x.model),
                 ));
             }
             let key = (x.model.clone(), x.profile.clone(), x.variant.clone());
@@ -130,11 +127,7 @@ pub fn plan_paths(
     for n in only {
         match props::find(n) {
             Some(p) if p.kind == Kind::Always => {}
-            _ => {
-                return Err(KvmcError::Usage(format!(
-                    "--property {n}: unknown property (see kvmc list)"
-                )))
-            }
+            _ => return Err(KvmcError::Usage(format!("--property {n}: unknown property (see kvmc list)"))),
         }
     }
     let mut jobs = Vec::new();
@@ -143,22 +136,14 @@ pub fn plan_paths(
         let off = scope.cfg.offload().is_some();
         let mut checks = Vec::new();
         let mut reach = BTreeMap::new();
-        for d in props::CATALOGUE
-            .iter()
-            .filter(|d| d.kind == Kind::Always && props::applies(d, off))
-        {
+        for d in props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)) {
             if only.is_empty() || only.iter().any(|o| o == d.name) {
                 checks.push((d.name.to_string(), None));
-                let r: Vec<String> = specs
-                    .iter()
-                    .find(|s| s.property == d.name)
-                    .map(|s| s.reach.clone())
-                    .unwrap_or_default();
+                let r: Vec<String> =
+                    specs.iter().find(|s| s.property == d.name).map(|s| s.reach.clone()).unwrap_or_default();
                 reach.insert(
                     d.name.to_string(),
-                    r.into_iter()
-                        .filter(|g| props::applies(props::find(g).unwrap(), off))
-                        .collect(),
+                    r.into_iter().filter(|g| props::applies(props::find(g).unwrap(), off)).collect(),
                 );
             }
         }
@@ -188,21 +173,11 @@ pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
         }
     }
     let defs: Vec<_> = names.iter().map(|n| props::find(n).unwrap()).collect();
-    let model = KvModel::new(
-        job.scope.clone(),
-        job.profile.as_deref(),
-        job.variant.as_deref(),
-        defs,
-    )
-    .map_err(KvmcError::Usage)?;
+    let model = KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), defs)
+        .map_err(KvmcError::Usage)?;
     let profile = model.profile.clone();
-    let display_model = KvModel::new(
-        job.scope.clone(),
-        job.profile.as_deref(),
-        job.variant.as_deref(),
-        vec![],
-    )
-    .map_err(KvmcError::Usage)?;
+    let display_model = KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), vec![])
+        .map_err(KvmcError::Usage)?;
     let r: RunResult = run(model, opts);
     let mut rows = Vec::new();
     for (p, expected) in &job.checks {
@@ -210,12 +185,7 @@ pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
         let unreached: Vec<String> = if verdict == Verdict::Holds {
             job.reach
                 .get(p)
-                .map(|gs| {
-                    gs.iter()
-                        .filter(|g| r.reached(g) == Some(false))
-                        .cloned()
-                        .collect()
-                })
+                .map(|gs| gs.iter().filter(|g| r.reached(g) == Some(false)).cloned().collect())
                 .unwrap_or_default()
         } else {
             Vec::new()
@@ -223,10 +193,7 @@ pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
         let counterexample = match r.outcome(p).and_then(|o| o.path.as_ref()) {
             Some(path) if verdict == Verdict::Violated => {
                 Some(counterexample::build(&display_model, path).ok_or_else(|| {
-                    KvmcError::Internal(format!(
-                        "the counterexample for {p} on {} does not replay",
-                        job.scope.name
-                    ))
+                    KvmcError::Internal(format!("the counterexample for {p} on {} does not replay", job.scope.name))
                 })?)
             }
             _ => None,

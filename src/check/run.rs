@@ -40,14 +40,7 @@ pub struct RunOpts {
 
 impl Default for RunOpts {
     fn default() -> Self {
-        RunOpts {
-            strategy: Strategy::Bfs,
-            threads: 1,
-            max_states: None,
-            max_depth: None,
-            timeout: None,
-            seed: 0,
-        }
+        RunOpts { strategy: Strategy::Bfs, threads: 1, max_states: None, max_depth: None, timeout: None, seed: 0 }
     }
 }
 
@@ -125,10 +118,7 @@ pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
         let o = super::bfs::explore(&model, opts);
         (o.unique, o.generated, o.max_depth, o.discoveries, o.stopped)
     } else {
-        let mut b = model
-            .checker()
-            .threads(opts.threads.max(1))
-            .finish_when(HasDiscoveries::All);
+        let mut b = model.checker().threads(opts.threads.max(1)).finish_when(HasDiscoveries::All);
         if let Some(n) = opts.max_states {
             b = b.target_state_count(n);
         }
@@ -163,55 +153,25 @@ pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
     let cut_by = stopped.map(|r| match r {
         StopReason::States => format!("--max-states {}", opts.max_states.unwrap_or(0)),
         StopReason::Depth => format!("--max-depth {}", opts.max_depth.unwrap_or(0)),
-        StopReason::Timeout => format!(
-            "timeout of {}s",
-            opts.timeout.map_or(0.0, |t| t.as_secs_f64())
-        ),
-        StopReason::Sampling => {
-            "simulation samples paths; it never exhausts the state space".to_string()
-        }
+        StopReason::Timeout => format!("timeout of {}s", opts.timeout.map_or(0.0, |t| t.as_secs_f64())),
+        StopReason::Sampling => "simulation samples paths; it never exhausts the state space".to_string(),
     });
     let props = names
         .into_iter()
         .map(|(name, kind)| {
-            let path = discoveries
-                .iter()
-                .find(|(d, _)| *d == name)
-                .map(|(_, p)| p.clone());
-            PropOutcome {
-                name,
-                kind,
-                discovered: path.is_some(),
-                path,
-            }
+            let path = discoveries.iter().find(|(d, _)| *d == name).map(|(_, p)| p.clone());
+            PropOutcome { name, kind, discovered: path.is_some(), path }
         })
         .collect();
-    RunResult {
-        unique_states: unique,
-        states,
-        max_depth: depth,
-        seconds,
-        complete: cut_by.is_none(),
-        cut_by,
-        props,
-    }
+    RunResult { unique_states: unique, states, max_depth: depth, seconds, complete: cut_by.is_none(), cut_by, props }
 }
 
 type Found = Vec<(&'static str, Vec<Action>)>;
 
 fn collect<C: Checker<KvModel>>(c: C) -> (usize, usize, usize, Found) {
-    let mut found: Found = c
-        .discoveries()
-        .into_iter()
-        .map(|(n, p)| (n, p.into_actions()))
-        .collect();
+    let mut found: Found = c.discoveries().into_iter().map(|(n, p)| (n, p.into_actions())).collect();
     found.sort_by_key(|(n, _)| *n);
-    (
-        c.unique_state_count(),
-        c.state_count(),
-        c.max_depth(),
-        found,
-    )
+    (c.unique_state_count(), c.state_count(), c.max_depth(), found)
 }
 
 /// Replay `path` from the initial state; None if some action is not enabled or changes

@@ -101,10 +101,7 @@ impl Spec {
                     return Err(KvmcError::input(
                         path,
                         at(r.span()),
-                        format!(
-                            "'{}' is not a reachability guard (see kvmc list)",
-                            r.get_ref()
-                        ),
+                        format!("'{}' is not a reachability guard (see kvmc list)", r.get_ref()),
                     ))
                 }
             }
@@ -168,10 +165,8 @@ impl Spec {
 /// Every spec in `dir`, sorted by file name; at most one spec per property.
 pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
     let rd = std::fs::read_dir(dir).map_err(|e| KvmcError::io(dir, e))?;
-    let mut paths: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
+    let mut paths: Vec<PathBuf> =
+        rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
     paths.sort();
     let mut specs: Vec<Spec> = Vec::new();
     for p in paths {
@@ -180,11 +175,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
             return Err(KvmcError::input(
                 &p,
                 1,
-                format!(
-                    "property '{}' already has a spec in {}",
-                    s.property,
-                    other.path.display()
-                ),
+                format!("property '{}' already has a spec in {}", s.property, other.path.display()),
             ));
         }
         specs.push(s);

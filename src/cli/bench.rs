@@ -38,19 +38,10 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     for p in paths {
         let scope = Arc::new(Scope::load(&p)?);
         let off = scope.cfg.offload().is_some();
-        let defs: Vec<_> = props::CATALOGUE
-            .iter()
-            .filter(|d| d.kind == Kind::Always && props::applies(d, off))
-            .collect();
-        let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs)
-            .map_err(KvmcError::Usage)?;
-        let r = check::run(
-            m,
-            &RunOpts {
-                threads: a.threads,
-                ..Default::default()
-            },
-        );
+        let defs: Vec<_> =
+            props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)).collect();
+        let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
+        let r = check::run(m, &RunOpts { threads: a.threads, ..Default::default() });
         let peak = crate::check::run::peak_rss_bytes().map_or(0.0, |b| b as f64 / 1048576.0);
         println!(
             "{:<30} {:>12} {:>12} {:>8} {:>10.3} {:>12.0} {:>10.1}{}",

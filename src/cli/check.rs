@@ -91,9 +91,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     }
     if let Some(t) = a.timeout {
         if !(t > 0.0 && t.is_finite()) {
-            return Err(KvmcError::Usage(
-                "--timeout must be a positive number of seconds".into(),
-            ));
+            return Err(KvmcError::Usage("--timeout must be a positive number of seconds".into()));
         }
     }
     let opts = RunOpts {
@@ -111,17 +109,10 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     if a.threads > 1 && opts.strategy == Strategy::Bfs {
         eprintln!("warning: --threads > 1 with bfs: counterexamples may not be the shortest");
     }
-    let specs_list = if a.specs.is_dir() {
-        specs::load_dir(&a.specs)?
-    } else {
-        Vec::new()
-    };
+    let specs_list = if a.specs.is_dir() { specs::load_dir(&a.specs)? } else { Vec::new() };
     let mut jobs: Vec<Job> = if a.paths.is_empty() {
         if !a.specs.is_dir() {
-            return Err(KvmcError::io(
-                &a.specs,
-                "no specs directory (run from the project root or pass --specs DIR)",
-            ));
+            return Err(KvmcError::io(&a.specs, "no specs directory (run from the project root or pass --specs DIR)"));
         }
         if a.variant.is_some() || a.profile.is_some() || !a.properties.is_empty() {
             return Err(KvmcError::Usage("--variant, --profile and --property apply to explicit model paths; with no path kvmc runs the specs' expectations".into()));
@@ -134,47 +125,25 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         if let Some(v) = &a.variant {
             crate::system::rules::resolve("vllm-0.33", Some(v)).map_err(KvmcError::Usage)?;
         }
-        gate::plan_paths(
-            &a.paths,
-            a.profile.as_deref(),
-            a.variant.as_deref(),
-            &a.properties,
-            &specs_list,
-        )?
+        gate::plan_paths(&a.paths, a.profile.as_deref(), a.variant.as_deref(), &a.properties, &specs_list)?
     };
     if let Some(s) = &a.shard {
         let (i, n) = parse_shard(s)?;
-        jobs = jobs
-            .into_iter()
-            .enumerate()
-            .filter(|(k, _)| k % n == i - 1)
-            .map(|(_, j)| j)
-            .collect();
+        jobs = jobs.into_iter().enumerate().filter(|(k, _)| k % n == i - 1).map(|(_, j)| j).collect();
     }
     let rows = execute_all(&jobs, &opts, a.jobs)?;
     if let Some(dir) = &a.out {
         let find = |r: &Row| {
             jobs.iter()
                 .find(|j| j.scope.name == r.model && j.variant == r.variant)
-                .and_then(|j| {
-                    KvModel::new(
-                        j.scope.clone(),
-                        Some(&r.profile),
-                        j.variant.as_deref(),
-                        vec![],
-                    )
-                    .ok()
-                })
+                .and_then(|j| KvModel::new(j.scope.clone(), Some(&r.profile), j.variant.as_deref(), vec![]).ok())
         };
         report::write_counterexamples(&rows, dir, &find).map_err(|e| KvmcError::io(dir, e))?;
     }
     let peak = crate::check::run::peak_rss_bytes();
     match a.format {
         Format::Text => print!("{}", report::text(&rows, a.verbose)),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report::json(&rows, peak)).expect("json")
-        ),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report::json(&rows, peak)).expect("json")),
         Format::Junit => print!("{}", report::junit(&rows)),
     }
     Ok(gate::exit_code(&rows))
@@ -182,19 +151,13 @@ pub fn run(a: CheckArgs) -> Result<i32> {
 
 /// Run the jobs, `parallel` at a time, keeping the planned order in the output.
 pub fn execute_all(jobs: &[Job], opts: &RunOpts, parallel: Option<usize>) -> Result<Vec<Row>> {
-    let width = parallel
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(jobs.len() as u64),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
+    let width = parallel.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let bar =
+        indicatif::ProgressBar::with_draw_target(Some(jobs.len() as u64), indicatif::ProgressDrawTarget::stderr());
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} explorations {msg}")
-            .expect("template"),
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} explorations {msg}").expect("template"),
     );
-    let results: Vec<Mutex<Option<Result<Vec<Row>>>>> =
-        jobs.iter().map(|_| Mutex::new(None)).collect();
+    let results: Vec<Mutex<Option<Result<Vec<Row>>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..width.min(jobs.len().max(1)) {

@@ -31,12 +31,8 @@ pub struct ExploreArgs {
 pub fn run(a: ExploreArgs) -> Result<i32> {
     let scope = Arc::new(Scope::load(&a.model)?);
     let off = scope.cfg.offload().is_some();
-    let defs: Vec<_> = props::CATALOGUE
-        .iter()
-        .filter(|p| props::applies(p, off) && p.kind == Kind::Always)
-        .collect();
-    let model = KvModel::new(scope, a.profile.as_deref(), a.variant.as_deref(), defs)
-        .map_err(KvmcError::Usage)?;
+    let defs: Vec<_> = props::CATALOGUE.iter().filter(|p| props::applies(p, off) && p.kind == Kind::Always).collect();
+    let model = KvModel::new(scope, a.profile.as_deref(), a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
     let mut url = format!("http://{}/", a.addr);
     if let Some(p) = &a.path {
         let idx = if std::path::Path::new(p).is_file() {
@@ -46,29 +42,20 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
             for x in acts {
                 let mut acts = Vec::new();
                 model.actions(&s, &mut acts);
-                idx.push(
-                    acts.iter()
-                        .position(|y| *y == x)
-                        .expect("resolved")
-                        .to_string(),
-                );
+                idx.push(acts.iter().position(|y| *y == x).expect("resolved").to_string());
                 s = model.next_state(&s, x).expect("resolved");
             }
             idx.join("/")
         } else {
             if !p.split('/').all(|x| x.parse::<usize>().is_ok()) {
-                return Err(KvmcError::Usage(format!(
-                    "--path {p}: neither a file nor an index path like 0/1/2"
-                )));
+                return Err(KvmcError::Usage(format!("--path {p}: neither a file nor an index path like 0/1/2")));
             }
             p.clone()
         };
         url.push_str(&format!("#/steps/{idx}"));
     }
-    let addr: std::net::SocketAddr = a
-        .addr
-        .parse()
-        .map_err(|_| KvmcError::Usage(format!("--addr {}: expected IP:PORT", a.addr)))?;
+    let addr: std::net::SocketAddr =
+        a.addr.parse().map_err(|_| KvmcError::Usage(format!("--addr {}: expected IP:PORT", a.addr)))?;
     if !addr.ip().is_loopback() {
         eprintln!("warning: serving on {addr}, which is not a loopback address");
     }
@@ -76,8 +63,7 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
     if a.dry_run {
         return Ok(0);
     }
-    std::net::TcpListener::bind(addr)
-        .map_err(|e| KvmcError::Usage(format!("cannot listen on {addr}: {e}")))?;
+    std::net::TcpListener::bind(addr).map_err(|e| KvmcError::Usage(format!("cannot listen on {addr}: {e}")))?;
     model.checker().serve(addr);
     Ok(0)
 }

@@ -22,29 +22,14 @@ pub struct ListArgs {
 /// The rules table as Markdown (also used by docs).
 pub fn rules_table() -> String {
     let mut s = String::from("| rule | what it decides | vLLM | ");
-    s.push_str(
-        &PROFILES
-            .iter()
-            .map(|p| p.name)
-            .collect::<Vec<_>>()
-            .join(" | "),
-    );
+    s.push_str(&PROFILES.iter().map(|p| p.name).collect::<Vec<_>>().join(" | "));
     s.push_str(" |\n|---|---|---|");
     s.push_str(&"---|".repeat(PROFILES.len()));
     s.push('\n');
     let rules: Vec<_> = PROFILES.iter().map(|p| (p.rules)()).collect();
     for row in RULE_ROWS {
-        s.push_str(&format!(
-            "| `{}` | {} | {} | ",
-            row.name, row.what, row.upstream
-        ));
-        s.push_str(
-            &rules
-                .iter()
-                .map(|r| (row.value)(r))
-                .collect::<Vec<_>>()
-                .join(" | "),
-        );
+        s.push_str(&format!("| `{}` | {} | {} | ", row.name, row.what, row.upstream));
+        s.push_str(&rules.iter().map(|r| (row.value)(r)).collect::<Vec<_>>().join(" | "));
         s.push_str(" |\n");
     }
     s
@@ -63,11 +48,7 @@ pub fn run(a: ListArgs) -> Result<i32> {
         print!("{}", rules_doc());
         return Ok(0);
     }
-    let specs = if a.specs.is_dir() {
-        specs::load_dir(&a.specs)?
-    } else {
-        Vec::new()
-    };
+    let specs = if a.specs.is_dir() { specs::load_dir(&a.specs)? } else { Vec::new() };
     println!("profiles:");
     for p in PROFILES {
         println!("  {:<12} {}", p.name, p.summary);
@@ -78,16 +59,8 @@ pub fn run(a: ListArgs) -> Result<i32> {
     }
     println!("properties:");
     for p in CATALOGUE.iter().filter(|p| p.kind == Kind::Always) {
-        let sum = specs
-            .iter()
-            .find(|s| s.property == p.name)
-            .map_or("(no spec)".to_string(), |s| s.summary.clone());
-        println!(
-            "  {:<20} {}{}",
-            p.name,
-            sum,
-            if p.offload_only { "  [offload]" } else { "" }
-        );
+        let sum = specs.iter().find(|s| s.property == p.name).map_or("(no spec)".to_string(), |s| s.summary.clone());
+        println!("  {:<20} {}{}", p.name, sum, if p.offload_only { "  [offload]" } else { "" });
     }
     println!("reachability guards:");
     for p in CATALOGUE.iter().filter(|p| p.kind == Kind::Sometimes) {

@@ -11,6 +11,7 @@ pub fn action_label(scope: &Scope, a: &Action) -> String {
     match a {
         Action::Arrive(r) => format!("arrive {}", name(r)),
         Action::Step => "step".to_string(),
+        Action::StepDrain => "step (copies finish within it)".to_string(),
         Action::StepSyncLoadFails(k) => format!("step (sync load fails from block {k})"),
         Action::TransferDone(Direction::Store) => "store copy done".to_string(),
         Action::TransferDone(Direction::Load) => "load copy done".to_string(),
@@ -39,8 +40,7 @@ pub fn content(scope: &Scope, t: ContentTag) -> String {
                     let from = i * b as usize;
                     let to = from + len as usize;
                     if to <= r.tokens.len()
-                        && crate::system::types::fold_tokens(r.parent(i), &r.tokens[from..to])
-                            == hash
+                        && crate::system::types::fold_tokens(r.parent(i), &r.tokens[from..to]) == hash
                     {
                         return format!("{}.{}[:{}]", r.name, i, len);
                     }
@@ -52,28 +52,15 @@ pub fn content(scope: &Scope, t: ContentTag) -> String {
 }
 
 fn names(scope: &Scope, v: &[u16]) -> String {
-    v.iter()
-        .map(|r| scope.workload.requests[*r as usize].name.as_str())
-        .collect::<Vec<_>>()
-        .join(" ")
+    v.iter().map(|r| scope.workload.requests[*r as usize].name.as_str()).collect::<Vec<_>>().join(" ")
 }
 
 fn event_text(scope: &Scope, e: &Event) -> Option<String> {
     let n = |r: &u16| scope.workload.requests[*r as usize].name.clone();
-    let keys = |ks: &[BlockHash]| {
-        ks.iter()
-            .map(|k| label(scope, *k))
-            .collect::<Vec<_>>()
-            .join(",")
-    };
+    let keys = |ks: &[BlockHash]| ks.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(",");
     Some(match e {
         Event::Arrived { .. } => return None,
-        Event::Lookup {
-            req,
-            local,
-            external,
-            load_async,
-        } => match external {
+        Event::Lookup { req, local, external, load_async } => match external {
             None => format!("{} lookup: G1 hit {local}, host busy (retry)", n(req)),
             Some(x) => format!(
                 "{} lookup: G1 hit {local}, host hit {x}{}",
@@ -87,12 +74,7 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
                 }
             ),
         },
-        Event::Admitted {
-            req,
-            resumed,
-            table,
-            num_computed,
-        } => {
+        Event::Admitted { req, resumed, table, num_computed } => {
             format!(
                 "admit {}{} table {table:?} computed {num_computed}",
                 n(req),
@@ -102,15 +84,9 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         Event::AsyncLoadWait { req, table, .. } => {
             format!("{} waits for its load into {table:?}", n(req))
         }
-        Event::Scheduled {
-            req, start, tokens, ..
-        } => format!("{} computes [{start},{})", n(req), start + tokens),
+        Event::Scheduled { req, start, tokens, .. } => format!("{} computes [{start},{})", n(req), start + tokens),
         Event::Preempted { req } => format!("preempt {}", n(req)),
-        Event::Promoted {
-            req,
-            num_computed,
-            failed,
-        } => {
+        Event::Promoted { req, num_computed, failed } => {
             format!(
                 "{}'s load {}: promoted with {num_computed} computed",
                 n(req),
@@ -126,25 +102,10 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         Event::StoreRefused { req, keys: k } => {
             format!("{} store of [{}] refused: host full", n(req), keys(k))
         }
-        Event::StoreJob {
-            job,
-            req,
-            keys: k,
-            blocks,
-            ..
-        } => format!(
-            "store job {job}: {} [{}] from blocks {blocks:?}",
-            n(req),
-            keys(k)
-        ),
-        Event::LoadJob {
-            job,
-            req,
-            keys: k,
-            blocks,
-            sync,
-            ..
-        } => {
+        Event::StoreJob { job, req, keys: k, blocks, .. } => {
+            format!("store job {job}: {} [{}] from blocks {blocks:?}", n(req), keys(k))
+        }
+        Event::LoadJob { job, req, keys: k, blocks, sync, .. } => {
             format!(
                 "{} load job {job}: {} [{}] into blocks {blocks:?}",
                 if *sync { "sync" } else { "async" },
@@ -215,11 +176,7 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
             q.num_output,
             spec.max_tokens,
             q.table,
-            if q.preempted {
-                "  (preempted before)"
-            } else {
-                ""
-            }
+            if q.preempted { "  (preempted before)" } else { "" }
         );
     }
     if let Some(oc) = e.conn.offloading() {
@@ -228,11 +185,7 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
             "G2  {} chunks, {} free; eviction order {:?}",
             oc.host.capacity,
             oc.host.num_free_slots(),
-            oc.host
-                .eviction_order()
-                .iter()
-                .map(|k| label(scope, *k))
-                .collect::<Vec<_>>()
+            oc.host.eviction_order().iter().map(|k| label(scope, *k)).collect::<Vec<_>>()
         );
         let _ = writeln!(s, "    key       slot ref  rank      content");
         for (k, en) in oc.host.entries() {
@@ -244,11 +197,7 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
                 en.slot,
                 en.ref_cnt,
                 format!("{:?}", en.rank),
-                if c.is_empty() {
-                    "(writing)".into()
-                } else {
-                    c.join(",")
-                }
+                if c.is_empty() { "(writing)".into() } else { c.join(",") }
             );
         }
         for (i, st) in oc.reqs.iter().enumerate() {
@@ -267,11 +216,7 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
                 j.id,
                 j.kind,
                 wl.requests[j.req as usize].name,
-                j.keys
-                    .iter()
-                    .map(|k| label(scope, *k))
-                    .collect::<Vec<_>>()
-                    .join(","),
+                j.keys.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(","),
                 j.blocks,
                 live_phase(j.phase)
             );
@@ -335,11 +280,7 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
                         "{} {} holds {}",
                         label(scope, *k),
                         state(eb.ref_cnt),
-                        if c.is_empty() {
-                            "-".into()
-                        } else {
-                            c.join(",")
-                        }
+                        if c.is_empty() { "-".into() } else { c.join(",") }
                     ))
                 }
                 _ => {}

@@ -9,6 +9,7 @@ pub mod scope;
 
 use crate::props::{self, PropDef};
 use crate::system::connector::Phase;
+use crate::system::engine::StepInput;
 use crate::system::ghost::Mark;
 use crate::system::{Ctx, Direction, Engine, Events, Rules};
 use scope::{Arrivals, Scope};
@@ -23,8 +24,11 @@ pub use scope::parse_tokens;
 pub enum Action {
     /// Request `r` arrives (`add_request`).
     Arrive(u16),
-    /// One engine step.
+    /// One engine step (async scheduling: one iteration of the batch queue).
     Step,
+    /// One engine step in which every copy submitted so far finishes before the worker
+    /// reports (stores submitted at this step's start are reported in this step).
+    StepDrain,
     /// One engine step whose sync load fails from its `k`-th block on.
     StepSyncLoadFails(u32),
     /// The worker's handler finishes its oldest copy of that direction.
@@ -75,28 +79,15 @@ impl KvModel {
     ) -> Result<Self, String> {
         let profile = profile.unwrap_or(&scope.profile).to_string();
         let rules = crate::system::rules::resolve(&profile, variant)?;
-        Ok(KvModel {
-            scope,
-            profile,
-            variant: variant.map(str::to_string),
-            rules,
-            props,
-        })
+        Ok(KvModel { scope, profile, variant: variant.map(str::to_string), rules, props })
     }
 
     pub fn ctx(&self) -> Ctx<'_> {
-        Ctx {
-            cfg: &self.scope.cfg,
-            rules: &self.rules,
-            wl: &self.scope.workload,
-        }
+        Ctx { cfg: &self.scope.cfg, rules: &self.rules, wl: &self.scope.workload }
     }
 
     pub fn init(&self) -> KvState {
-        KvState {
-            engine: Engine::new(&self.scope.cfg, &self.scope.workload),
-            scope: self.scope.clone(),
-        }
+        KvState { engine: Engine::new(&self.scope.cfg, &self.scope.workload), scope: self.scope.clone() }
     }
 
     fn arrival_enabled(&self, e: &Engine, r: usize) -> bool {
@@ -124,19 +115,19 @@ impl KvModel {
         e.ghost.marks = 0;
         match a {
             Action::Arrive(r) => e.arrive(ctx, r, ev),
-            Action::Step | Action::StepSyncLoadFails(_) => {
+            Action::Step | Action::StepDrain | Action::StepSyncLoadFails(_) => {
                 e.ghost.idle_steps = s.ghost.idle_steps.saturating_add(1);
-                let fail = if let Action::StepSyncLoadFails(k) = a {
-                    Some(k)
-                } else {
-                    None
-                };
-                if fail.is_some() {
+                let mut input = StepInput { drain: a == Action::StepDrain, ..Default::default() };
+                if let Action::StepSyncLoadFails(k) = a {
+                    input.sync_load_fail = Some(k);
                     e.ghost.faults += 1;
                 }
-                e.step(ctx, fail, ev);
-                if fail.is_some() && !e.ghost.marked(Mark::LoadFailure) {
+                e.step(ctx, &input, ev);
+                if input.sync_load_fail.is_some() && !e.ghost.marked(Mark::LoadFailure) {
                     return None; // no sync load failed: same as a plain step
+                }
+                if input.drain && !e.ghost.marked(Mark::Drained) {
+                    return None; // nothing finished within the step: same as a plain step
                 }
             }
             Action::TransferDone(d) => {
@@ -154,7 +145,7 @@ impl KvModel {
         if canonical {
             e.canonicalize();
         }
-        if matches!(a, Action::Step | Action::StepSyncLoadFails(_)) {
+        if matches!(a, Action::Step | Action::StepDrain | Action::StepSyncLoadFails(_)) {
             let unchanged = if canonical {
                 e.same_ignoring_marks(s)
             } else {
@@ -178,12 +169,10 @@ impl KvModel {
         if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r)) {
             return false;
         }
-        if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some()
-        {
+        if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some() {
             return false;
         }
-        self.apply(s, Action::Step, &mut Events::off(), true)
-            .is_none()
+        self.apply(s, Action::Step, &mut Events::off(), true).is_none()
     }
 
     /// The most blocks an async load of the next load job has (for failure choices).
@@ -191,10 +180,7 @@ impl KvModel {
         let Some(id) = e.next_transfer(Direction::Load) else {
             return 0;
         };
-        e.conn
-            .offloading()
-            .and_then(|oc| oc.job(id))
-            .map_or(0, |j| j.blocks.len() as u32)
+        e.conn.offloading().and_then(|oc| oc.job(id)).map_or(0, |j| j.blocks.len() as u32)
     }
 }
 
@@ -217,14 +203,13 @@ impl Model for KvModel {
             }
         }
         out.push(Action::Step);
+        if self.scope.cfg.offload().is_some() {
+            out.push(Action::StepDrain);
+        }
         let f = &self.scope.faults;
         let can_fail = f.load_failure && e.ghost.faults < f.max_load_failures;
         if can_fail {
-            let sync_budget = self
-                .scope
-                .cfg
-                .offload()
-                .map_or(0, |o| o.sync_load_budget_tokens);
+            let sync_budget = self.scope.cfg.offload().map_or(0, |o| o.sync_load_budget_tokens);
             if sync_budget > 0 {
                 for k in 0..sync_budget.div_ceil(self.scope.cfg.block_size) {
                     out.push(Action::StepSyncLoadFails(k));
@@ -254,10 +239,7 @@ impl Model for KvModel {
 
     fn next_state(&self, s: &KvState, a: Action) -> Option<KvState> {
         let e = self.apply(&s.engine, a, &mut Events::off(), true)?;
-        Some(KvState {
-            engine: e,
-            scope: s.scope.clone(),
-        })
+        Some(KvState { engine: e, scope: s.scope.clone() })
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -283,5 +265,6 @@ pub fn live_phase(p: Phase) -> &'static str {
         Phase::Submitted => "copying",
         Phase::Done => "done",
         Phase::Failed => "failed",
+        Phase::Reported => "reported",
     }
 }

@@ -38,22 +38,11 @@ pub fn scenario_actions(model: &KvModel, path: &Path) -> Result<Vec<Action>> {
         let label = l.get_ref();
         let mut acts = Vec::new();
         model.actions(&s, &mut acts);
-        let a = acts
-            .into_iter()
-            .find(|a| model.format_action(a) == *label)
-            .ok_or_else(|| {
-                KvmcError::input(
-                    path,
-                    line,
-                    format!("action {} ({label:?}) is not enabled at that point", i + 1),
-                )
-            })?;
+        let a = acts.into_iter().find(|a| model.format_action(a) == *label).ok_or_else(|| {
+            KvmcError::input(path, line, format!("action {} ({label:?}) is not enabled at that point", i + 1))
+        })?;
         s = model.next_state(&s, a).ok_or_else(|| {
-            KvmcError::input(
-                path,
-                line,
-                format!("action {} ({label:?}) changes nothing at that point", i + 1),
-            )
+            KvmcError::input(path, line, format!("action {} ({label:?}) changes nothing at that point", i + 1))
         })?;
         out.push(a);
     }

@@ -22,9 +22,7 @@
 //! ```
 
 use crate::error::{line_of_offset, toml_error, KvmcError, Result};
-use crate::system::{
-    ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload,
-};
+use crate::system::{ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
@@ -63,15 +61,14 @@ struct RawEngine {
     long_prefill_token_threshold: u32,
     #[serde(default = "default_policy")]
     load_failure_policy: Spanned<String>,
+    #[serde(default)]
+    async_scheduling: bool,
+    #[serde(default = "yes")]
+    enable_prefix_caching: bool,
 }
 
 fn no_faults() -> RawFaults {
-    RawFaults {
-        abort: false,
-        error: false,
-        load_failure: false,
-        max_load_failures: 1,
-    }
+    RawFaults { abort: false, error: false, load_failure: false, max_load_failures: 1 }
 }
 
 fn default_profile() -> Spanned<String> {
@@ -183,19 +180,13 @@ pub struct Scope {
 
 /// Tokens of a scope string: one token per character; '|' and whitespace are separators.
 pub fn parse_tokens(s: &str) -> Vec<u32> {
-    s.chars()
-        .filter(|c| *c != '|' && !c.is_whitespace())
-        .map(|c| c as u32)
-        .collect()
+    s.chars().filter(|c| *c != '|' && !c.is_whitespace()).map(|c| c as u32).collect()
 }
 
 impl Scope {
     pub fn load(path: &Path) -> Result<Scope> {
         let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         Scope::parse(&name, path, &text)
     }
 
@@ -206,17 +197,11 @@ impl Scope {
         let e = &raw.engine;
         let profile = e.profile.get_ref().clone();
         if crate::system::rules::profile(&profile).is_none() {
-            return Err(bad(
-                e.profile.span(),
-                crate::system::rules::resolve(&profile, None).unwrap_err(),
-            ));
+            return Err(bad(e.profile.span(), crate::system::rules::resolve(&profile, None).unwrap_err()));
         }
         let b = *e.block_size.get_ref();
         if !(1..=64).contains(&b) {
-            return Err(bad(
-                e.block_size.span(),
-                format!("block_size must be 1..=64, got {b}"),
-            ));
+            return Err(bad(e.block_size.span(), format!("block_size must be 1..=64, got {b}")));
         }
         let n = *e.gpu_blocks.get_ref();
         if !(2..=1_000_000).contains(&n) {
@@ -227,15 +212,10 @@ impl Scope {
         }
         let budget = *e.max_num_batched_tokens.get_ref();
         if budget == 0 {
-            return Err(bad(
-                e.max_num_batched_tokens.span(),
-                "max_num_batched_tokens must be positive".into(),
-            ));
+            return Err(bad(e.max_num_batched_tokens.span(), "max_num_batched_tokens must be positive".into()));
         }
         let max_model_len = match &e.max_model_len {
-            Some(m) if *m.get_ref() < 2 => {
-                return Err(bad(m.span(), "max_model_len must be at least 2".into()))
-            }
+            Some(m) if *m.get_ref() < 2 => return Err(bad(m.span(), "max_model_len must be at least 2".into())),
             Some(m) => *m.get_ref(),
             None => (n - 1) * b,
         };
@@ -245,19 +225,14 @@ impl Scope {
             other => {
                 return Err(bad(
                     e.load_failure_policy.span(),
-                    format!(
-                        "load_failure_policy must be \"fail\" or \"recompute\", got \"{other}\""
-                    ),
+                    format!("load_failure_policy must be \"fail\" or \"recompute\", got \"{other}\""),
                 ))
             }
         };
         let connector = match e.connector.get_ref().as_str() {
             "none" => {
                 if raw.offload.is_some() {
-                    return Err(bad(
-                        e.connector.span(),
-                        "an [offload] table needs connector = \"offloading\"".into(),
-                    ));
+                    return Err(bad(e.connector.span(), "an [offload] table needs connector = \"offloading\"".into()));
                 }
                 ConnectorConfig::None
             }
@@ -265,22 +240,15 @@ impl Scope {
                 let Some(o) = &raw.offload else {
                     return Err(bad(
                         e.connector.span(),
-                        "connector = \"offloading\" needs an [offload] table with host_chunks"
-                            .into(),
+                        "connector = \"offloading\" needs an [offload] table with host_chunks".into(),
                     ));
                 };
                 let bpc = *o.blocks_per_chunk.get_ref();
                 if bpc == 0 {
-                    return Err(bad(
-                        o.blocks_per_chunk.span(),
-                        "blocks_per_chunk must be positive".into(),
-                    ));
+                    return Err(bad(o.blocks_per_chunk.span(), "blocks_per_chunk must be positive".into()));
                 }
                 if *o.host_chunks.get_ref() == 0 {
-                    return Err(bad(
-                        o.host_chunks.span(),
-                        "host_chunks must be positive".into(),
-                    ));
+                    return Err(bad(o.host_chunks.span(), "host_chunks must be positive".into()));
                 }
                 ConnectorConfig::Offloading(OffloadConfig {
                     host_chunks: *o.host_chunks.get_ref(),
@@ -304,14 +272,12 @@ impl Scope {
             max_model_len,
             long_prefill_token_threshold: e.long_prefill_token_threshold,
             load_failure_policy: policy,
+            async_scheduling: e.async_scheduling,
+            enable_prefix_caching: e.enable_prefix_caching,
             connector,
         };
         if raw.requests.is_empty() {
-            return Err(KvmcError::input(
-                path,
-                1,
-                "a scope needs at least one [[request]]",
-            ));
+            return Err(KvmcError::input(path, 1, "a scope needs at least one [[request]]"));
         }
         if raw.requests.len() > 64 {
             return Err(KvmcError::input(path, 1, "at most 64 requests per scope"));
@@ -331,10 +297,7 @@ impl Scope {
             let prompt = parse_tokens(r.prompt.get_ref());
             let output = parse_tokens(r.output.get_ref());
             if prompt.is_empty() {
-                return Err(bad(
-                    r.prompt.span(),
-                    format!("request {nm}: the prompt is empty"),
-                ));
+                return Err(bad(r.prompt.span(), format!("request {nm}: the prompt is empty")));
             }
             if output.is_empty() {
                 return Err(bad(
@@ -352,10 +315,7 @@ impl Scope {
                 None | Some(("length", _)) => EndKind::Length,
                 Some(("stop", _)) => EndKind::Stop,
                 Some((other, sp)) => {
-                    return Err(bad(
-                        sp,
-                        format!("end must be \"length\" or \"stop\", got \"{other}\""),
-                    ))
+                    return Err(bad(sp, format!("end must be \"length\" or \"stop\", got \"{other}\"")))
                 }
             };
             specs.push(RequestSpec::new(nm, prompt, output, end, b));
@@ -366,35 +326,19 @@ impl Scope {
                 None => None,
                 Some(a) => match specs.iter().position(|s| &s.name == a.get_ref()) {
                     Some(i) if specs[i].name != *r.name.get_ref() => Some(i as u16),
-                    _ => {
-                        return Err(bad(
-                            a.span(),
-                            format!("after = {:?} names no other request", a.get_ref()),
-                        ))
-                    }
+                    _ => return Err(bad(a.span(), format!("after = {:?} names no other request", a.get_ref()))),
                 },
             });
         }
-        let arrivals = match raw
-            .bounds
-            .arrivals
-            .as_ref()
-            .map(|s| (s.get_ref().as_str(), s.span()))
-        {
+        let arrivals = match raw.bounds.arrivals.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
             None | Some(("in-order", _)) => Arrivals::InOrder,
             Some(("any", _)) => Arrivals::Any,
             Some((other, sp)) => {
-                return Err(bad(
-                    sp,
-                    format!("arrivals must be \"in-order\" or \"any\", got \"{other}\""),
-                ))
+                return Err(bad(sp, format!("arrivals must be \"in-order\" or \"any\", got \"{other}\"")))
             }
         };
         let total: u32 = specs.iter().map(|s| s.tokens.len() as u32).sum();
-        let progress_steps = raw
-            .bounds
-            .progress_steps
-            .unwrap_or(2 * total + 4 * specs.len() as u32 + 4);
+        let progress_steps = raw.bounds.progress_steps.unwrap_or(2 * total + 4 * specs.len() as u32 + 4);
         let faults = Faults {
             abort: raw.faults.abort,
             error: raw.faults.error,
@@ -402,11 +346,7 @@ impl Scope {
             max_load_failures: raw.faults.max_load_failures,
         };
         if faults.load_failure && cfg.offload().is_none() {
-            return Err(KvmcError::input(
-                path,
-                1,
-                "faults.load_failure needs connector = \"offloading\"",
-            ));
+            return Err(KvmcError::input(path, 1, "faults.load_failure needs connector = \"offloading\""));
         }
         Ok(Scope {
             name: name.to_string(),

@@ -11,20 +11,12 @@ pub fn integrity(m: &KvModel, s: &KvState) -> bool {
     };
     let b = m.scope.cfg.block_size;
     let bpc = m.scope.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    oc.host
-        .entries()
-        .filter(|(_, en)| en.ref_cnt >= 0)
-        .all(|(k, en)| {
-            let Some(chain) = m.scope.workload.chain_ending_at(*k, bpc) else {
-                return false;
-            };
-            en.content.len() == chain.len()
-                && en
-                    .content
-                    .iter()
-                    .zip(&chain)
-                    .all(|(c, h)| *c == ContentTag::full(*h, b))
-        })
+    oc.host.entries().filter(|(_, en)| en.ref_cnt >= 0).all(|(k, en)| {
+        let Some(chain) = m.scope.workload.chain_ending_at(*k, bpc) else {
+            return false;
+        };
+        en.content.len() == chain.len() && en.content.iter().zip(&chain).all(|(c, h)| *c == ContentTag::full(*h, b))
+    })
 }
 
 /// `host-accounting`: vLLM's counters match the entries, capacity is never exceeded, every
@@ -42,17 +34,11 @@ pub fn accounting(_m: &KvModel, s: &KvState) -> bool {
     if pending != h.num_write_pending || evictable != h.num_evictable {
         return false;
     }
-    if h.len() as u32 + h.num_free_slots() != h.capacity
-        || h.eviction_order().len() as u32 != evictable
-    {
+    if h.len() as u32 + h.num_free_slots() != h.capacity || h.eviction_order().len() as u32 != evictable {
         return false;
     }
     h.entries().filter(|(_, e)| e.ref_cnt > 0).all(|(k, e)| {
-        let loads = oc
-            .jobs
-            .iter()
-            .filter(|j| !j.is_store() && j.keys.contains(k))
-            .count() as i32;
+        let loads = oc.jobs.iter().filter(|j| !j.is_store() && j.keys.contains(k)).count() as i32;
         loads == e.ref_cnt
     })
 }

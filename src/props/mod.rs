@@ -29,40 +29,20 @@ pub struct PropDef {
 
 macro_rules! mark {
     ($name:literal, $m:expr, $offload:expr) => {
-        PropDef {
-            name: $name,
-            kind: Kind::Sometimes,
-            offload_only: $offload,
-            check: |_, s| s.engine.ghost.marked($m),
-        }
+        PropDef { name: $name, kind: Kind::Sometimes, offload_only: $offload, check: |_, s| s.engine.ghost.marked($m) }
     };
 }
 
 pub const CATALOGUE: &[PropDef] = &[
-    PropDef {
-        name: "g1-accounting",
-        kind: Kind::Always,
-        offload_only: false,
-        check: g1::accounting,
-    },
-    PropDef {
-        name: "g1-cache-sound",
-        kind: Kind::Always,
-        offload_only: false,
-        check: g1::cache_sound,
-    },
+    PropDef { name: "g1-accounting", kind: Kind::Always, offload_only: false, check: g1::accounting },
+    PropDef { name: "g1-cache-sound", kind: Kind::Always, offload_only: false, check: g1::cache_sound },
     PropDef {
         name: "kv-read-integrity",
         kind: Kind::Always,
         offload_only: false,
         check: |_, s| !s.engine.ghost.has(Breach::BadRead),
     },
-    PropDef {
-        name: "host-integrity",
-        kind: Kind::Always,
-        offload_only: true,
-        check: host::integrity,
-    },
+    PropDef { name: "host-integrity", kind: Kind::Always, offload_only: true, check: host::integrity },
     PropDef {
         name: "source-freshness",
         kind: Kind::Always,
@@ -73,28 +53,16 @@ pub const CATALOGUE: &[PropDef] = &[
         name: "load-safety",
         kind: Kind::Always,
         offload_only: true,
-        check: |_, s| {
-            !s.engine.ghost.has(Breach::UnsafeLoad) && !s.engine.ghost.has(Breach::EvictedPinned)
-        },
+        check: |_, s| !s.engine.ghost.has(Breach::UnsafeLoad) && !s.engine.ghost.has(Breach::EvictedPinned),
     },
-    PropDef {
-        name: "host-accounting",
-        kind: Kind::Always,
-        offload_only: true,
-        check: host::accounting,
-    },
+    PropDef { name: "host-accounting", kind: Kind::Always, offload_only: true, check: host::accounting },
     PropDef {
         name: "store-coverage",
         kind: Kind::Always,
         offload_only: true,
         check: |_, s| !s.engine.ghost.has(Breach::CoverageLoss),
     },
-    PropDef {
-        name: "requests-finish",
-        kind: Kind::Always,
-        offload_only: false,
-        check: progress::requests_finish,
-    },
+    PropDef { name: "requests-finish", kind: Kind::Always, offload_only: false, check: progress::requests_finish },
     mark!("reach-g1-hit", Mark::G1Hit, false),
     mark!("reach-g1-eviction", Mark::G1Eviction, false),
     mark!("reach-preemption", Mark::Preemption, false),
@@ -109,12 +77,8 @@ pub const CATALOGUE: &[PropDef] = &[
     mark!("reach-sync-load", Mark::SyncLoad, true),
     mark!("reach-flush", Mark::Flush, true),
     mark!("reach-finish-store", Mark::FinishStore, true),
-    PropDef {
-        name: "reach-all-finished",
-        kind: Kind::Sometimes,
-        offload_only: false,
-        check: progress::all_finished,
-    },
+    mark!("reach-lookup-inflight", Mark::LookupInflight, true),
+    PropDef { name: "reach-all-finished", kind: Kind::Sometimes, offload_only: false, check: progress::all_finished },
 ];
 
 pub fn find(name: &str) -> Option<&'static PropDef> {

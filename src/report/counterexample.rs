@@ -44,11 +44,7 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
         let next = model.apply(&raw, *a, &mut ev, false)?;
         let story = display::step_story(&model.scope, &raw, &next, &ev.list);
         let changes = display::diff(&model.scope, &raw, &next);
-        steps.push(CxStep {
-            action: model.format_action(a),
-            summary: story,
-            changes,
-        });
+        steps.push(CxStep { action: model.format_action(a), summary: story, changes });
         raw = next;
         canon = model.next_state(&canon, *a)?;
     }
@@ -64,12 +60,7 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
 pub fn to_text(cx: &Counterexample) -> String {
     let mut s = String::new();
     for (i, st) in cx.steps.iter().enumerate() {
-        s.push_str(&format!(
-            "  {:>2}. {:<24} {}\n",
-            i + 1,
-            st.action,
-            st.summary
-        ));
+        s.push_str(&format!("  {:>2}. {:<24} {}\n", i + 1, st.action, st.summary));
         if !st.changes.is_empty() {
             s.push_str(&format!("      {:<24} {}\n", "", st.changes));
         }
@@ -79,9 +70,7 @@ pub fn to_text(cx: &Counterexample) -> String {
 
 /// ITF (the Informal Trace Format of Apalache/Quint): one state per step.
 pub fn to_itf(model: &KvModel, cx: &Counterexample) -> serde_json::Value {
-    let mut states = vec![
-        serde_json::json!({"#meta": {"index": 0}, "action": "init", "summary": "", "changes": ""}),
-    ];
+    let mut states = vec![serde_json::json!({"#meta": {"index": 0}, "action": "init", "summary": "", "changes": ""})];
     for (i, st) in cx.steps.iter().enumerate() {
         states.push(serde_json::json!({"#meta": {"index": i + 1}, "action": st.action, "summary": st.summary, "changes": st.changes}));
     }
@@ -106,9 +95,7 @@ pub fn to_dot(cx: &Counterexample) -> String {
     }
     format!("{:?}", Dot::with_config(&g, &[Config::GraphContentOnly]))
         .lines()
-        .fold(String::from("digraph counterexample {\n"), |acc, l| {
-            acc + l + "\n"
-        })
+        .fold(String::from("digraph counterexample {\n"), |acc, l| acc + l + "\n")
         + "}\n"
 }
 
@@ -116,10 +103,7 @@ pub fn to_dot(cx: &Counterexample) -> String {
 pub fn to_scenario(model: &KvModel, cx: &Counterexample) -> String {
     let mut s = String::new();
     s.push_str("# kvmc scenario: the actions of a counterexample, in order\n");
-    s.push_str(&format!(
-        "model = {:?}\n",
-        model.scope.path.display().to_string()
-    ));
+    s.push_str(&format!("model = {:?}\n", model.scope.path.display().to_string()));
     s.push_str(&format!("profile = {:?}\n", model.profile));
     if let Some(v) = &model.variant {
         s.push_str(&format!("variant = {v:?}\n"));

@@ -24,9 +24,7 @@ fn mark(r: &Row) -> &'static str {
 pub fn text(rows: &[Row], verbose_cx: bool) -> String {
     let mut s = String::new();
     for r in rows {
-        let exp = r
-            .expected
-            .map_or(String::new(), |e| format!(" (expected {})", e.as_str()));
+        let exp = r.expected.map_or(String::new(), |e| format!(" (expected {})", e.as_str()));
         let _ = write!(
             s,
             "{:<10} {:<20} {} {:<10} {:<30} {}{}  [{} states, {:.2}s]",
@@ -50,13 +48,22 @@ pub fn text(rows: &[Row], verbose_cx: bool) -> String {
         }
         s.push('\n');
     }
-    let show: Vec<&Row> = rows
-        .iter()
-        .filter(|r| r.counterexample.is_some() && (verbose_cx || r.status() != Status::Ok))
-        .collect();
+    let show: Vec<&Row> =
+        rows.iter().filter(|r| r.counterexample.is_some() && (verbose_cx || r.status() != Status::Ok)).collect();
     for r in show {
         let cx = r.counterexample.as_ref().unwrap();
-        let _ = writeln!(s, "\ncounterexample: {} on {} ({}, {}), {} steps; explore: kvmc explore models/{}.toml{} --path {}", r.property, r.model, r.profile, variant_name(r), cx.steps.len(), r.model, r.variant.as_ref().map_or(String::new(), |v| format!(" --variant {v}")), cx.path);
+        let _ = writeln!(
+            s,
+            "\ncounterexample: {} on {} ({}, {}), {} steps; explore: kvmc explore models/{}.toml{} --path {}",
+            r.property,
+            r.model,
+            r.profile,
+            variant_name(r),
+            cx.steps.len(),
+            r.model,
+            r.variant.as_ref().map_or(String::new(), |v| format!(" --variant {v}")),
+            cx.path
+        );
         s.push_str(&counterexample::to_text(cx));
         if verbose_cx {
             let _ = writeln!(s, "    final state:");
@@ -65,18 +72,12 @@ pub fn text(rows: &[Row], verbose_cx: bool) -> String {
             }
         }
     }
-    let (ok, bad, inc) = rows
-        .iter()
-        .fold((0, 0, 0), |(a, b, c), r| match r.status() {
-            Status::Ok => (a + 1, b, c),
-            Status::Mismatch => (a, b + 1, c),
-            Status::Incomplete => (a, b, c + 1),
-        });
-    let _ = writeln!(
-        s,
-        "\n{} results: {ok} as expected, {bad} not as expected, {inc} incomplete",
-        rows.len()
-    );
+    let (ok, bad, inc) = rows.iter().fold((0, 0, 0), |(a, b, c), r| match r.status() {
+        Status::Ok => (a + 1, b, c),
+        Status::Mismatch => (a, b + 1, c),
+        Status::Incomplete => (a, b, c + 1),
+    });
+    let _ = writeln!(s, "\n{} results: {ok} as expected, {bad} not as expected, {inc} incomplete", rows.len());
     s
 }
 
@@ -113,10 +114,7 @@ pub fn json(rows: &[Row], peak_rss: Option<u64>) -> serde_json::Value {
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// JUnit XML: one test suite per model, one test case per (property, profile, variant).
@@ -125,16 +123,17 @@ pub fn junit(rows: &[Row]) -> String {
     for r in rows {
         by_model.entry(&r.model).or_default().push(r);
     }
-    let mut s =
-        String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvmc\">\n");
+    let mut s = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvmc\">\n");
     for (m, rs) in by_model {
         let failures = rs.iter().filter(|r| r.status() == Status::Mismatch).count();
-        let skipped = rs
-            .iter()
-            .filter(|r| r.status() == Status::Incomplete)
-            .count();
+        let skipped = rs.iter().filter(|r| r.status() == Status::Incomplete).count();
         let time: f64 = rs.iter().map(|r| r.seconds).sum();
-        let _ = writeln!(s, "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{time:.3}\">", xml_escape(m), rs.len());
+        let _ = writeln!(
+            s,
+            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" skipped=\"{skipped}\" time=\"{time:.3}\">",
+            xml_escape(m),
+            rs.len()
+        );
         for r in rs {
             let name = format!("{} [{} {}]", r.property, r.profile, variant_name(r));
             let _ = write!(
@@ -164,11 +163,7 @@ pub fn junit(rows: &[Row]) -> String {
                             format!("; vacuous: {}", r.unreached.join(", "))
                         }
                     );
-                    let body = r
-                        .counterexample
-                        .as_ref()
-                        .map(counterexample::to_text)
-                        .unwrap_or_default();
+                    let body = r.counterexample.as_ref().map(counterexample::to_text).unwrap_or_default();
                     let _ = writeln!(
                         s,
                         "><failure message=\"{}\">{}</failure></testcase>",
@@ -196,27 +191,17 @@ pub fn write_counterexamples(
         let (Some(cx), Some(m)) = (&r.counterexample, models(r)) else {
             continue;
         };
-        let stem = format!(
-            "{}__{}__{}__{}",
-            r.model,
-            r.profile,
-            variant_name(r),
-            r.property
-        );
+        let stem = format!("{}__{}__{}__{}", r.model, r.profile, variant_name(r), r.property);
         std::fs::write(
             dir.join(format!("{stem}.json")),
-            serde_json::to_string_pretty(&serde_json::json!({"steps": cx.steps, "path": cx.path}))?
-                + "\n",
+            serde_json::to_string_pretty(&serde_json::json!({"steps": cx.steps, "path": cx.path}))? + "\n",
         )?;
         std::fs::write(
             dir.join(format!("{stem}.itf.json")),
             serde_json::to_string_pretty(&counterexample::to_itf(&m, cx))? + "\n",
         )?;
         std::fs::write(dir.join(format!("{stem}.dot")), counterexample::to_dot(cx))?;
-        std::fs::write(
-            dir.join(format!("{stem}.scenario.toml")),
-            counterexample::to_scenario(&m, cx),
-        )?;
+        std::fs::write(dir.join(format!("{stem}.scenario.toml")), counterexample::to_scenario(&m, cx))?;
         n += 1;
     }
     Ok(n)

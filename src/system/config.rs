@@ -48,6 +48,12 @@ pub struct EngineConfig {
     pub long_prefill_token_threshold: u32,
     /// `kv_load_failure_policy`.
     pub load_failure_policy: LoadFailurePolicy,
+    /// `CacheConfig.enable_prefix_caching` (default true): with it off, G1 never hashes a
+    /// block and lookups find nothing locally.
+    pub enable_prefix_caching: bool,
+    /// `SchedulerConfig.async_scheduling` (vLLM 0.33's default is true): the engine keeps two
+    /// batches in flight; step k+1 is scheduled before step k's output is processed.
+    pub async_scheduling: bool,
     pub connector: ConnectorConfig,
 }
 
@@ -58,8 +64,13 @@ impl EngineConfig {
             ConnectorConfig::None => None,
         }
     }
+    /// `Scheduler.defer_block_free`: with overlapping batches and a KV-consumer connector
+    /// (`kv_both` counts), freed blocks wait until every step scheduled before is processed.
+    pub fn defer_block_free(&self) -> bool {
+        self.async_scheduling && self.offload().is_some()
+    }
+
     pub fn tokens_per_chunk(&self) -> u32 {
-        self.offload()
-            .map_or(self.block_size, |c| c.blocks_per_chunk * self.block_size)
+        self.offload().map_or(self.block_size, |c| c.blocks_per_chunk * self.block_size)
     }
 }

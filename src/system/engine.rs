@@ -5,13 +5,15 @@
 //! nondeterministically; trace replay and conformance take them from a trace or a log.
 
 use super::config::EngineConfig;
+use super::connector::SchedOut;
 use super::connector::{worker as conn_worker, Connector, OcState, Phase, StepScratch};
 use super::events::{Event, Events};
 use super::ghost::{Ghost, Mark};
 use super::gpu_pool::GpuPool;
 use super::request::{Queue, ReqState};
 use super::rules::Rules;
-use super::types::{FinishReason, JobId, ReqId, Status};
+use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
+use super::worker::WorkerOut;
 use super::workload::Workload;
 use super::{scheduler, scheduler_output, worker};
 
@@ -48,6 +50,32 @@ pub struct Engine {
     pub failed_recving: Vec<ReqId>,
     pub conn: Connector,
     pub ghost: Ghost,
+    /// Async scheduling: batches scheduled and executed whose output is not processed yet
+    /// (`EngineCore.batch_queue`, oldest first).
+    pub batches: Vec<Batch>,
+    /// `sched_step_seq` / `processed_step_seq` (deferred-free fences).
+    pub sched_seq: u32,
+    pub processed_seq: u32,
+    /// `deferred_frees`: (fence, blocks in allocation order), FIFO.
+    pub deferred_frees: Vec<(u32, Vec<BlockId>)>,
+}
+
+/// A batch in flight: what was scheduled and what the worker reported for it.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Batch {
+    pub out: SchedOut,
+    pub wout: WorkerOut,
+}
+
+/// The environment's choices for one engine step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepInput {
+    /// This step's sync loads fail from this block index on.
+    pub sync_load_fail: Option<u32>,
+    /// Every copy submitted by the end of the step finishes before the worker reports.
+    pub drain: bool,
+    /// These copies (if submitted) finish before the worker reports (conformance logs).
+    pub complete: Vec<JobId>,
 }
 
 impl Engine {
@@ -68,14 +96,22 @@ impl Engine {
             failed_recving: Vec::new(),
             conn,
             ghost: Ghost::default(),
+            batches: Vec::new(),
+            sched_seq: 0,
+            processed_seq: 0,
+            deferred_frees: Vec::new(),
         }
     }
 
     /// Requests not yet finished, or finished but still holding blocks or connector state.
     pub fn has_work(&self) -> bool {
-        self.reqs
-            .iter()
-            .any(|r| r.status.is_live() || (r.status.is_finished() && !r.table.is_empty()))
+        self.has_requests() || !self.batches.is_empty() || !self.deferred_frees.is_empty()
+    }
+
+    /// `Scheduler.has_requests`: unfinished requests, finished ones not yet reported or still
+    /// holding blocks (delayed free), or connector push work.
+    pub fn has_requests(&self) -> bool {
+        self.reqs.iter().any(|r| r.status.is_live() || (r.status.is_finished() && !r.table.is_empty()))
             || !self.finished_since.is_empty()
             || self.conn.has_pending_work()
     }
@@ -83,11 +119,7 @@ impl Engine {
     /// `add_request`: a new request joins the tail of `waiting`.
     pub fn arrive(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
         let _ = ctx;
-        assert_eq!(
-            self.reqs[r as usize].status,
-            Status::Pending,
-            "request arrives once"
-        );
+        assert_eq!(self.reqs[r as usize].status, Status::Pending, "request arrives once");
         self.reqs[r as usize].status = Status::Waiting;
         self.waiting.push(r);
         if let Some(oc) = self.conn.offloading_mut() {
@@ -121,39 +153,47 @@ impl Engine {
 
     /// The worker finished copying `job` (the scheduler learns it at the next step).
     pub fn transfer_done(&mut self, ctx: Ctx, job: JobId, ev: &mut Events) {
-        let oc = self
-            .conn
-            .offloading_mut()
-            .expect("transfers need a connector");
+        let oc = self.conn.offloading_mut().expect("transfers need a connector");
         conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev);
     }
 
     /// A load failed: blocks from index `first_bad` of its destination were not written.
     pub fn transfer_failed(&mut self, ctx: Ctx, job: JobId, first_bad: u32, ev: &mut Events) {
-        let oc = self
-            .conn
-            .offloading_mut()
-            .expect("transfers need a connector");
+        let oc = self.conn.offloading_mut().expect("transfers need a connector");
         self.ghost.mark(Mark::LoadFailure);
-        conn_worker::complete(
-            oc,
-            &mut self.pool,
-            ctx,
-            job,
-            Some(first_bad),
-            &mut self.ghost,
-            ev,
-        );
+        conn_worker::complete(oc, &mut self.pool, ctx, job, Some(first_bad), &mut self.ghost, ev);
     }
 
-    /// One engine step: `schedule()`, the worker (connector hooks and the forward pass),
-    /// `update_from_output()`. `sync_load_fail` makes this step's sync loads fail from that
-    /// block index on.
-    pub fn step(&mut self, ctx: Ctx, sync_load_fail: Option<u32>, ev: &mut Events) {
+    /// One engine step. Synchronous scheduling: `schedule()`, the worker (connector hooks
+    /// and the forward pass), `update_from_output()`. Async scheduling: one iteration of
+    /// `EngineCore.step_with_batch_queue` (schedule and execute a batch if there are requests;
+    /// process the oldest batch's output once two are in flight or nothing more can be
+    /// scheduled).
+    pub fn step(&mut self, ctx: Ctx, input: &StepInput, ev: &mut Events) {
+        if !ctx.cfg.async_scheduling {
+            let b = self.schedule_and_execute(ctx, input, ev);
+            scheduler_output::update_from_output(self, ctx, &b.out, b.wout, ev);
+            return;
+        }
+        if self.has_requests() {
+            let b = self.schedule_and_execute(ctx, input, ev);
+            let executed = b.out.scheduled.iter().any(|s| s.tokens > 0);
+            self.batches.push(b);
+            if self.batches.len() < 2 && (executed || self.has_requests()) {
+                return;
+            }
+        } else if self.batches.is_empty() {
+            return;
+        }
+        let b = self.batches.remove(0);
+        scheduler_output::update_from_output(self, ctx, &b.out, b.wout, ev);
+    }
+
+    fn schedule_and_execute(&mut self, ctx: Ctx, input: &StepInput, ev: &mut Events) -> Batch {
         let mut scratch = StepScratch::default();
         let out = scheduler::schedule(self, ctx, &mut scratch, ev);
-        let wout = worker::execute(self, ctx, &out, &scratch, sync_load_fail, ev);
-        scheduler_output::update_from_output(self, ctx, &out, wout, ev);
+        let wout = worker::execute(self, ctx, &out, &scratch, input, ev);
+        Batch { out, wout }
     }
 
     /// Equal but for the last transition's marks and the idle-step counter (a step that
@@ -170,13 +210,29 @@ impl Engine {
             && self.failed_recving == o.failed_recving
             && self.pool == o.pool
             && self.conn == o.conn
+            && self.batches == o.batches
+            && self.sched_seq == o.sched_seq
+            && self.processed_seq == o.processed_seq
+            && self.deferred_frees == o.deferred_frees
     }
 
     /// Make equal histories equal states (the model checker only): renumber job ids and
-    /// LRU ranks densely, clear the last transition's marks.
+    /// LRU ranks densely, and step sequence numbers relative to the processed one.
     pub fn canonicalize(&mut self) {
         if let Some(oc) = self.conn.offloading_mut() {
-            oc.canonicalize();
+            oc.canonicalize(self.batches.iter_mut().flat_map(|b| b.wout.completed.iter_mut()));
+        }
+        let base = self.processed_seq;
+        if base > 0 {
+            // Only comparisons with processed_seq matter: anything at or below it is done.
+            self.processed_seq = 0;
+            self.sched_seq -= base;
+            for q in &mut self.reqs {
+                q.last_sched_seq = q.last_sched_seq.saturating_sub(base);
+            }
+            for (fence, _) in &mut self.deferred_frees {
+                *fence = fence.saturating_sub(base);
+            }
         }
     }
 }

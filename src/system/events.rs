@@ -125,16 +125,10 @@ pub struct Events {
 
 impl Events {
     pub fn off() -> Self {
-        Events {
-            on: false,
-            list: Vec::new(),
-        }
+        Events { on: false, list: Vec::new() }
     }
     pub fn on() -> Self {
-        Events {
-            on: true,
-            list: Vec::new(),
-        }
+        Events { on: true, list: Vec::new() }
     }
     #[inline]
     pub fn emit(&mut self, f: impl FnOnce() -> Event) {

@@ -45,6 +45,10 @@ pub enum Mark {
     StoreRefused = 1 << 11,
     Flush = 1 << 12,
     FinishStore = 1 << 13,
+    /// A copy submitted in this step finished within it (StepInput::drain).
+    Drained = 1 << 14,
+    /// A lookup ran while the request still had transfers in flight (#46014's window).
+    LookupInflight = 1 << 15,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]

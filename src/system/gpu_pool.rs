@@ -151,11 +151,7 @@ impl GpuPool {
     /// `get_new_blocks(n)`: pop `n` blocks from the head, evict their hashes, ref 1.
     /// Callers check capacity first.
     pub fn get_new_blocks(&mut self, n: u32, ghost: &mut Ghost, ev: &mut Events) -> Vec<BlockId> {
-        assert!(
-            n <= self.num_free,
-            "get_new_blocks({n}) with {} free: capacity not checked",
-            self.num_free
-        );
+        assert!(n <= self.num_free, "get_new_blocks({n}) with {} free: capacity not checked", self.num_free);
         let mut out = Vec::with_capacity(n as usize);
         for _ in 0..n {
             let b = self.head;
@@ -263,12 +259,7 @@ impl GpuPool {
 
     /// `find_longest_cache_hit`: walk the request's hashes for at most `max_len / B` blocks,
     /// stopping at the first miss.
-    pub fn find_longest_cache_hit(
-        &self,
-        hashes: &[BlockHash],
-        max_len: u32,
-        block_size: u32,
-    ) -> Vec<BlockId> {
+    pub fn find_longest_cache_hit(&self, hashes: &[BlockHash], max_len: u32, block_size: u32) -> Vec<BlockId> {
         let max_blocks = (max_len / block_size) as usize;
         let mut out = Vec::new();
         for h in hashes.iter().take(max_blocks) {

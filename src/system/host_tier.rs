@@ -133,11 +133,7 @@ impl HostTier {
     /// `_record_request_cache_access` + `LRUCachePolicy.on_request_access`: first sight of a
     /// key raises a resident key to (request rank, -position) if that is larger.
     fn record_access(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess) {
-        let new: Vec<(Key, u32)> = keys
-            .iter()
-            .filter(|(k, p)| acc.seen.get(p) != Some(k))
-            .copied()
-            .collect();
+        let new: Vec<(Key, u32)> = keys.iter().filter(|(k, p)| acc.seen.get(p) != Some(k)).copied().collect();
         if new.is_empty() {
             return;
         }
@@ -188,13 +184,8 @@ impl HostTier {
                 return None;
             }
             let protected: BTreeSet<Key> = keys.iter().map(|(k, _)| *k).collect();
-            let victims: Vec<(Rank, Key)> = self
-                .evictable
-                .iter()
-                .filter(|(_, k)| !protected.contains(k))
-                .take(need as usize)
-                .copied()
-                .collect();
+            let victims: Vec<(Rank, Key)> =
+                self.evictable.iter().filter(|(_, k)| !protected.contains(k)).take(need as usize).copied().collect();
             if (victims.len() as u32) < need {
                 return None;
             }
@@ -221,22 +212,10 @@ impl HostTier {
                 self.free_list.pop().expect("room was made")
             };
             slots.push(slot);
-            self.entries.insert(
-                k,
-                HostEntry {
-                    ref_cnt: -1,
-                    slot,
-                    rank: (rr, -(p as i64)),
-                    content: Vec::new(),
-                },
-            );
+            self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank: (rr, -(p as i64)), content: Vec::new() });
         }
         self.num_write_pending += to_store.len() as u32;
-        Some(StoreOut {
-            keys_to_store: to_store.iter().map(|(k, _)| *k).collect(),
-            slots,
-            evicted,
-        })
+        Some(StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted })
     }
 
     /// The copy of a store landed in the chunk slot of `k`.
@@ -263,12 +242,7 @@ impl HostTier {
 
     /// `prepare_load(keys)`: pin ready keys; returns their chunk slots. Loading a key that is
     /// absent or write-pending is a load-safety breach (vLLM asserts).
-    pub fn prepare_load(
-        &mut self,
-        keys: &[(Key, u32)],
-        acc: &mut ReqAccess,
-        ghost: &mut Ghost,
-    ) -> Vec<u32> {
+    pub fn prepare_load(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, ghost: &mut Ghost) -> Vec<u32> {
         let mut slots = Vec::with_capacity(keys.len());
         for (k, _) in keys {
             match self.entries.get_mut(k) {
@@ -292,10 +266,7 @@ impl HostTier {
 
     /// What a load of `k` copies into GPU memory.
     pub fn content_of(&self, k: &Key) -> Option<&[ContentTag]> {
-        self.entries
-            .get(k)
-            .filter(|e| e.ref_cnt >= 0)
-            .map(|e| e.content.as_slice())
+        self.entries.get(k).filter(|e| e.ref_cnt >= 0).map(|e| e.content.as_slice())
     }
 
     /// `complete_load(keys)`: unpin; a key whose count reaches 0 is evictable again at its
@@ -348,11 +319,7 @@ impl HostTier {
             e.rank.0 = map(e.rank.0);
         }
         self.entries = entries;
-        self.evictable = self
-            .evictable
-            .iter()
-            .map(|((m, n), k)| ((map(*m), *n), *k))
-            .collect();
+        self.evictable = self.evictable.iter().map(|((m, n), k)| ((map(*m), *n), *k)).collect();
         for m in live.iter_mut().filter_map(|r| r.as_mut()) {
             *m = map(*m);
         }

@@ -19,11 +19,15 @@ pub struct KvCtx<'a> {
     pub rules: &'a Rules,
     pub block_size: u32,
     pub max_model_len: u32,
+    pub caching: bool,
 }
 
 /// `get_computed_blocks`: the longest cached prefix, capped at `num_tokens - 1` (the last
 /// token is always recomputed to produce logits). Pure: no reference counts change.
 pub fn get_computed_blocks(pool: &GpuPool, req: &ReqState, k: &KvCtx) -> (Vec<BlockId>, u32) {
+    if !k.caching {
+        return (Vec::new(), 0);
+    }
     let hashes = req.block_hashes(k.spec, k.block_size);
     let max_len = req.num_tokens(k.spec).saturating_sub(1);
     let hits = pool.find_longest_cache_hit(hashes, max_len, k.block_size);
@@ -32,13 +36,7 @@ pub fn get_computed_blocks(pool: &GpuPool, req: &ReqState, k: &KvCtx) -> (Vec<Bl
 }
 
 /// `get_num_blocks_to_allocate` for full attention.
-fn num_blocks_to_allocate(
-    pool: &GpuPool,
-    req: &ReqState,
-    num_tokens: u32,
-    hits: &[BlockId],
-    block_size: u32,
-) -> u32 {
+fn num_blocks_to_allocate(pool: &GpuPool, req: &ReqState, num_tokens: u32, hits: &[BlockId], block_size: u32) -> u32 {
     let required = cdiv(num_tokens, block_size);
     let have = req.table.len() as u32;
     if req.num_cached_block.is_some() {
@@ -46,10 +44,7 @@ fn num_blocks_to_allocate(
     }
     let fresh = required.saturating_sub(hits.len() as u32 + have);
     // Hit blocks with ref 0 sit in the free queue: touching them consumes free capacity.
-    let evictable = hits
-        .iter()
-        .filter(|&&b| pool.ref_cnt[b as usize] == 0)
-        .count() as u32;
+    let evictable = hits.iter().filter(|&&b| pool.ref_cnt[b as usize] == 0).count() as u32;
     fresh + evictable
 }
 
@@ -78,9 +73,7 @@ pub fn allocate_slots(
     let total = (local + a.num_external).min(k.max_model_len);
     let need_slots = (total + a.num_new_tokens).min(k.max_model_len);
     let needed = num_blocks_to_allocate(pool, req, need_slots, a.hits, b);
-    if needed > pool.num_free().saturating_sub(a.reserved_blocks)
-        || pool.num_free() < a.reserved_blocks
-    {
+    if needed > pool.num_free().saturating_sub(a.reserved_blocks) || pool.num_free() < a.reserved_blocks {
         return None;
     }
     if req.num_cached_block.is_none() && (!a.hits.is_empty() || a.num_external > 0) {
@@ -118,9 +111,11 @@ pub fn allocate_slots(
 /// `SingleTypeKVCacheManager.cache_blocks(req, n)`: hash the full blocks among the first `n`
 /// tokens that are not hashed yet.
 pub fn cache_blocks(pool: &mut GpuPool, req: &mut ReqState, n: u32, k: &KvCtx, ev: &mut Events) {
+    if !k.caching {
+        return;
+    }
     let hashes = req.block_hashes(k.spec, k.block_size);
-    let num_full =
-        (n.min(hashes.len() as u32 * k.block_size) / k.block_size).min(req.table.len() as u32);
+    let num_full = (n.min(hashes.len() as u32 * k.block_size) / k.block_size).min(req.table.len() as u32);
     let done = req.num_cached_block.unwrap_or(0);
     if done >= num_full {
         return;

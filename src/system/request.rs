@@ -24,6 +24,14 @@ pub struct ReqState {
     pub preempted: bool,
     /// Member of `Scheduler._inflight_prefills`.
     pub inflight_prefill: bool,
+    /// `num_output_placeholders` (async scheduling: tokens being sampled, not yet appended).
+    pub placeholders: u16,
+    /// `num_in_flight_tokens`: scheduled, output not yet processed.
+    pub in_flight: u16,
+    /// `num_stale_output_tokens`: in-flight tokens scheduled before a preemption.
+    pub stale: u16,
+    /// `last_sched_seq` (deferred-free fence; only with `defer_block_free`).
+    pub last_sched_seq: u32,
 }
 
 impl ReqState {
@@ -36,6 +44,10 @@ impl ReqState {
             num_cached_block: None,
             preempted: false,
             inflight_prefill: false,
+            placeholders: 0,
+            in_flight: 0,
+            stale: 0,
+            last_sched_seq: 0,
         }
     }
 

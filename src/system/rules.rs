@@ -37,6 +37,9 @@ pub struct Rules {
     pub cursor_reset_on_lookup: bool,
     /// `get_num_new_matched_tokens` returns None while the request has transfers in flight (#46014).
     pub inflight_lookup_guard: bool,
+    /// A write-pending key (HIT_PENDING) counts and defers the lookup (None); when false the
+    /// scan stops at it like a miss, keeping the hits before it.
+    pub pending_lookup_defers: bool,
     /// `build_connector_meta` flushes the stores of preempted requests (#29870).
     pub flush_preempted_stores: bool,
     /// Store watermark for finished requests other than aborted ones.
@@ -75,6 +78,7 @@ fn vllm_033() -> Rules {
         reserve_for_async_loads: true,
         cursor_reset_on_lookup: true,
         inflight_lookup_guard: true,
+        pending_lookup_defers: true,
         flush_preempted_stores: true,
         finish_watermark: FinishWatermark::PromptOrTokensMinusOne,
         error_watermark_computed: false,
@@ -84,10 +88,7 @@ fn vllm_033() -> Rules {
 }
 
 fn vllm_main() -> Rules {
-    Rules {
-        error_watermark_computed: true,
-        ..vllm_033()
-    }
+    Rules { error_watermark_computed: true, ..vllm_033() }
 }
 
 pub const PROFILES: &[Profile] = &[
@@ -118,9 +119,24 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "pre-46014",
-        summary: "lookup proceeds while the request still has transfers in flight",
+        summary: "lookup proceeds while the request has transfers in flight, and stops at (rather than waits for) write-pending keys",
         upstream: "vllm #46014",
+        apply: |r| {
+            r.inflight_lookup_guard = false;
+            r.pending_lookup_defers = false;
+        },
+    },
+    Variant {
+        name: "mut-no-inflight-guard",
+        summary: "only the #46014 guard removed; 0.33's lookup still defers on write-pending keys",
+        upstream: "mutation",
         apply: |r| r.inflight_lookup_guard = false,
+    },
+    Variant {
+        name: "mut-pending-stops-lookup",
+        summary: "only the lookup change: a write-pending key stops the scan instead of deferring",
+        upstream: "mutation",
+        apply: |r| r.pending_lookup_defers = false,
     },
     Variant {
         name: "pre-54193",
@@ -199,24 +215,13 @@ pub fn resolve(profile_name: &str, variant_name: Option<&str>) -> Result<Rules, 
     let p = profile(profile_name).ok_or_else(|| {
         format!(
             "unknown profile '{profile_name}' (known: {})",
-            PROFILES
-                .iter()
-                .map(|p| p.name)
-                .collect::<Vec<_>>()
-                .join(", ")
+            PROFILES.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
         )
     })?;
     let mut rules = (p.rules)();
     if let Some(v) = variant_name {
         let v = variant(v).ok_or_else(|| {
-            format!(
-                "unknown variant '{v}' (known: {})",
-                VARIANTS
-                    .iter()
-                    .map(|v| v.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            format!("unknown variant '{v}' (known: {})", VARIANTS.iter().map(|v| v.name).collect::<Vec<_>>().join(", "))
         })?;
         (v.apply)(&mut rules);
     }
@@ -279,6 +284,12 @@ pub const RULE_ROWS: &[RuleRow] = &[
         what: "lookup waits while transfers are in flight",
         upstream: "#46014",
         value: |r| r.inflight_lookup_guard.to_string(),
+    },
+    RuleRow {
+        name: "pending_lookup_defers",
+        what: "a write-pending key defers the lookup (HIT_PENDING)",
+        upstream: "LookupResult.HIT_PENDING",
+        value: |r| r.pending_lookup_defers.to_string(),
     },
     RuleRow {
         name: "flush_preempted_stores",

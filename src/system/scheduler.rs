@@ -16,23 +16,22 @@ pub(crate) fn kv_ctx<'a>(ctx: &Ctx<'a>, r: ReqId) -> KvCtx<'a> {
         rules: ctx.rules,
         block_size: ctx.cfg.block_size,
         max_model_len: ctx.cfg.max_model_len,
+        caching: ctx.cfg.enable_prefix_caching,
     }
 }
 
 pub(crate) fn conn_ctx<'a>(ctx: &Ctx<'a>) -> ConnCtx<'a> {
-    let (bpc, prompt_only, budget) = ctx.cfg.offload().map_or((1, true, 0), |o| {
-        (
-            o.blocks_per_chunk,
-            o.offload_prompt_only,
-            o.sync_load_budget_tokens,
-        )
-    });
+    let (bpc, prompt_only, budget) = ctx
+        .cfg
+        .offload()
+        .map_or((1, true, 0), |o| (o.blocks_per_chunk, o.offload_prompt_only, o.sync_load_budget_tokens));
     ConnCtx {
         rules: ctx.rules,
         block_size: ctx.cfg.block_size,
         bpc,
         offload_prompt_only: prompt_only,
         sync_budget: budget,
+        caching: ctx.cfg.enable_prefix_caching,
     }
 }
 
@@ -42,15 +41,39 @@ fn holds_kv_blocks(e: &Engine, r: ReqId) -> bool {
     q.num_computed > 0 || q.status == Status::WaitingForRemoteKvs
 }
 
-/// `_preempt_request`: free the blocks, reset to token 0, front of `waiting`. The connector
-/// is not told (it learns from `preempted_req_ids`).
-fn preempt(e: &mut Engine, r: ReqId, ev: &mut Events) {
+/// `_request_blocks_can_be_freed`: with `defer_block_free`, only once every step that was
+/// scheduled before is processed.
+pub(crate) fn blocks_can_be_freed(e: &Engine, ctx: &Ctx, r: ReqId) -> bool {
+    !ctx.cfg.defer_block_free() || e.reqs[r as usize].last_sched_seq <= e.processed_seq
+}
+
+/// `_free_request_blocks`: free now, or park the blocks behind the current step's fence.
+pub(crate) fn free_request_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId) -> Vec<crate::system::types::BlockId> {
+    if blocks_can_be_freed(e, ctx, r) {
+        return kv_manager::free(&mut e.pool, &mut e.reqs[r as usize], &mut e.ghost);
+    }
     let q = &mut e.reqs[r as usize];
-    debug_assert_eq!(q.status, Status::Running);
-    kv_manager::free(&mut e.pool, q, &mut e.ghost);
+    let blocks = std::mem::take(&mut q.table);
+    q.num_cached_block = None;
+    if !blocks.is_empty() {
+        e.deferred_frees.push((e.sched_seq, blocks.clone()));
+    }
+    blocks
+}
+
+/// `_preempt_request`: free the blocks, reset to token 0, front of `waiting`. The connector
+/// is not told (it learns from `preempted_req_ids`). In-flight output becomes stale: it is
+/// still delivered (OffloadingConnector does not require KV delivery) but no longer moves
+/// the request's counters.
+fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
+    debug_assert_eq!(e.reqs[r as usize].status, Status::Running);
+    free_request_blocks(e, ctx, r);
+    let q = &mut e.reqs[r as usize];
     q.inflight_prefill = false;
     q.status = Status::Preempted;
     q.num_computed = 0;
+    q.stale = q.in_flight;
+    q.placeholders = 0;
     q.preempted = true;
     e.waiting.insert(0, r);
     e.ghost.mark(Mark::Preemption);
@@ -81,11 +104,7 @@ fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Eve
     }
     let num_computed = q.num_computed;
     e.finished_recving.retain(|&x| x != r);
-    ev.emit(|| Event::Promoted {
-        req: r,
-        num_computed,
-        failed,
-    });
+    ev.emit(|| Event::Promoted { req: r, num_computed, failed });
 }
 
 /// `Scheduler.schedule()` up to and including `build_connector_meta` and
@@ -94,15 +113,8 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let cfg = ctx.cfg;
     let mut budget = cfg.max_num_batched_tokens;
     let eligible = e.running.len() + e.waiting.len() + e.kv_holding.len();
-    let lpt = if eligible > 1 {
-        cfg.long_prefill_token_threshold
-    } else {
-        0
-    };
-    let mut out = SchedOut {
-        finished: std::mem::take(&mut e.finished_since),
-        ..Default::default()
-    };
+    let lpt = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
+    let mut out = SchedOut { finished: std::mem::take(&mut e.finished_since), ..Default::default() };
 
     // Phase A: running requests, in order.
     let mut idx = 0;
@@ -110,13 +122,19 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         let r = e.running[idx];
         let k = kv_ctx(&ctx, r);
         let q = &e.reqs[r as usize];
-        let mut n = q.num_tokens(k.spec).saturating_sub(q.num_computed);
+        // Async: do not schedule an extra step once max_tokens is surely reached.
+        if q.placeholders > 0
+            && i64::from(q.num_computed) + 2 - i64::from(q.placeholders)
+                >= i64::from(k.spec.prompt_len + k.spec.max_tokens)
+        {
+            idx += 1;
+            continue;
+        }
+        let mut n = (q.num_tokens(k.spec) + u32::from(q.placeholders)).saturating_sub(q.num_computed);
         if lpt > 0 && lpt < n {
             n = lpt;
         }
-        n = n
-            .min(budget)
-            .min(cfg.max_model_len.saturating_sub(q.num_computed + 1));
+        n = n.min(budget).min(cfg.max_model_len.saturating_sub(q.num_computed + 1));
         if n == 0 {
             idx += 1;
             continue;
@@ -131,36 +149,30 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
                 delay_cache: false,
                 reserved_blocks: 0,
             };
-            if let Some(nb) = kv_manager::allocate_slots(
-                &mut e.pool,
-                &mut e.reqs[r as usize],
-                a,
-                &k,
-                &mut e.ghost,
-                ev,
-            ) {
+            if let Some(nb) = kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev)
+            {
                 break Some(nb);
             }
-            let victim = e.running.pop().expect("the current request is running");
-            preempt(e, victim, ev);
+            let victim = *e.running.last().expect("the current request is running");
+            if !blocks_can_be_freed(e, &ctx, victim) {
+                break None; // a deferred free would not help this allocation
+            }
+            e.running.pop();
+            preempt(e, &ctx, victim, ev);
             out.preempted.push(victim);
             if victim == r {
                 break None;
             }
         };
         let Some(new_blocks) = new_blocks else { break };
-        ev.emit(|| Event::Scheduled {
-            req: r,
-            start,
-            tokens: n,
-            new_blocks: new_blocks.clone(),
-        });
+        ev.emit(|| Event::Scheduled { req: r, start, tokens: n, new_blocks: new_blocks.clone() });
         out.scheduled.push(Scheduled {
             req: r,
             start,
             tokens: n,
             blocks: new_blocks,
             full_table: false,
+            samples: false,
         });
         budget -= n;
         idx += 1;
@@ -172,24 +184,28 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     }
 
     if let Some(oc) = e.conn.offloading_mut() {
-        oc.build_connector_meta(
-            &out,
-            &e.reqs,
-            &ctx.wl.requests,
-            &e.pool,
-            &conn_ctx(&ctx),
-            scratch,
-            &mut e.ghost,
-            ev,
-        );
+        oc.build_connector_meta(&out, &e.reqs, &ctx.wl.requests, &e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
     }
 
-    // _update_after_schedule
-    for s in &out.scheduled {
+    if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
+        e.sched_seq += 1;
+    }
+    // _update_after_schedule (+ AsyncScheduler's placeholders)
+    for s in &mut out.scheduled {
         let q = &mut e.reqs[s.req as usize];
         q.num_computed += s.tokens;
-        if q.num_computed >= q.num_tokens(&ctx.wl.requests[s.req as usize]) {
+        q.in_flight += s.tokens as u16;
+        if ctx.cfg.defer_block_free() {
+            q.last_sched_seq = e.sched_seq;
+        }
+        let nt = q.num_tokens(&ctx.wl.requests[s.req as usize]);
+        let prefill_chunk = q.num_computed < nt + u32::from(q.placeholders);
+        s.samples = !prefill_chunk;
+        if !prefill_chunk {
             q.inflight_prefill = false;
+            if ctx.cfg.async_scheduling {
+                q.placeholders += 1;
+            }
         }
     }
     out
@@ -210,11 +226,7 @@ fn schedule_waiting(
     let mut skipped_waiting: Vec<ReqId> = Vec::new();
     // Pops the head of the queue in use into the skipped list it belongs to.
     let skip = |e: &mut Engine, from_kv: bool, sk: &mut Vec<ReqId>, sw: &mut Vec<ReqId>| {
-        let r = if from_kv {
-            e.kv_holding.remove(0)
-        } else {
-            e.waiting.remove(0)
-        };
+        let r = if from_kv { e.kv_holding.remove(0) } else { e.waiting.remove(0) };
         if holds_kv_blocks(e, r) {
             sk.push(r);
         } else {
@@ -223,11 +235,7 @@ fn schedule_waiting(
     };
     while *budget > 0 {
         let from_kv = !e.kv_holding.is_empty();
-        let head = if from_kv {
-            e.kv_holding.first()
-        } else {
-            e.waiting.first()
-        };
+        let head = if from_kv { e.kv_holding.first() } else { e.waiting.first() };
         let Some(&r) = head else { break };
         if e.running.len() as u32 >= cfg.max_num_seqs {
             break;
@@ -240,35 +248,26 @@ fn schedule_waiting(
             }
             update_waiting_for_remote_kv(e, ctx, r, ev);
             let q = &mut e.reqs[r as usize];
-            q.status = if q.preempted {
-                Status::Preempted
-            } else {
-                Status::Waiting
-            };
+            q.status = if q.preempted { Status::Preempted } else { Status::Waiting };
         }
         let q = &e.reqs[r as usize];
+        if q.stale > 0 {
+            // Deliverable stale output still in flight: resuming now could resample a
+            // position that output later delivers.
+            skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
+            continue;
+        }
         let nt = q.num_tokens(k.spec);
         let (hits, local, ext, load_async, num_computed);
         if q.num_computed == 0 {
             let (h, l) = kv_manager::get_computed_blocks(&e.pool, q, &k);
             let (x, la) = match e.conn.offloading_mut() {
-                Some(oc) => oc.get_num_new_matched_tokens(
-                    r,
-                    &e.reqs[r as usize],
-                    k.spec,
-                    l,
-                    &cc,
-                    scratch,
-                    &mut e.ghost,
-                ),
+                Some(oc) => {
+                    oc.get_num_new_matched_tokens(r, &e.reqs[r as usize], k.spec, l, &cc, scratch, &mut e.ghost)
+                }
                 None => (Some(0), false),
             };
-            ev.emit(|| Event::Lookup {
-                req: r,
-                local: l,
-                external: x,
-                load_async: la,
-            });
+            ev.emit(|| Event::Lookup { req: r, local: l, external: x, load_async: la });
             let Some(x) = x else {
                 skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
                 continue;
@@ -312,32 +311,13 @@ fn schedule_waiting(
             delay_cache: load_async,
             reserved_blocks: reserved,
         };
-        if kv_manager::allocate_slots(
-            &mut e.pool,
-            &mut e.reqs[r as usize],
-            a,
-            &k,
-            &mut e.ghost,
-            ev,
-        )
-        .is_none()
-        {
+        if kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev).is_none() {
             let free = e.pool.num_free();
             ev.emit(|| Event::NoRoom { req: r, free });
             break;
         }
         if let Some(oc) = e.conn.offloading_mut() {
-            oc.update_state_after_alloc(
-                r,
-                &e.reqs[r as usize],
-                k.spec,
-                &e.pool,
-                ext,
-                &cc,
-                scratch,
-                &mut e.ghost,
-                ev,
-            );
+            oc.update_state_after_alloc(r, &e.reqs[r as usize], k.spec, &e.pool, ext, &cc, scratch, &mut e.ghost, ev);
         }
         let q = &mut e.reqs[r as usize];
         if load_async {
@@ -345,11 +325,7 @@ fn schedule_waiting(
             q.num_computed = num_computed;
             q.inflight_prefill = true;
             let table = q.table.clone();
-            ev.emit(|| Event::AsyncLoadWait {
-                req: r,
-                table,
-                num_computed,
-            });
+            ev.emit(|| Event::AsyncLoadWait { req: r, table, num_computed });
             skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
             continue;
         }
@@ -366,24 +342,15 @@ fn schedule_waiting(
         }
         let table = q.table.clone();
         e.running.push(r);
-        ev.emit(|| Event::Admitted {
-            req: r,
-            resumed,
-            table: table.clone(),
-            num_computed,
-        });
-        ev.emit(|| Event::Scheduled {
-            req: r,
-            start: num_computed,
-            tokens: n,
-            new_blocks: table.clone(),
-        });
+        ev.emit(|| Event::Admitted { req: r, resumed, table: table.clone(), num_computed });
+        ev.emit(|| Event::Scheduled { req: r, start: num_computed, tokens: n, new_blocks: table.clone() });
         out.scheduled.push(Scheduled {
             req: r,
             start: num_computed,
             tokens: n,
             blocks: table,
             full_table: true,
+            samples: false,
         });
         *budget -= n;
     }

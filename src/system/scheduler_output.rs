@@ -9,37 +9,58 @@ use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::ghost::Mark;
 use super::kv_manager;
-use super::scheduler::{conn_ctx, kv_ctx};
+use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
 use super::worker::WorkerOut;
 use super::workload::EndKind;
 use std::collections::BTreeSet;
 
-/// `update_from_output` for one synchronous step.
+/// `update_from_output` for one step's output.
 pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut, ev: &mut Events) {
+    // Every GPU write of this and earlier steps is done: deferred frees may go back.
+    if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
+        e.processed_seq += 1;
+        drain_deferred_frees(e);
+    }
     let mut failed: Vec<ReqId> = Vec::new();
     if !w.invalid_blocks.is_empty() {
         e.ghost.mark(Mark::LoadFailure);
         failed = handle_invalid_blocks(e, ctx, &w.invalid_blocks, out, ev);
     }
-    let mut stopped: Vec<ReqId> = Vec::new();
+    let mut stopped: Vec<(ReqId, Status)> = Vec::new();
     for s in &out.scheduled {
         let r = s.req;
-        if failed.contains(&r) {
-            continue;
-        }
         let spec = &ctx.wl.requests[r as usize];
         let q = &mut e.reqs[r as usize];
-        if q.status.is_finished() || q.num_computed < q.num_tokens(spec) {
-            continue; // a non-final prefill chunk samples nothing
+        if q.status.is_finished() {
+            continue;
         }
+        q.in_flight = q.in_flight.saturating_sub(s.tokens as u16);
+        let stale = q.stale > 0;
+        if stale {
+            q.stale = q.stale.saturating_sub(s.tokens as u16);
+        }
+        if failed.contains(&r) || !s.samples {
+            continue; // a dropped output, or a non-final prefill chunk (no sampled token)
+        }
+        // _update_request_with_output: append the sampled token, check_stop.
+        let status_before = q.status;
+        let had_placeholders = q.placeholders > 0;
         let position = q.num_tokens(spec);
         q.num_output += 1;
         e.ghost.idle_steps = 0;
         ev.emit(|| Event::Sampled { req: r, position });
-        // check_stop
         let nt = q.num_tokens(spec);
-        if q.num_output >= spec.max_tokens || nt >= ctx.cfg.max_model_len {
+        let stop = q.num_output >= spec.max_tokens || nt >= ctx.cfg.max_model_len;
+        if !stale && q.placeholders > 0 {
+            q.placeholders -= 1;
+        }
+        if !stale && status_before == Status::Running && had_placeholders {
+            // Async: the newly sampled token is known now; cache the settled prefix.
+            let n = q.num_computed - u32::from(q.in_flight);
+            kv_manager::cache_blocks(&mut e.pool, q, n, &kv_ctx(&ctx, r), ev);
+        }
+        if stop {
             let reason = if q.num_output >= spec.max_tokens && spec.end == EndKind::Stop {
                 FinishReason::Stopped
             } else {
@@ -48,10 +69,14 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
             q.status = Status::Finished(reason);
             ev.emit(|| Event::Finished { req: r, reason });
             free_request(e, ctx, r, false, ev);
-            stopped.push(r);
+            stopped.push((r, status_before));
         }
     }
-    e.running.retain(|r| !stopped.contains(r));
+    // Stopped running requests leave `running`; stopped preempted ones (stale output) leave
+    // the waiting queues.
+    e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+    e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+    e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
     if !failed.is_empty() && ctx.cfg.load_failure_policy == LoadFailurePolicy::Fail {
         e.ghost.mark(Mark::ErrorFinish);
         finish_requests(e, ctx, &failed, FinishReason::Error, ev);
@@ -66,8 +91,20 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
                 e.finished_recving.push(r);
             }
         } else if e.reqs[r as usize].status.is_finished() {
-            free_blocks(e, r, ev);
+            free_blocks(e, ctx, r, ev);
         }
+    }
+}
+
+/// `_drain_deferred_frees`: return blocks whose fence step has been processed, FIFO,
+/// stopping at the first pending fence; each list is freed tail first.
+fn drain_deferred_frees(e: &mut Engine) {
+    while let Some((fence, _)) = e.deferred_frees.first() {
+        if *fence > e.processed_seq {
+            break;
+        }
+        let (_, blocks) = e.deferred_frees.remove(0);
+        e.pool.free_blocks(blocks.iter().rev().copied(), &mut e.ghost);
     }
 }
 
@@ -80,12 +117,8 @@ fn handle_invalid_blocks(
     out: &SchedOut,
     ev: &mut Events,
 ) -> Vec<ReqId> {
-    let async_reqs: Vec<ReqId> = e
-        .kv_holding
-        .iter()
-        .copied()
-        .filter(|&r| e.reqs[r as usize].status == Status::WaitingForRemoteKvs)
-        .collect();
+    let async_reqs: Vec<ReqId> =
+        e.kv_holding.iter().copied().filter(|&r| e.reqs[r as usize].status == Status::WaitingForRemoteKvs).collect();
     let (async_failed, _) = rewind_requests(e, ctx, &async_reqs, invalid, out, false);
     let running = e.running.clone();
     let (sync_failed, to_evict) = rewind_requests(e, ctx, &running, invalid, out, true);
@@ -125,11 +158,7 @@ fn rewind_requests(
     let mut marked: BTreeSet<BlockId> = BTreeSet::new();
     for &r in reqs {
         let q = &mut e.reqs[r as usize];
-        let scheduled = out
-            .scheduled
-            .iter()
-            .find(|s| s.req == r)
-            .map_or(0, |s| s.tokens);
+        let scheduled = out.scheduled.iter().find(|s| s.req == r).map_or(0, |s| s.tokens);
         let pre = q.num_computed - scheduled;
         let mut hit = false;
         let mut marked_here = false;
@@ -158,18 +187,8 @@ fn rewind_requests(
 }
 
 /// `finish_requests(ids, status)`: finish live requests from outside the step loop.
-pub fn finish_requests(
-    e: &mut Engine,
-    ctx: Ctx,
-    ids: &[ReqId],
-    reason: FinishReason,
-    ev: &mut Events,
-) {
-    let valid: Vec<ReqId> = ids
-        .iter()
-        .copied()
-        .filter(|&r| e.reqs[r as usize].status.is_live())
-        .collect();
+pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishReason, ev: &mut Events) {
+    let valid: Vec<ReqId> = ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
     e.running.retain(|r| !valid.contains(r));
     e.waiting.retain(|r| !valid.contains(r));
     e.kv_holding.retain(|r| !valid.contains(r));
@@ -198,13 +217,12 @@ fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events
     e.reqs[r as usize].inflight_prefill = false;
     e.finished_since.push(r);
     if !delay {
-        free_blocks(e, r, ev);
+        free_blocks(e, ctx, r, ev);
     }
-    let _ = kv_ctx(&ctx, r);
 }
 
-/// `_free_blocks`: return the request's blocks to the pool.
-fn free_blocks(e: &mut Engine, r: ReqId, ev: &mut Events) {
-    let blocks = kv_manager::free(&mut e.pool, &mut e.reqs[r as usize], &mut e.ghost);
+/// `_free_blocks`: return the request's blocks to the pool (or behind a fence).
+fn free_blocks(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
+    let blocks = free_request_blocks(e, &ctx, r);
     ev.emit(|| Event::Freed { req: r, blocks });
 }

@@ -75,10 +75,7 @@ pub enum ContentTag {
 
 impl ContentTag {
     pub fn full(h: BlockHash, block_size: u32) -> Self {
-        ContentTag::Kv {
-            hash: h.0,
-            len: block_size as u16,
-        }
+        ContentTag::Kv { hash: h.0, len: block_size as u16 }
     }
 }
 

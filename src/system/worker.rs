@@ -9,7 +9,7 @@
 
 use super::connector::worker as conn;
 use super::connector::{JobKind, Phase, SchedOut, StepScratch};
-use super::engine::{Ctx, Engine};
+use super::engine::{Ctx, Engine, StepInput};
 use super::events::{Event, Events};
 use super::ghost::Breach;
 use super::types::{cdiv, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
@@ -17,7 +17,7 @@ use super::workload::RequestSpec;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WorkerOut {
     pub completed: Vec<JobId>,
     pub finished_recving: Vec<ReqId>,
@@ -30,21 +30,18 @@ pub fn execute(
     ctx: Ctx,
     out: &SchedOut,
     scratch: &StepScratch,
-    sync_fail: Option<u32>,
+    input: &StepInput,
     ev: &mut Events,
 ) -> WorkerOut {
+    let sync_fail = input.sync_load_fail;
     let mut invalid = BTreeSet::new();
     let has_sync = e.conn.offloading().is_some_and(|oc| {
-        scratch.load_jobs.iter().any(|&id| {
-            oc.job(id)
-                .is_some_and(|j| matches!(j.kind, JobKind::Load { sync: true }))
-        })
+        scratch.load_jobs.iter().any(|&id| oc.job(id).is_some_and(|j| matches!(j.kind, JobKind::Load { sync: true })))
     });
     if let Some(oc) = e.conn.offloading_mut() {
         conn::handle_preemptions(oc, &mut e.pool, ctx, scratch, &mut e.ghost, ev);
         if has_sync {
-            invalid =
-                conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &mut e.ghost, ev);
+            invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &mut e.ghost, ev);
         }
     }
     forward(e, ctx, out, &invalid, ev);
@@ -54,6 +51,21 @@ pub fn execute(
             conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &mut e.ghost, ev);
         }
         conn::wait_for_save(oc, scratch);
+        // Copies that finish while this step runs are reported by this step's get_finished.
+        let now: Vec<JobId> = if input.drain {
+            oc.jobs.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).collect()
+        } else {
+            input
+                .complete
+                .iter()
+                .copied()
+                .filter(|&id| oc.job(id).is_some_and(|j| j.phase == Phase::Submitted))
+                .collect()
+        };
+        for id in now {
+            e.ghost.mark(super::ghost::Mark::Drained);
+            conn::complete(oc, &mut e.pool, ctx, id, None, &mut e.ghost, ev);
+        }
         let (completed, recving, inv) = conn::get_finished(oc);
         w.completed = completed;
         w.finished_recving = recving;
@@ -63,15 +75,23 @@ pub fn execute(
 }
 
 /// The tag a block holds after request `spec` wrote its positions `[i*B, i*B+len)`.
+/// Positions past the script (an async step scheduled after the last sampled token) hold
+/// KV of tokens nobody will read; they get a tag no reader expects.
 fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
-    if len == b {
+    let from = i * b as usize;
+    let to = from + len as usize;
+    if len == b && i < spec.hashes.len() {
         ContentTag::full(spec.hashes[i], b)
+    } else if to <= spec.tokens.len() {
+        ContentTag::Kv { hash: fold_tokens(spec.parent(i), &spec.tokens[from..to]), len: len as u16 }
     } else {
-        let from = i * b as usize;
-        ContentTag::Kv {
-            hash: fold_tokens(spec.parent(i), &spec.tokens[from..from + len as usize]),
-            len: len as u16,
-        }
+        let known = &spec.tokens[from.min(spec.tokens.len())..];
+        let h = known
+            .iter()
+            .chain(std::iter::repeat(&u32::MAX))
+            .take(len as usize)
+            .fold(spec.parent(i).0, |h, &t| crate::system::types::extend_hash(h, t));
+        ContentTag::Kv { hash: h, len: len as u16 }
     }
 }
 
@@ -84,8 +104,7 @@ pub fn tag_serves(tag: ContentTag, spec: &RequestSpec, i: usize, need: u32, b: u
             if u32::from(len) == b {
                 spec.hashes.get(i).is_some_and(|h| h.0 == hash)
             } else {
-                to <= spec.tokens.len()
-                    && fold_tokens(spec.parent(i), &spec.tokens[from..to]) == hash
+                to <= spec.tokens.len() && fold_tokens(spec.parent(i), &spec.tokens[from..to]) == hash
             }
         }
         _ => false,
@@ -110,22 +129,17 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                 continue;
             };
             let len = ((i + 1) * b).min(end) - i * b;
-            writes.push(Write {
-                req: s.req,
-                block: blk,
-                tag: written_tag(spec, i as usize, len, b),
-            });
+            writes.push(Write { req: s.req, block: blk, tag: written_tag(spec, i as usize, len, b) });
         }
     }
-    let written: BTreeMap<BlockId, (ReqId, ContentTag)> =
-        writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
+    let written: BTreeMap<BlockId, (ReqId, ContentTag)> = writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
     let loading: BTreeSet<BlockId> = e
         .conn
         .offloading()
         .map(|oc| {
             oc.jobs
                 .iter()
-                .filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed))
+                .filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed | Phase::Reported))
                 .flat_map(|j| j.blocks.iter().copied())
                 .collect()
         })
@@ -143,10 +157,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             for i in 0..cdiv(s.start, b) {
                 let need = (s.start - i * b).min(b);
                 let Some(&blk) = q.table.get(i as usize) else {
-                    bad.insert(
-                        s.req,
-                        format!("block {i} of {} is not allocated", spec.name),
-                    );
+                    bad.insert(s.req, format!("block {i} of {} is not allocated", spec.name));
                     changed = true;
                     break;
                 };
@@ -164,10 +175,14 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                     e.ghost.breach(Breach::UnsafeLoad);
                 }
                 if !tag_serves(view, spec, i as usize, need, b) {
-                    let want = ctx
-                        .wl
-                        .label(spec.hashes.get(i as usize).copied().unwrap_or_default());
-                    bad.insert(s.req, format!("{} reads block {blk} (its block {i}, expects {want}) but it holds {view:?}", spec.name));
+                    let want = ctx.wl.label(spec.hashes.get(i as usize).copied().unwrap_or_default());
+                    bad.insert(
+                        s.req,
+                        format!(
+                            "{} reads block {blk} (its block {i}, expects {want}) but it holds {view:?}",
+                            spec.name
+                        ),
+                    );
                     changed = true;
                     break;
                 }
@@ -178,21 +193,13 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     for w in &writes {
-        let tag = if bad.contains_key(&w.req) {
-            ContentTag::Bad(BadKind::Tainted)
-        } else {
-            w.tag
-        };
+        let tag = if bad.contains_key(&w.req) { ContentTag::Bad(BadKind::Tainted) } else { w.tag };
         e.pool.content[w.block as usize] = tag;
         if loading.contains(&w.block) {
             e.ghost.breach(Breach::UnsafeLoad);
         }
         if let Some(oc) = e.conn.offloading_mut() {
-            for j in oc
-                .jobs
-                .iter_mut()
-                .filter(|j| j.is_store() && j.phase == Phase::Submitted)
-            {
+            for j in oc.jobs.iter_mut().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
                 for (idx, &src) in j.blocks.iter().enumerate() {
                     if src == w.block {
                         j.snapshot[idx] = ContentTag::Bad(BadKind::Torn);
@@ -212,25 +219,14 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     for (r, why) in bad {
-        let s = out
-            .scheduled
-            .iter()
-            .find(|s| s.req == r)
-            .expect("scheduled");
+        let s = out.scheduled.iter().find(|s| s.req == r).expect("scheduled");
         let q = &e.reqs[r as usize];
         // A request whose computed prefix holds a block that failed to load in this step is
         // rewound by the scheduler and its output dropped: its read is expected.
-        let excused = q
-            .table
-            .iter()
-            .take(cdiv(s.start, b) as usize)
-            .any(|blk| invalid.contains(blk));
+        let excused = q.table.iter().take(cdiv(s.start, b) as usize).any(|blk| invalid.contains(blk));
         if !excused {
             e.ghost.breach(Breach::BadRead);
-            ev.emit(|| Event::Violation {
-                property: "kv-read-integrity",
-                detail: why,
-            });
+            ev.emit(|| Event::Violation { property: "kv-read-integrity", detail: why });
         }
     }
 }

@@ -29,26 +29,13 @@ pub struct RequestSpec {
 }
 
 impl RequestSpec {
-    pub fn new(
-        name: &str,
-        prompt: Vec<Token>,
-        output: Vec<Token>,
-        end: EndKind,
-        block_size: u32,
-    ) -> Self {
+    pub fn new(name: &str, prompt: Vec<Token>, output: Vec<Token>, end: EndKind, block_size: u32) -> Self {
         let prompt_len = prompt.len() as u32;
         let max_tokens = output.len() as u32;
         let mut tokens = prompt;
         tokens.extend(output);
         let hashes = chain_hashes(&tokens, block_size);
-        RequestSpec {
-            name: name.to_string(),
-            tokens,
-            prompt_len,
-            max_tokens,
-            end,
-            hashes,
-        }
+        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, end, hashes }
     }
 
     /// Parent hash of block `i` (`NONE_HASH` for block 0).
@@ -102,11 +89,7 @@ impl Workload {
                 });
             }
         }
-        Workload {
-            block_size,
-            requests,
-            registry,
-        }
+        Workload { block_size, requests, registry }
     }
 
     pub fn info(&self, h: BlockHash) -> Option<&BlockInfo> {
@@ -115,9 +98,7 @@ impl Workload {
 
     /// A readable name for a block hash ("A.1"), or its hex digest if unknown.
     pub fn label(&self, h: BlockHash) -> String {
-        self.registry
-            .get(&h)
-            .map_or_else(|| format!("{h:?}"), |i| i.label.clone())
+        self.registry.get(&h).map_or_else(|| format!("{h:?}"), |i| i.label.clone())
     }
 
     /// The hashes of the `n` blocks that end with block `last` (oldest first), if the

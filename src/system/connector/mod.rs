@@ -45,6 +45,8 @@ pub struct ConnCtx<'a> {
     pub bpc: u32,
     pub offload_prompt_only: bool,
     pub sync_budget: u32,
+    /// GPU prefix caching on (`_chunks_being_loaded` is only kept then).
+    pub caching: bool,
 }
 
 impl ConnCtx<'_> {
@@ -55,7 +57,7 @@ impl ConnCtx<'_> {
 }
 
 /// One request in a step's `SchedulerOutput`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Scheduled {
     pub req: ReqId,
     /// `num_computed_tokens` before this step: the forward computes `[start, start+tokens)`.
@@ -65,10 +67,12 @@ pub struct Scheduled {
     pub blocks: Vec<BlockId>,
     /// `yield_req_data`'s `is_full_table`.
     pub full_table: bool,
+    /// Not a prefill chunk: the model runner samples a token for it in this step.
+    pub samples: bool,
 }
 
 /// The parts of `SchedulerOutput` the connector and the worker read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SchedOut {
     /// In `num_scheduled_tokens` order: running requests, then admissions.
     pub scheduled: Vec<Scheduled>,
@@ -120,10 +124,9 @@ impl BitSet {
         self.0.clear();
     }
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.0.iter().enumerate().flat_map(|(w, &bits)| {
-            (0..64)
-                .filter(move |b| bits & (1 << b) != 0)
-                .map(move |b| w as u32 * 64 + b)
-        })
+        self.0
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w as u32 * 64 + b))
     }
 }

@@ -14,9 +14,7 @@ use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use super::super::request::ReqState;
 use super::super::rules::FinishWatermark;
-use super::super::types::{
-    cdiv, BlockHash, BlockId, ContentTag, FinishReason, JobId, ReqId, Status, NULL_BLOCK,
-};
+use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, FinishReason, JobId, ReqId, Status, NULL_BLOCK};
 use super::super::workload::RequestSpec;
 use super::{BitSet, ConnCtx, SchedOut, StepScratch};
 use std::collections::BTreeMap;
@@ -60,6 +58,8 @@ pub enum Phase {
     Done,
     /// A load that failed; reported like `Done` plus its invalid blocks.
     Failed,
+    /// `get_finished` delivered it; the scheduler applies it when it processes that output.
+    Reported,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -129,9 +129,7 @@ impl OcState {
 
     /// `_chunks_being_loaded`: keys of async loads not yet completed.
     fn being_loaded(&self, k: &Key) -> bool {
-        self.jobs
-            .iter()
-            .any(|j| j.is_async_load() && j.keys.contains(k))
+        self.jobs.iter().any(|j| j.is_async_load() && j.keys.contains(k))
     }
 
     /// `on_new_request`.
@@ -167,8 +165,11 @@ impl OcState {
             ghost.mark(Mark::Restart);
         }
         st.owed.clear();
-        if !st.transfer_jobs.is_empty() && rules.inflight_lookup_guard {
-            return (None, false);
+        if !st.transfer_jobs.is_empty() {
+            ghost.mark(Mark::LookupInflight);
+            if rules.inflight_lookup_guard {
+                return (None, false);
+            }
         }
         Self::update_offload_keys(st, req, spec, c);
         st.num_local = num_local;
@@ -193,13 +194,7 @@ impl OcState {
     }
 
     /// `_lookup_complete_chunks` for one full-attention group.
-    fn lookup_complete_chunks(
-        &self,
-        st: &OcReq,
-        num_tokens: u32,
-        spec: &RequestSpec,
-        c: &ConnCtx,
-    ) -> Option<u32> {
+    fn lookup_complete_chunks(&self, st: &OcReq, num_tokens: u32, spec: &RequestSpec, c: &ConnCtx) -> Option<u32> {
         let tpc = c.tpc();
         let local = st.num_local;
         let max_hit = num_tokens.min(st.num_keys * tpc);
@@ -213,10 +208,11 @@ impl OcState {
         for ci in start..num_chunks {
             match self.host.lookup(&key_of(spec, ci, c)) {
                 Lookup::Hit => hits += 1,
-                Lookup::HitPending => {
+                Lookup::HitPending if c.rules.pending_lookup_defers => {
                     hits += 1;
                     defer = true;
                 }
+                Lookup::HitPending => break,
                 Lookup::Miss => break,
             }
         }
@@ -235,7 +231,7 @@ impl OcState {
         }
         let hit = max_hit - local;
         let end = cdiv(local + hit, tpc);
-        if (start..end).any(|ci| self.being_loaded(&key_of(spec, ci, c))) {
+        if c.caching && (start..end).any(|ci| self.being_loaded(&key_of(spec, ci, c))) {
             return None;
         }
         Some(hit)
@@ -255,9 +251,7 @@ impl OcState {
         ghost: &mut Ghost,
         ev: &mut Events,
     ) {
-        scratch
-            .allocated
-            .extend(req.table.iter().copied().filter(|&b| b != NULL_BLOCK));
+        scratch.allocated.extend(req.table.iter().copied().filter(|&b| b != NULL_BLOCK));
         if num_external == 0 {
             return;
         }
@@ -284,11 +278,7 @@ impl OcState {
         let dst: Vec<BlockId> = req.table[load_start as usize..num_gpu_blocks as usize].to_vec();
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
         st.cursor = num_chunks; // CHUNK_LEVEL: hit chunks are not offered again.
-        let slots = self.host.prepare_load(
-            &keys,
-            &mut self.reqs[r as usize].as_mut().unwrap().access,
-            ghost,
-        );
+        let slots = self.host.prepare_load(&keys, &mut self.reqs[r as usize].as_mut().unwrap().access, ghost);
         let id = self.new_job_id();
         let st = self.reqs[r as usize].as_mut().unwrap();
         if !st.transfer_jobs.is_empty() {
@@ -296,10 +286,7 @@ impl OcState {
             ghost.breach(Breach::UnsafeLoad);
             ev.emit(|| Event::Violation {
                 property: "load-safety",
-                detail: format!(
-                    "load job {id} created while request has jobs {:?} in flight",
-                    st.transfer_jobs
-                ),
+                detail: format!("load job {id} created while request has jobs {:?} in flight", st.transfer_jobs),
             });
         }
         st.transfer_jobs.push(id);
@@ -340,16 +327,8 @@ impl OcState {
         Self::update_offload_keys(st, req, spec, c);
         let jobs = st.transfer_jobs.clone();
         for id in jobs {
-            let blocks = self
-                .job(id)
-                .map(|j| {
-                    if j.is_store() {
-                        j.blocks.clone()
-                    } else {
-                        Vec::new()
-                    }
-                })
-                .unwrap_or_default();
+            let blocks =
+                self.job(id).map(|j| if j.is_store() { j.blocks.clone() } else { Vec::new() }).unwrap_or_default();
             for b in blocks {
                 let v = self.fences.entry(b).or_default();
                 if !v.contains(&id) {
@@ -375,17 +354,13 @@ impl OcState {
     ) {
         // _update_req_states
         for s in &out.scheduled {
-            let st = self.reqs[s.req as usize]
-                .as_mut()
-                .expect("scheduled request is tracked");
+            let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");
             Self::update_offload_keys(st, &reqs[s.req as usize], &specs[s.req as usize], c);
             if s.full_table {
                 st.mirror.clear();
             }
             st.mirror.extend_from_slice(&s.blocks);
-            scratch
-                .allocated
-                .extend(s.blocks.iter().copied().filter(|&b| b != NULL_BLOCK));
+            scratch.allocated.extend(s.blocks.iter().copied().filter(|&b| b != NULL_BLOCK));
         }
         // Flush the stores of preempted requests (#29870).
         if c.rules.flush_preempted_stores {
@@ -428,17 +403,7 @@ impl OcState {
             .chain(out.finished.iter().map(|&f| (f, None)))
             .collect();
         for (r, scheduled) in visits {
-            self.build_store_job(
-                r,
-                scheduled,
-                &reqs[r as usize],
-                &specs[r as usize],
-                pool,
-                c,
-                scratch,
-                ghost,
-                ev,
-            );
+            self.build_store_job(r, scheduled, &reqs[r as usize], &specs[r as usize], pool, c, scratch, ghost, ev);
         }
         for &f in &out.finished {
             if let Some(st) = self.reqs[f as usize].as_mut() {
@@ -472,14 +437,10 @@ impl OcState {
         let finished = req.status.is_finished();
         let watermark = match (req.status, scheduled) {
             (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
-            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => {
-                req.num_computed
-            }
+            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => req.num_computed,
             (Status::Finished(_), _) => match c.rules.finish_watermark {
                 FinishWatermark::NumTokens => num_tokens,
-                FinishWatermark::PromptOrTokensMinusOne => {
-                    spec.prompt_len.max(num_tokens.saturating_sub(1))
-                }
+                FinishWatermark::PromptOrTokensMinusOne => spec.prompt_len.max(num_tokens.saturating_sub(1)),
             },
             (_, Some(n)) => req.num_computed + n,
             (_, None) => req.num_computed,
@@ -488,9 +449,7 @@ impl OcState {
         if c.offload_prompt_only {
             offloadable = offloadable.min(spec.prompt_len);
         }
-        let storable = (offloadable / tpc)
-            .min(st.mirror.len() as u32 / bpc)
-            .min(st.num_keys);
+        let storable = (offloadable / tpc).min(st.mirror.len() as u32 / bpc).min(st.num_keys);
         let start = st.cursor;
         let mut cands: Vec<(Key, u32)> = Vec::new();
         let mut cand_chunks: Vec<u32> = Vec::new();
@@ -512,10 +471,7 @@ impl OcState {
         let st = self.reqs[r as usize].as_mut().unwrap();
         let Some(out) = stored else {
             ghost.mark(Mark::StoreRefused);
-            ev.emit(|| Event::StoreRefused {
-                req: r,
-                keys: cands.iter().map(|(k, _)| *k).collect(),
-            });
+            ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
             // No room. A running request offers these chunks again at its next step; for a
             // finished request this was the last chance (final-store-kept's business).
             if finished {
@@ -544,10 +500,7 @@ impl OcState {
             }
         }
         st.cursor = st.cursor.max(storable);
-        let has_async_load = st
-            .transfer_jobs
-            .iter()
-            .any(|&j| self.jobs.iter().any(|x| x.id == j && x.is_async_load()));
+        let has_async_load = st.transfer_jobs.iter().any(|&j| self.jobs.iter().any(|x| x.id == j && x.is_async_load()));
         let id = self.new_job_id();
         let st = self.reqs[r as usize].as_mut().unwrap();
         if has_async_load {
@@ -607,16 +560,15 @@ impl OcState {
             return;
         }
         let st = self.reqs[r as usize].as_ref().unwrap();
-        let lost: Vec<u32> = st
-            .owed
-            .iter()
-            .filter(|&ci| self.host.get(&key_of(spec, ci, c)).is_none())
-            .collect();
+        let lost: Vec<u32> = st.owed.iter().filter(|&ci| self.host.get(&key_of(spec, ci, c)).is_none()).collect();
         if !lost.is_empty() {
             ghost.breach(Breach::CoverageLoss);
             ev.emit(|| Event::Violation {
                 property: "store-coverage",
-                detail: format!("{}: computed chunks {lost:?} were never offered for storing and are not in the host tier", spec.name),
+                detail: format!(
+                    "{}: computed chunks {lost:?} were never offered for storing and are not in the host tier",
+                    spec.name
+                ),
             });
         }
         self.reqs[r as usize].as_mut().unwrap().owed.clear();
@@ -679,35 +631,29 @@ impl OcState {
         !self.jobs.is_empty()
     }
 
-    /// Renumber job ids 0..n (order kept) and LRU ranks densely: equal histories, equal states.
-    pub fn canonicalize(&mut self) {
-        let dense = self.jobs.iter().enumerate().all(|(i, j)| j.id == i as JobId) && self.next_job == self.jobs.len() as JobId;
+    /// Renumber job ids 0..n (order kept) and LRU ranks densely: equal histories, equal
+    /// states. `outside` are job ids held elsewhere (in-flight batches' worker reports).
+    pub fn canonicalize<'a>(&mut self, outside: impl Iterator<Item = &'a mut JobId>) {
+        let dense =
+            self.jobs.iter().enumerate().all(|(i, j)| j.id == i as JobId) && self.next_job == self.jobs.len() as JobId;
         if !dense {
-            self.renumber_jobs();
+            let map: BTreeMap<JobId, JobId> = self.jobs.iter().enumerate().map(|(i, j)| (j.id, i as JobId)).collect();
+            // A reported id whose job is gone is a bug being recorded (BadCompletion); keep
+            // it out of the live range.
+            let m = |id: &mut JobId| *id = map.get(id).copied().unwrap_or(JobId::MAX);
+            for j in &mut self.jobs {
+                m(&mut j.id);
+            }
+            for st in self.reqs.iter_mut().flatten() {
+                st.transfer_jobs.iter_mut().for_each(m);
+            }
+            for v in self.fences.values_mut() {
+                v.iter_mut().for_each(m);
+            }
+            outside.for_each(m);
+            self.next_job = self.jobs.len() as JobId;
         }
         self.host.canonicalize(self.reqs.iter_mut().flatten().map(|st| &mut st.access.rank));
-    }
-
-    fn renumber_jobs(&mut self) {
-        let map: BTreeMap<JobId, JobId> = self
-            .jobs
-            .iter()
-            .enumerate()
-            .map(|(i, j)| (j.id, i as JobId))
-            .collect();
-        let m = |id: &mut JobId| *id = *map.get(id).expect("live job");
-        for j in &mut self.jobs {
-            m(&mut j.id);
-        }
-        for st in self.reqs.iter_mut().flatten() {
-            st.transfer_jobs.iter_mut().for_each(m);
-        }
-        for v in self.fences.values_mut() {
-            v.iter_mut().for_each(m);
-        }
-        self.next_job = self.jobs.len() as JobId;
-        self.host
-            .canonicalize(self.reqs.iter_mut().flatten().map(|st| &mut st.access.rank));
     }
 }
 

@@ -20,23 +20,12 @@ use std::collections::BTreeSet;
 
 /// Submit a store: take the copy's snapshot and check that every source block holds its
 /// chunk's final KV (source-freshness).
-fn submit_store(
-    oc: &mut OcState,
-    pool: &GpuPool,
-    ctx: Ctx,
-    id: JobId,
-    ghost: &mut Ghost,
-    ev: &mut Events,
-) {
+fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
     let b = ctx.cfg.block_size;
     let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     let job = oc.job_mut(id).expect("submitted job exists");
     job.phase = Phase::Submitted;
-    job.snapshot = job
-        .blocks
-        .iter()
-        .map(|&blk| pool.content[blk as usize])
-        .collect();
+    job.snapshot = job.blocks.iter().map(|&blk| pool.content[blk as usize]).collect();
     let mut stale = Vec::new();
     for (i, key) in job.keys.iter().enumerate() {
         let want = ctx.wl.chain_ending_at(*key, bpc);
@@ -47,10 +36,7 @@ fn submit_store(
                 _ => false,
             };
             if !ok {
-                stale.push((
-                    ctx.wl.label(*key),
-                    job.blocks.get(i * bpc as usize + j).copied(),
-                ));
+                stale.push((ctx.wl.label(*key), job.blocks.get(i * bpc as usize + j).copied()));
             }
         }
     }
@@ -78,9 +64,7 @@ pub fn complete(
     match job.kind {
         JobKind::Store => {
             for (i, key) in job.keys.iter().enumerate() {
-                let content = job.snapshot
-                    [i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())]
-                    .to_vec();
+                let content = job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())].to_vec();
                 oc.host.write_content(key, content);
             }
             oc.job_mut(id).unwrap().phase = Phase::Done;
@@ -104,8 +88,7 @@ pub fn complete(
             if fail.is_some() {
                 jm.phase = Phase::Failed;
                 jm.invalid_from = fail;
-                let invalid =
-                    job.blocks[first_bad.min(job.blocks.len() as u32) as usize..].to_vec();
+                let invalid = job.blocks[first_bad.min(job.blocks.len() as u32) as usize..].to_vec();
                 ev.emit(|| Event::TransferFailed { job: id, invalid });
             } else {
                 jm.phase = Phase::Done;
@@ -133,22 +116,14 @@ pub fn handle_preemptions(
             }
         }
     }
-    let queued: Vec<JobId> = oc
-        .jobs
-        .iter()
-        .filter(|j| j.phase == Phase::Queued)
-        .map(|j| j.id)
-        .collect();
+    let queued: Vec<JobId> = oc.jobs.iter().filter(|j| j.phase == Phase::Queued).map(|j| j.id).collect();
     for id in queued {
         submit_store(oc, pool, ctx, id, ghost, ev);
     }
     if let Some(&last) = scratch
         .flush
         .iter()
-        .filter(|&&id| {
-            oc.job(id)
-                .is_some_and(|j| j.is_store() && j.phase == Phase::Submitted)
-        })
+        .filter(|&&id| oc.job(id).is_some_and(|j| j.is_store() && j.phase == Phase::Submitted))
         .max()
     {
         ghost.mark(super::super::ghost::Mark::Flush);
@@ -205,35 +180,34 @@ pub fn wait_for_save(oc: &mut OcState, scratch: &StepScratch) {
     }
 }
 
-/// `get_finished` + `get_block_ids_with_load_errors`: what the worker reports this step.
-pub fn get_finished(oc: &OcState) -> (Vec<JobId>, Vec<ReqId>, BTreeSet<BlockId>) {
+/// `get_finished` + `get_block_ids_with_load_errors`: what the worker reports this step
+/// (each completion once: reported jobs leave the worker's queues).
+pub fn get_finished(oc: &mut OcState) -> (Vec<JobId>, Vec<ReqId>, BTreeSet<BlockId>) {
     let finished = |p: Phase| matches!(p, Phase::Done | Phase::Failed);
     let mut completed = Vec::new();
     let mut recving = Vec::new();
     let mut invalid = BTreeSet::new();
-    for j in oc.jobs.iter().filter(|j| j.is_store() && finished(j.phase)) {
-        completed.push(j.id);
-    }
-    for j in oc
-        .jobs
-        .iter()
-        .filter(|j| j.is_async_load() && finished(j.phase))
-    {
-        completed.push(j.id);
-        recving.push(j.req);
+    let order = |j: &super::Job| {
+        if j.is_store() {
+            0
+        } else if j.is_async_load() {
+            1
+        } else {
+            2
+        }
+    };
+    let mut ids: Vec<(u8, JobId)> = oc.jobs.iter().filter(|j| finished(j.phase)).map(|j| (order(j), j.id)).collect();
+    ids.sort_unstable();
+    for (_, id) in ids {
+        let j = oc.job_mut(id).expect("listed");
+        completed.push(id);
+        if j.is_async_load() {
+            recving.push(j.req);
+        }
         if let Some(f) = j.invalid_from {
             invalid.extend(j.blocks.iter().skip(f as usize).copied());
         }
-    }
-    for j in oc
-        .jobs
-        .iter()
-        .filter(|j| matches!(j.kind, JobKind::Load { sync: true }) && finished(j.phase))
-    {
-        completed.push(j.id);
-        if let Some(f) = j.invalid_from {
-            invalid.extend(j.blocks.iter().skip(f as usize).copied());
-        }
+        j.phase = Phase::Reported;
     }
     (completed, recving, invalid)
 }

@@ -13,9 +13,10 @@ Rules (README "Fake-worker rules"):
 * a store job created in step k is due at k + store_delay (default 1, at least 1);
 * an async load job created in step k is due at k + load_delay (default 1); a sync load
   is reported in the step that created it (vLLM waits for it before the forward);
-* a job in ``jobs_to_flush`` is reported in that step; every store job created in an
-  earlier step that is still pending is reported with it (the real CPU worker submits
-  them first and its copy stream runs in submission order);
+* a job in ``jobs_to_flush`` is reported in that step, together with every pending
+  store job submitted before it (store jobs are submitted in the step after their
+  creation, a job flushed in its creation step at once; the real CPU worker's copy
+  stream runs in submission order, so ``wait`` on the flushed job covers them);
 * per direction (store, async load) jobs are reported in FIFO order: a due job waits
   for every earlier job of its direction (as ``CPUOffloadingWorker.get_finished``);
 * every completed job goes into ``completed_jobs``; an async load also puts its request
@@ -40,6 +41,7 @@ class PendingJob:
     due: int             # step
     dst_blocks: list[int]
     invalid: list[int] | None = None   # set for a failing load
+    flushed_at_creation: bool = False
 
 
 class FakeWorker:
@@ -88,24 +90,38 @@ class FakeWorker:
                 [int(b) for b in job.src_spec.block_ids])
 
     # -- completion -------------------------------------------------------------------
+    @staticmethod
+    def _submitted(pj: PendingJob) -> int:
+        """Step in which the worker submits the job: stores are deferred to the next
+        step (``prepare_store_kv``), unless flushed in their creation step."""
+        if pj.kind == "store" and not pj.flushed_at_creation:
+            return pj.created + 1
+        return pj.created
+
     def complete(self, step: int, meta) -> list[PendingJob]:
         """Jobs reported in this step, in job-id order."""
         flushed = set(meta.jobs_to_flush or ()) if meta is not None else set()
         forced: set[int] = set()
         for jid in flushed:
-            if jid in self.pending:
-                forced.add(jid)
+            pj = self.pending.get(jid)
+            if pj is None:
+                continue
+            if pj.created == step:
+                pj.flushed_at_creation = True
+            forced.add(jid)
+        # wait(flushed) also covers every store submitted before it (one copy stream,
+        # in submission order).
         if forced:
-            # Earlier-step stores were submitted before the flushed job.
+            horizon = max((self._submitted(self.pending[j]), j) for j in forced)
             for pj in self.pending.values():
-                if pj.kind == "store" and pj.created < step:
+                if pj.kind == "store" and (self._submitted(pj), pj.job_id) <= horizon:
                     forced.add(pj.job_id)
         done: list[PendingJob] = []
         for direction in ("store", "async-load"):
             queue = sorted(
                 (pj for pj in self.pending.values()
                  if (pj.kind == "store") == (direction == "store") and not pj.sync),
-                key=lambda pj: (pj.created, pj.job_id))
+                key=lambda pj: (self._submitted(pj), pj.job_id))
             blocked = False   # FIFO: a job that is not done holds back later ones
             for pj in queue:
                 if pj.job_id in forced or (not blocked and pj.due <= step):

@@ -18,6 +18,7 @@ order ``LRUCachePolicy.evict`` pops its heap in).
 from __future__ import annotations
 
 import json
+import sys
 
 _REASONS = {
     "FINISHED_STOPPED": "stop",
@@ -48,7 +49,8 @@ def dumps(obj) -> str:
 
 
 class Recorder:
-    def __init__(self, eng, sc, out):
+    def __init__(self, eng, sc, out, debug: bool = False):
+        self.debug = debug
         self.eng = eng
         self.sc = sc
         self.out = out
@@ -130,6 +132,11 @@ class Recorder:
             self.emit("finish", req=request.request_id,
                       reason=_REASONS.get(request.status.name, request.status.name.lower()))
             self.finished_at[request.request_id] = self.step
+            if self.debug:
+                print(f"[debug] step {self.step}: finish {request.request_id} "
+                      f"{request.status.name} num_computed_tokens="
+                      f"{request.num_computed_tokens} num_tokens={request.num_tokens} "
+                      f"num_prompt_tokens={request.num_prompt_tokens}", file=sys.stderr)
             return orig_free(request, *a, **kw)
 
         sched._free_request = free_request
@@ -188,7 +195,11 @@ class Recorder:
                 return out
             if out.evicted_keys:
                 self.emit("evict", medium="CPU", keys=[key_hash(k) for k in out.evicted_keys])
-            self._store_keys[id(out.store_spec)] = list(out.keys_to_store)
+            if out.keys_to_store:
+                # The job id is known only when build_connector_meta returns: leave a
+                # placeholder so the store line lands right after its evict line.
+                self._store_keys[id(out.store_spec)] = list(out.keys_to_store)
+                self.buf.append({"ev": "_store", "spec": id(out.store_spec)})
             return out
 
         mgr.prepare_store = prepare_store
@@ -198,12 +209,23 @@ class Recorder:
         def build_connector_meta(scheduler_output, *a, **kw):
             self._store_keys.clear()
             meta = orig_build(scheduler_output, *a, **kw)
+            lines = {}
             for jid in sorted(meta.store_jobs):
                 job = meta.store_jobs[jid]
-                keys = self._store_keys[id(job.dst_spec)]
-                self.emit("store", job=jid, req=job.req_id, keys=[key_hash(k) for k in keys],
-                          blocks=[int(b) for b in job.src_spec.block_ids],
-                          slots=[int(c) for c in job.dst_spec.block_ids])
+                keys = self._store_keys.pop(id(job.dst_spec))
+                lines[id(job.dst_spec)] = {
+                    "ev": "store", "step": self.step, "job": jid, "req": job.req_id,
+                    "keys": [key_hash(k) for k in keys],
+                    "blocks": [int(b) for b in job.src_spec.block_ids],
+                    "slots": [int(c) for c in job.dst_spec.block_ids]}
+            buf = []
+            for ev in self.buf:
+                if ev["ev"] == "_store":
+                    buf.append(lines.pop(ev["spec"]))
+                else:
+                    buf.append(ev)
+            assert not lines and not self._store_keys, "store job without prepare_store"
+            self.buf = buf
             if meta.jobs_to_flush:
                 self.emit("flush", jobs=sorted(meta.jobs_to_flush))
             self._store_keys.clear()

@@ -54,7 +54,7 @@ class Timeline:
         return not self.pending_requests and not self.pending_events
 
 
-def run(sc: Scenario, out) -> dict:
+def run(sc: Scenario, out, debug: bool = False) -> dict:
     from vllm.v1.request import RequestStatus
 
     from engine import build_engine, make_request
@@ -64,7 +64,7 @@ def run(sc: Scenario, out) -> dict:
     t0 = time.monotonic()
     eng = build_engine(sc)
     t_build = time.monotonic() - t0
-    rec = Recorder(eng, sc, out)
+    rec = Recorder(eng, sc, out, debug=debug)
     worker = FakeWorker(sc)
     sched = eng.scheduler
     tl = Timeline(sc)
@@ -144,24 +144,39 @@ def run(sc: Scenario, out) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("scenario")
-    ap.add_argument("-o", "--output", required=True)
+    ap = argparse.ArgumentParser(
+        description="Record conformance logs from vLLM 0.33's real scheduler side.")
+    ap.add_argument("scenarios", nargs="+", metavar="SCENARIO.toml")
+    ap.add_argument("-o", "--output", help="log file (one scenario)")
+    ap.add_argument("--out-dir", help="directory for NAME.jsonl logs (any number of scenarios)")
     ap.add_argument("-q", "--quiet", action="store_true")
+    ap.add_argument("--debug", action="store_true",
+                    help="print request state at every finish to stderr (not in the log)")
     args = ap.parse_args(argv)
-    try:
-        sc = load_scenario(args.scenario)
-    except (ScenarioError, KeyError) as e:
-        print(f"{args.scenario}: {e}", file=sys.stderr)
-        return 2
-    tmp = Path(args.output).with_suffix(".tmp")
-    with open(tmp, "w") as out:
-        stats = run(sc, out)
-    tmp.replace(args.output)
+    if (args.output is None) == (args.out_dir is None):
+        ap.error("give exactly one of -o/--output and --out-dir")
+    if args.output is not None and len(args.scenarios) != 1:
+        ap.error("-o takes one scenario; use --out-dir for several")
+    status = 0
+    t_start = time.monotonic()
+    for path in args.scenarios:
+        try:
+            sc = load_scenario(path)
+        except (ScenarioError, KeyError) as e:
+            print(f"{path}: {e}", file=sys.stderr)
+            status = 2
+            continue
+        dest = Path(args.output) if args.output else Path(args.out_dir) / f"{sc.name}.jsonl"
+        tmp = dest.with_suffix(".tmp")
+        with open(tmp, "w") as out:
+            stats = run(sc, out, debug=args.debug)
+        tmp.replace(dest)
+        if not args.quiet:
+            print(f"{sc.name}: {stats['steps']} steps, build {stats['build_s']:.2f} s, "
+                  f"run {stats['total_s']:.2f} s -> {dest}", file=sys.stderr)
     if not args.quiet:
-        print(f"{sc.name}: {stats['steps']} steps, build {stats['build_s']:.2f} s, "
-              f"run {stats['total_s']:.2f} s -> {args.output}", file=sys.stderr)
-    return 0
+        print(f"total {time.monotonic() - t_start:.1f} s (vLLM import included)", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Re-record every conformance fixture from real vLLM 0.33.0 (scheduler side, CPU only).
+#
+#   scripts/record-fixtures.sh            # re-record tests/conformance/fixtures/*.jsonl
+#   scripts/record-fixtures.sh --check    # record into a temp dir and diff against the
+#                                         # committed fixtures (exit 1 on any difference)
+#   scripts/record-fixtures.sh main.toml  # only the named scenarios
+#
+# The venv lives outside the repository (VLLM_VENV, default /work/venv-vllm); it is
+# created and vllm==0.33.0 is installed (about 9 GB with torch) if it is missing.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CONF="$ROOT/tests/conformance"
+VENV="${VLLM_VENV:-/work/venv-vllm}"
+PY="$VENV/bin/python"
+
+check=0
+scenarios=()
+for arg in "$@"; do
+  case "$arg" in
+    --check) check=1 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) scenarios+=("$CONF/scenarios/$(basename "$arg")") ;;
+  esac
+done
+if [ ${#scenarios[@]} -eq 0 ]; then
+  scenarios=("$CONF"/scenarios/*.toml)
+fi
+
+if [ ! -x "$PY" ]; then
+  echo "creating $VENV" >&2
+  python3 -m venv "$VENV"
+fi
+if ! "$PY" -c 'import vllm, sys; sys.exit(vllm.__version__ != "0.33.0")' 2>/dev/null; then
+  echo "installing vllm==0.33.0 into $VENV" >&2
+  "$VENV/bin/pip" install --upgrade pip >&2
+  "$VENV/bin/pip" install "vllm==0.33.0" >&2
+fi
+
+export HF_HUB_OFFLINE=1
+export PYTHONHASHSEED=0
+unset VLLM_USE_V2_MODEL_RUNNER   # record.py pins the 0.33 default (V2)
+
+if [ $check -eq 1 ]; then
+  out="$(mktemp -d)"
+  trap 'rm -rf "$out"' EXIT
+else
+  out="$CONF/fixtures"
+  mkdir -p "$out"
+fi
+
+start=$(date +%s)
+"$PY" "$CONF/vllm/record.py" "${scenarios[@]}" --out-dir "$out" 2> >(grep -v \
+  -e 'is deprecated' -e 'FlashInfer kernels' -e 'vllm._C' -e 'Initializing KVConnectorBase' >&2)
+echo "recorded ${#scenarios[@]} scenario(s) in $(( $(date +%s) - start )) s" >&2
+
+if [ $check -eq 1 ]; then
+  status=0
+  for s in "${scenarios[@]}"; do
+    name="$(basename "$s" .toml)"
+    if ! cmp -s "$out/$name.jsonl" "$CONF/fixtures/$name.jsonl"; then
+      echo "DIFFERS: fixtures/$name.jsonl" >&2
+      status=1
+    fi
+  done
+  [ $status -eq 0 ] && echo "all fixtures reproduced byte for byte" >&2
+  exit $status
+fi
