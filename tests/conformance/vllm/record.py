@@ -13,9 +13,16 @@ all before the step's ``schedule()``. The log format is docs/conformance-format.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
+
+# vLLM iterates some sets of request ids (e.g. finished_req_ids when it builds the
+# finish-time store jobs); pin str hashing so two runs always agree.
+if os.environ.get("PYTHONHASHSEED") != "0":
+    os.environ["PYTHONHASHSEED"] = "0"
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
