@@ -49,17 +49,28 @@ class FakeWorker:
         self.sc = sc
         self.pending: dict[int, PendingJob] = {}
         self._count: dict[tuple[str, str], int] = {}   # (req, kind) -> jobs seen
+        self.used: set[int] = set()   # ids of the scenario's failures/overrides applied
+
+    def unused(self) -> list[str]:
+        """Scenario failures/overrides that never matched a job (a scenario bug)."""
+        out = [f"[[load_failure]] {f.req} #{f.nth}" for f in self.sc.load_failures
+               if id(f) not in self.used]
+        out += [f"[[transfer_delay]] {d.req} {d.kind} #{d.nth}"
+                for d in self.sc.delay_overrides if id(d) not in self.used]
+        return out
 
     # -- job registration -------------------------------------------------------------
     def _delay_for(self, req_id: str, kind: str, nth: int, default: int) -> int:
         for d in self.sc.delay_overrides:
             if d.req == req_id and d.kind == kind and d.nth == nth:
+                self.used.add(id(d))
                 return d.delay
         return default
 
     def _failure_for(self, req_id: str, nth: int):
         for f in self.sc.load_failures:
             if f.req == req_id and f.nth == nth:
+                self.used.add(id(f))
                 return f
         return None
 

@@ -44,7 +44,7 @@ class Timeline:
             return when.step == step
         if when.after is not None:
             f = finished_at.get(when.after)
-            return f is not None and f + max(when.delay, 1) == step
+            return f is not None and f + when.delay == step
         a = self.arrived_at.get(when.after_arrival)
         return a is not None and a + when.delay == step
 
@@ -53,7 +53,7 @@ class Timeline:
             return when.step < step
         if when.after is not None:
             f = finished_at.get(when.after)
-            return f is not None and f + max(when.delay, 1) < step
+            return f is not None and f + when.delay < step
         a = self.arrived_at.get(when.after_arrival)
         return a is not None and a + when.delay < step
 
@@ -147,6 +147,8 @@ def run(sc: Scenario, out, debug: bool = False) -> dict:
         rec.snapshots()
         rec.flush_step()
 
+    if worker.unused():
+        raise ScenarioError("never applied: " + ", ".join(worker.unused()))
     return {"steps": step - 1, "build_s": t_build, "total_s": time.monotonic() - t0}
 
 
@@ -169,19 +171,25 @@ def main(argv=None) -> int:
     for path in args.scenarios:
         try:
             sc = load_scenario(path)
-        except (ScenarioError, KeyError) as e:
+        except ScenarioError as e:
             print(f"{path}: {e}", file=sys.stderr)
             status = 2
             continue
         dest = Path(args.output) if args.output else Path(args.out_dir) / f"{sc.name}.jsonl"
         tmp = dest.with_suffix(".tmp")
-        with open(tmp, "w") as out:
-            stats = run(sc, out, debug=args.debug)
+        try:
+            with open(tmp, "w") as out:
+                stats = run(sc, out, debug=args.debug)
+        except (ScenarioError, RuntimeError) as e:
+            tmp.unlink(missing_ok=True)
+            print(f"{path}: {e}", file=sys.stderr)
+            status = 2 if isinstance(e, ScenarioError) else 1
+            continue
         tmp.replace(dest)
         if not args.quiet:
             print(f"{sc.name}: {stats['steps']} steps, build {stats['build_s']:.2f} s, "
                   f"run {stats['total_s']:.2f} s -> {dest}", file=sys.stderr)
-    if not args.quiet:
+    if not args.quiet and status == 0:
         print(f"total {time.monotonic() - t_start:.1f} s (vLLM import included)", file=sys.stderr)
     return status
 

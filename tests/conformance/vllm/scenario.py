@@ -168,6 +168,9 @@ def _parse_when(t: dict, where: str, step_key: str) -> When:
     delay = int(t.get("delay", 1))
     if delay < 0:
         raise ScenarioError(f"{where}: delay must be >= 0")
+    if after is not None and delay < 1:
+        raise ScenarioError(f"{where}: 'after' needs delay >= 1 (a request finishes "
+                            "inside a step; the next input point is the next step)")
     if fixed is not None:
         if int(fixed) < 1:
             raise ScenarioError(f"{where}: steps start at 1")
@@ -187,7 +190,15 @@ def parse_segment(seg: str) -> tuple[bool, str, int | None]:
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    path = Path(path)
+    try:
+        return _load_scenario(Path(path))
+    except KeyError as e:
+        raise ScenarioError(f"missing required key {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ScenarioError(f"bad TOML: {e}") from None
+
+
+def _load_scenario(path: Path) -> Scenario:
     with open(path, "rb") as f:
         doc = tomllib.load(f)
     _check_keys(doc, _TOP_KEYS, str(path))
@@ -287,6 +298,9 @@ def load_scenario(path: str | Path) -> Scenario:
             is_ref, seg_name, _ = parse_segment(seg)
             if is_ref and seg_name not in names:
                 raise ScenarioError(f"request {r.name}: unknown request {seg_name!r}")
+    for x in (*sc.load_failures, *sc.delay_overrides):
+        if x.req not in names:
+            raise ScenarioError(f"{type(x).__name__} of unknown request {x.req!r}")
     for e in sc.events:
         if e.req not in names:
             raise ScenarioError(f"{e.kind} of unknown request {e.req!r}")
