@@ -104,6 +104,7 @@ class Recorder:
             return x
 
         for ev in self.buf:
+            assert ev["ev"] != "_store", "prepare_store outside build_connector_meta"
             self.out.write(dumps(res(ev)) + "\n")
         self.buf = []
 
