@@ -1,5 +1,6 @@
 pub mod check;
 pub mod cli;
+pub mod conform;
 pub mod error;
 pub mod model;
 pub mod props;

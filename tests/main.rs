@@ -2,6 +2,7 @@
 
 mod cli;
 mod common;
+mod conform;
 mod models;
 mod parsers;
 mod roundtrip;

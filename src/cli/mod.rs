@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod conform;
 pub mod explain;
 mod explore;
 pub mod list;
@@ -32,6 +33,8 @@ pub enum Cmd {
     Explore(explore::ExploreArgs),
     /// Measure exploration speed and memory: unique states, states/s, peak memory.
     Bench(bench::BenchArgs),
+    /// Check event logs recorded from a real implementation against the model.
+    Conform(conform::ConformArgs),
 }
 
 /// Run the command line; returns the exit code.
@@ -42,5 +45,6 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Explain(a) => explain::run(a),
         Cmd::Explore(a) => explore::run(a),
         Cmd::Bench(a) => bench::run(a),
+        Cmd::Conform(a) => conform::run(a),
     }
 }

@@ -76,6 +76,11 @@ pub struct StepInput {
     pub drain: bool,
     /// These copies (if submitted) finish before the worker reports (conformance logs).
     pub complete: Vec<JobId>,
+    /// These loads (if submitted) fail before the worker reports, from that block index on.
+    pub fail: Vec<(JobId, u32)>,
+    /// These loads fail from their first block in the given set on (conformance logs name
+    /// the invalid blocks); a sync load of this step fails when it runs.
+    pub fail_blocks: Vec<(JobId, Vec<crate::system::types::BlockId>)>,
 }
 
 impl Engine {

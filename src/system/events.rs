@@ -36,6 +36,20 @@ pub enum Event {
         tokens: u32,
         new_blocks: Vec<BlockId>,
     },
+    /// What `schedule()` returned: tokens per request in `num_scheduled_tokens` order, new and
+    /// resumed admissions, `preempted_req_ids`, `finished_req_ids`, and every block table.
+    StepScheduled {
+        scheduled: Vec<(ReqId, u32)>,
+        new: Vec<ReqId>,
+        resumed: Vec<ReqId>,
+        preempted: Vec<ReqId>,
+        finished: Vec<ReqId>,
+        tables: Vec<(ReqId, Vec<BlockId>)>,
+    },
+    /// The step's `jobs_to_flush`.
+    JobsToFlush {
+        jobs: Vec<JobId>,
+    },
     /// An async load landed (or failed) and the request left WAITING_FOR_REMOTE_KVS.
     Promoted {
         req: ReqId,

@@ -173,6 +173,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             blocks: new_blocks,
             full_table: false,
             samples: false,
+            resumed: false,
         });
         budget -= n;
         idx += 1;
@@ -190,6 +191,21 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
         e.sched_seq += 1;
     }
+    ev.emit(|| Event::StepScheduled {
+        scheduled: out.scheduled.iter().map(|s| (s.req, s.tokens)).collect(),
+        // Model Runner V2 (0.33's default) reports requests resumed after preemption as new.
+        new: out.scheduled.iter().filter(|s| s.full_table).map(|s| s.req).collect(),
+        resumed: Vec::new(),
+        preempted: out.preempted.clone(),
+        finished: out.finished.clone(),
+        tables: e
+            .reqs
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| !q.table.is_empty())
+            .map(|(i, q)| (i as ReqId, q.table.clone()))
+            .collect(),
+    });
     // _update_after_schedule (+ AsyncScheduler's placeholders)
     for s in &mut out.scheduled {
         let q = &mut e.reqs[s.req as usize];
@@ -267,7 +283,9 @@ fn schedule_waiting(
                 }
                 None => (Some(0), false),
             };
-            ev.emit(|| Event::Lookup { req: r, local: l, external: x, load_async: la });
+            if !matches!(e.conn, crate::system::connector::Connector::None) {
+                ev.emit(|| Event::Lookup { req: r, local: l, external: x, load_async: la });
+            }
             let Some(x) = x else {
                 skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
                 continue;
@@ -351,6 +369,7 @@ fn schedule_waiting(
             blocks: table,
             full_table: true,
             samples: false,
+            resumed,
         });
         *budget -= n;
     }

@@ -12,7 +12,7 @@ use super::kv_manager;
 use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
 use super::worker::WorkerOut;
-use super::workload::EndKind;
+
 use std::collections::BTreeSet;
 
 /// `update_from_output` for one step's output.
@@ -51,7 +51,9 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         e.ghost.idle_steps = 0;
         ev.emit(|| Event::Sampled { req: r, position });
         let nt = q.num_tokens(spec);
-        let stop = q.num_output >= spec.max_tokens || nt >= ctx.cfg.max_model_len;
+        // check_stop: EOS first, then max_model_len / max_tokens.
+        let eos = spec.eos_at == Some(q.num_output - 1);
+        let stop = eos || q.num_output >= spec.max_tokens || nt >= ctx.cfg.max_model_len;
         if !stale && q.placeholders > 0 {
             q.placeholders -= 1;
         }
@@ -61,11 +63,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
             kv_manager::cache_blocks(&mut e.pool, q, n, &kv_ctx(&ctx, r), ev);
         }
         if stop {
-            let reason = if q.num_output >= spec.max_tokens && spec.end == EndKind::Stop {
-                FinishReason::Stopped
-            } else {
-                FinishReason::LengthCapped
-            };
+            let reason = if eos { FinishReason::Stopped } else { FinishReason::LengthCapped };
             q.status = Status::Finished(reason);
             ev.emit(|| Event::Finished { req: r, reason });
             free_request(e, ctx, r, false, ev);

@@ -41,14 +41,15 @@ pub fn execute(
     if let Some(oc) = e.conn.offloading_mut() {
         conn::handle_preemptions(oc, &mut e.pool, ctx, scratch, &mut e.ghost, ev);
         if has_sync {
-            invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &mut e.ghost, ev);
+            invalid =
+                conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &input.fail_blocks, &mut e.ghost, ev);
         }
     }
     forward(e, ctx, out, &invalid, ev);
     let mut w = WorkerOut::default();
     if let Some(oc) = e.conn.offloading_mut() {
         if !has_sync {
-            conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &mut e.ghost, ev);
+            conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &input.fail_blocks, &mut e.ghost, ev);
         }
         conn::wait_for_save(oc, scratch);
         // Copies that finish while this step runs are reported by this step's get_finished.
@@ -65,6 +66,17 @@ pub fn execute(
         for id in now {
             e.ghost.mark(super::ghost::Mark::Drained);
             conn::complete(oc, &mut e.pool, ctx, id, None, &mut e.ghost, ev);
+        }
+        let named = input.fail_blocks.iter().filter_map(|(id, bad)| {
+            let j = oc.job(*id)?;
+            Some((*id, j.blocks.iter().position(|b| bad.contains(b)).unwrap_or(j.blocks.len()) as u32))
+        });
+        let fails: Vec<(JobId, u32)> = input.fail.iter().copied().chain(named).collect();
+        for &(id, first_bad) in &fails {
+            if oc.job(id).is_some_and(|j| j.phase == Phase::Submitted) {
+                e.ghost.mark(super::ghost::Mark::LoadFailure);
+                conn::complete(oc, &mut e.pool, ctx, id, Some(first_bad), &mut e.ghost, ev);
+            }
         }
         let (completed, recving, inv) = conn::get_finished(oc);
         w.completed = completed;

@@ -21,21 +21,40 @@ pub struct RequestSpec {
     /// Prompt followed by the scripted output tokens.
     pub tokens: Vec<Token>,
     pub prompt_len: u32,
-    /// `max_tokens`: the number of scripted output tokens.
+    /// `max_tokens`.
     pub max_tokens: u32,
-    pub end: EndKind,
+    /// The output index whose sampled token is EOS (the request stops there, STOPPED).
+    pub eos_at: Option<u32>,
     /// Block hashes of every full block of `tokens`.
     pub hashes: Vec<BlockHash>,
 }
 
 impl RequestSpec {
+    /// A request whose model samples `output` (max_tokens = its length); with `EndKind::Stop`
+    /// its last token is EOS.
     pub fn new(name: &str, prompt: Vec<Token>, output: Vec<Token>, end: EndKind, block_size: u32) -> Self {
+        let n = output.len() as u32;
+        let eos_at = (end == EndKind::Stop && n > 0).then(|| n - 1);
+        Self::with_limits(name, prompt, output, n, eos_at, block_size)
+    }
+
+    /// A request with `max_tokens` of its own: the model samples `output` first; positions past
+    /// it (never sampled, e.g. after an abort) are filled with placeholder tokens.
+    pub fn with_limits(
+        name: &str,
+        prompt: Vec<Token>,
+        output: Vec<Token>,
+        max_tokens: u32,
+        eos_at: Option<u32>,
+        block_size: u32,
+    ) -> Self {
         let prompt_len = prompt.len() as u32;
-        let max_tokens = output.len() as u32;
         let mut tokens = prompt;
+        let known = output.len() as u32;
         tokens.extend(output);
+        tokens.extend((known..max_tokens).map(|i| u32::MAX - i));
         let hashes = chain_hashes(&tokens, block_size);
-        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, end, hashes }
+        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, eos_at, hashes }
     }
 
     /// Parent hash of block `i` (`NONE_HASH` for block 0).

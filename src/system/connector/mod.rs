@@ -69,6 +69,8 @@ pub struct Scheduled {
     pub full_table: bool,
     /// Not a prefill chunk: the model runner samples a token for it in this step.
     pub samples: bool,
+    /// Admitted after a preemption (`scheduled_resumed_reqs`), not new.
+    pub resumed: bool,
 }
 
 /// The parts of `SchedulerOutput` the connector and the worker read.

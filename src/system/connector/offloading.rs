@@ -405,6 +405,10 @@ impl OcState {
         for (r, scheduled) in visits {
             self.build_store_job(r, scheduled, &reqs[r as usize], &specs[r as usize], pool, c, scratch, ghost, ev);
         }
+        if !scratch.flush.is_empty() {
+            let jobs: Vec<JobId> = scratch.flush.iter().copied().collect();
+            ev.emit(|| Event::JobsToFlush { jobs });
+        }
         for &f in &out.finished {
             if let Some(st) = self.reqs[f as usize].as_mut() {
                 st.finished_signaled = true;

@@ -148,6 +148,7 @@ pub fn start_load_kv(
     ctx: Ctx,
     scratch: &StepScratch,
     sync_fail: Option<u32>,
+    fail_blocks: &[(JobId, Vec<BlockId>)],
     ghost: &mut Ghost,
     ev: &mut Events,
 ) -> BTreeSet<BlockId> {
@@ -157,7 +158,11 @@ pub fn start_load_kv(
         let Some(j) = oc.job(id) else { continue };
         match j.kind {
             JobKind::Load { sync: true } => {
-                let f = fail.take();
+                let named = fail_blocks
+                    .iter()
+                    .find(|(x, _)| *x == id)
+                    .map(|(_, bad)| j.blocks.iter().position(|b| bad.contains(b)).unwrap_or(j.blocks.len()) as u32);
+                let f = named.or_else(|| fail.take());
                 if let Some(f) = f {
                     invalid.extend(j.blocks.iter().skip(f as usize).copied());
                 }

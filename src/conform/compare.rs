@@ -1,0 +1,226 @@
+//! Comparing one step: every logged decision kind against what the model did in that step.
+//! Within a kind order matters (it is vLLM's call order); across kinds it does not.
+
+use super::log::{Ev, Line};
+use super::Divergence;
+use crate::model::scope::Scope;
+use crate::system::types::{BlockHash, FinishReason};
+use crate::system::{Engine, Event};
+use std::collections::BTreeMap;
+
+struct Kind {
+    name: &'static str,
+    logged: Vec<(usize, String)>,
+    model: Vec<String>,
+    /// Only compared when the log has lines of this kind for the step (snapshots).
+    optional: bool,
+}
+
+fn sorted(v: &[String]) -> Vec<String> {
+    let mut v = v.to_vec();
+    v.sort();
+    v
+}
+
+/// Where an implementation logs each kind within a step (docs/conformance-format.md), used
+/// only to place a decision the log lacks.
+fn rank(kind: &str) -> usize {
+    match kind {
+        "lookup" | "load" | "evict" | "store" | "store_refused" | "flush" => 10,
+        "schedule" => 20,
+        "sampled" => 40,
+        "finish" => 50,
+        _ => 60,
+    }
+}
+
+/// Where input lines sit: arrivals, aborts and errors before the step's decisions, reported
+/// transfers after `schedule`, sampled tokens after those.
+fn input_rank(ev: &Ev) -> usize {
+    match ev {
+        Ev::TransferDone { .. } | Ev::TransferFailed { .. } => 30,
+        Ev::Sampled { .. } => 40,
+        _ => 0,
+    }
+}
+
+/// Compare step `step`; None when every decision matches. `snapshots` are the snapshot kinds
+/// the log records (then every step must have them).
+pub fn step(
+    scope: &Scope,
+    e: &Engine,
+    step: u32,
+    lines: &[&Line],
+    events: &[Event],
+    snapshots: &[&str],
+) -> Option<Divergence> {
+    let wl = &scope.workload;
+    let name = |r: &u16| wl.requests[*r as usize].name.clone();
+    let label = |h: &BlockHash| wl.label(*h);
+    let names = |v: &[u16]| v.iter().map(name).collect::<Vec<_>>();
+    let mut kinds: Vec<Kind> =
+        ["lookup", "load", "store", "store_refused", "evict", "flush", "schedule", "finish", "sampled", "g1", "host"]
+            .iter()
+            .map(|&n| Kind {
+                name: n,
+                logged: Vec::new(),
+                model: Vec::new(),
+                optional: matches!(n, "g1" | "host" | "schedule") && !snapshots.contains(&n),
+            })
+            .collect();
+    let mut push_log =
+        |k: &str, no: usize, s: String| kinds.iter_mut().find(|x| x.name == k).unwrap().logged.push((no, s));
+    for l in lines {
+        match &l.ev {
+            Ev::Lookup { req, local, external, load_async, .. } => push_log("lookup", l.no, format!("{req} local={local} external={external:?} async={load_async}")),
+            Ev::Load { job, req, keys, blocks, slots, sync, .. } => {
+                push_log("load", l.no, format!("job {job} {req} keys={keys:?} blocks={blocks:?} slots={slots:?} sync={sync}"))
+            }
+            Ev::Store { job, req, keys, blocks, slots, .. } => push_log("store", l.no, format!("job {job} {req} keys={keys:?} blocks={blocks:?} slots={slots:?}")),
+            Ev::StoreRefused { req, keys, .. } => push_log("store_refused", l.no, format!("{req} keys={keys:?}")),
+            Ev::Evict { keys, .. } => {
+                for k in keys {
+                    push_log("evict", l.no, k.clone());
+                }
+            }
+            Ev::Flush { jobs, .. } => {
+                let mut j = jobs.clone();
+                j.sort_unstable();
+                push_log("flush", l.no, format!("{j:?}"));
+            }
+            Ev::Schedule { scheduled, new, resumed, preempted, finished, tables, .. } => push_log(
+                "schedule",
+                l.no,
+                format!("scheduled={scheduled:?} new={new:?} resumed={resumed:?} preempted={:?} finished={:?} tables={tables:?}", sorted(preempted), sorted(finished)),
+            ),
+            Ev::Finish { req, reason, .. } => push_log("finish", l.no, format!("{req} {reason}")),
+            Ev::Sampled { req, .. } => push_log("sampled", l.no, req.clone()),
+            Ev::G1 { free, cached, .. } => push_log("g1", l.no, format!("free={free:?} cached={cached:?}")),
+            Ev::Host { entries, order, .. } => {
+                let mut es: Vec<String> = entries.iter().map(|x| format!("{} slot={} ref={}", x.key, x.slot, x.ref_cnt)).collect();
+                es.sort();
+                push_log("host", l.no, format!("entries={es:?} order={order:?}"));
+            }
+            _ => {}
+        }
+    }
+    // The model's decisions in the order it made them: (kind, index within its kind).
+    let mut seq: Vec<(&'static str, usize)> = Vec::new();
+    let mut push_model = |k: &str, s: String| {
+        let kind = kinds.iter_mut().find(|x| x.name == k).unwrap();
+        seq.push((kind.name, kind.model.len()));
+        kind.model.push(s);
+    };
+    for ev in events {
+        match ev {
+            Event::Lookup { req, local, external, load_async } => {
+                push_model("lookup", format!("{} local={local} external={external:?} async={load_async}", name(req)))
+            }
+            Event::LoadJob { job, req, keys, blocks, slots, sync } => push_model(
+                "load",
+                format!(
+                    "job {job} {} keys={:?} blocks={blocks:?} slots={slots:?} sync={sync}",
+                    name(req),
+                    keys.iter().map(label).collect::<Vec<_>>()
+                ),
+            ),
+            Event::StoreJob { job, req, keys, blocks, slots } => push_model(
+                "store",
+                format!(
+                    "job {job} {} keys={:?} blocks={blocks:?} slots={slots:?}",
+                    name(req),
+                    keys.iter().map(label).collect::<Vec<_>>()
+                ),
+            ),
+            Event::StoreRefused { req, keys } => push_model(
+                "store_refused",
+                format!("{} keys={:?}", name(req), keys.iter().map(label).collect::<Vec<_>>()),
+            ),
+            Event::HostEvicted { key } => push_model("evict", label(key)),
+            Event::JobsToFlush { jobs } => push_model("flush", format!("{jobs:?}")),
+            Event::StepScheduled { scheduled, new, resumed, preempted, finished, tables } => {
+                let sched: Vec<(String, u32)> = scheduled.iter().map(|(r, n)| (name(r), *n)).collect();
+                let tables: BTreeMap<String, Vec<u32>> = tables.iter().map(|(r, t)| (name(r), t.clone())).collect();
+                push_model(
+                    "schedule",
+                    format!(
+                        "scheduled={sched:?} new={:?} resumed={:?} preempted={:?} finished={:?} tables={tables:?}",
+                        names(new),
+                        names(resumed),
+                        sorted(&names(preempted)),
+                        sorted(&names(finished))
+                    ),
+                );
+            }
+            Event::Finished { req, reason } => push_model("finish", format!("{} {}", name(req), reason_str(*reason))),
+            Event::Sampled { req, .. } => push_model("sampled", name(req)),
+            _ => {}
+        }
+    }
+    // End-of-step snapshots.
+    let cached: BTreeMap<String, Vec<u32>> = e.pool.cached().map(|(h, b)| (label(h), b.clone())).collect();
+    push_model("g1", format!("free={:?} cached={cached:?}", e.pool.free_queue()));
+    if let Some(oc) = e.conn.offloading() {
+        let mut es: Vec<String> =
+            oc.host.entries().map(|(k, x)| format!("{} slot={} ref={}", label(k), x.slot, x.ref_cnt)).collect();
+        es.sort();
+        let order: Vec<String> = oc.host.eviction_order().iter().map(label).collect();
+        push_model("host", format!("entries={es:?} order={order:?}"));
+    }
+    let last_line = lines.last().map_or(0, |l| l.no);
+    let matched = |kind: &str, idx: usize| -> Option<usize> {
+        let k = kinds.iter().find(|x| x.name == kind)?;
+        let (no, text) = k.logged.get(idx)?;
+        (k.model.get(idx) == Some(text)).then_some(*no)
+    };
+    let mut first: Option<Divergence> = None;
+    for k in &kinds {
+        if k.optional && k.logged.is_empty() {
+            continue;
+        }
+        let n = k.logged.len().max(k.model.len());
+        for i in 0..n {
+            let lg = k.logged.get(i);
+            let md = k.model.get(i);
+            if lg.map(|x| &x.1) != md {
+                // The logged item appears later in the model's list: the model's items in
+                // between are missing from the log (a deleted line), so place the first one.
+                let missing = match lg {
+                    None => true,
+                    Some(x) => k.model[i..].iter().skip(1).any(|m| *m == x.1),
+                };
+                let line = if !missing {
+                    lg.unwrap().0
+                } else {
+                    // It belongs after the last decision the model made before it that the log
+                    // has, past the inputs the implementation logs before this kind.
+                    let pos = seq.iter().position(|&(kk, ii)| kk == k.name && ii == i).unwrap_or(seq.len());
+                    let before = seq[..pos].iter().rev().find_map(|&(kk, ii)| matched(kk, ii));
+                    let start = before.unwrap_or(lines.first().map_or(0, |l| l.no.saturating_sub(1)));
+                    lines
+                        .iter()
+                        .filter(|l| l.no > start)
+                        .find(|l| !(l.ev.is_input() && input_rank(&l.ev) <= rank(k.name)))
+                        .map_or(last_line + 1, |l| l.no)
+                };
+                let d = Divergence {
+                    step,
+                    line,
+                    what: k.name.to_string(),
+                    logged: lg.map_or("(nothing)".into(), |x| x.1.clone()),
+                    model: md.cloned().unwrap_or_else(|| "(nothing)".into()),
+                    window: Vec::new(),
+                };
+                if first.as_ref().is_none_or(|f| d.line < f.line) {
+                    first = Some(d);
+                }
+                break;
+            }
+        }
+    }
+    first
+}
+
+fn reason_str(r: FinishReason) -> &'static str {
+    r.as_str()
+}
