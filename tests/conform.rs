@@ -131,7 +131,7 @@ fn bad_logs_exit_2_naming_file_and_line() {
             format!("{head}\n{{\"ev\":\"abort\",\"step\":1,\"req\":\"Z\"}}\n"),
             "log.jsonl:2: request Z is used before it arrives",
         ),
-        (format!("{{\"ev\":\"abort\",\"step\":1,\"req\":\"Z\"}}\n"), "log.jsonl:1: the first line must be the header"),
+        ("{\"ev\":\"abort\",\"step\":1,\"req\":\"Z\"}\n".to_string(), "log.jsonl:1: the first line must be the header"),
         (head.replace("\"format\":1", "\"format\":7") + "\n", "log.jsonl:1: unsupported log format 7"),
         (head.replace("\"lru\"", "\"arc\"") + "\n", "log.jsonl:1: eviction_policy"),
         (String::new(), "log.jsonl:1: empty log"),

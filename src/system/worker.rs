@@ -33,7 +33,6 @@ pub fn execute(
     input: &StepInput,
     ev: &mut Events,
 ) -> WorkerOut {
-    let sync_fail = input.sync_load_fail;
     let mut invalid = BTreeSet::new();
     let has_sync = e.conn.offloading().is_some_and(|oc| {
         scratch.load_jobs.iter().any(|&id| oc.job(id).is_some_and(|j| matches!(j.kind, JobKind::Load { sync: true })))
@@ -41,15 +40,14 @@ pub fn execute(
     if let Some(oc) = e.conn.offloading_mut() {
         conn::handle_preemptions(oc, &mut e.pool, ctx, scratch, &mut e.ghost, ev);
         if has_sync {
-            invalid =
-                conn::start_load_kv(oc, &mut e.pool, ctx, scratch, sync_fail, &input.fail_blocks, &mut e.ghost, ev);
+            invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, Some(input), &mut e.ghost, ev);
         }
     }
     forward(e, ctx, out, &invalid, ev);
     let mut w = WorkerOut::default();
     if let Some(oc) = e.conn.offloading_mut() {
         if !has_sync {
-            conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &input.fail_blocks, &mut e.ghost, ev);
+            conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &mut e.ghost, ev);
         }
         conn::wait_for_save(oc, scratch);
         // Copies that finish while this step runs are reported by this step's get_finished.

@@ -10,7 +10,7 @@
 //! blocks as they are when it is submitted; a forward pass that writes a source block before
 //! the copy is done tears it.
 
-use super::super::engine::Ctx;
+use super::super::engine::{Ctx, StepInput};
 use super::super::events::{Event, Events};
 use super::super::ghost::{Breach, Ghost};
 use super::super::gpu_pool::GpuPool;
@@ -147,13 +147,13 @@ pub fn start_load_kv(
     pool: &mut GpuPool,
     ctx: Ctx,
     scratch: &StepScratch,
-    sync_fail: Option<u32>,
-    fail_blocks: &[(JobId, Vec<BlockId>)],
+    input: Option<&StepInput>,
     ghost: &mut Ghost,
     ev: &mut Events,
 ) -> BTreeSet<BlockId> {
     let mut invalid = BTreeSet::new();
-    let mut fail = sync_fail;
+    let mut fail = input.and_then(|i| i.sync_load_fail);
+    let fail_blocks: &[(JobId, Vec<BlockId>)] = input.map_or(&[], |i| &i.fail_blocks);
     for &id in &scratch.load_jobs {
         let Some(j) = oc.job(id) else { continue };
         match j.kind {

@@ -6,7 +6,8 @@ Drives, in the order of ``vllm.v1.engine.core.EngineCore._initialize_kv_caches``
 * config objects from ``vllm.config``: ``ModelConfig`` (offline tiny llama, see
   ``tiny-llama/config.json``), ``SchedulerConfig`` (``async_scheduling=False`` always),
   ``CacheConfig`` (prefix caching on, ``num_gpu_blocks_override``), ``KVTransferConfig``
-  (``OffloadingConnector``, ``kv_both``), ``DeviceConfig("cpu")``, ``VllmConfig``;
+  (``OffloadingConnector``, ``kv_both``), ``KVEventsConfig`` (events on, "null"
+  publisher; kvevents.py captures the batches), ``DeviceConfig("cpu")``, ``VllmConfig``;
 * the KV-cache planning path: ``register_all_kvcache_specs``, a hand-written worker spec
   ``FullAttentionSpec`` (one layer), ``resolve_kv_cache_layout``,
   ``get_global_kv_cache_groups`` / ``get_kv_cache_configs`` (``v1.core.kv_cache_planning``),
@@ -33,6 +34,8 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 # Model Runner V2 is 0.33's default (it reports resumed requests as new requests with
 # their full block table); pin it so a stray environment cannot change the schedule lines.
 os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+# KV events (kvevents.py) carry block hashes as ints, vLLM's default; pin it too.
+os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1"
 
 import torch  # noqa: E402
 
@@ -86,8 +89,8 @@ def _kv_spec(block_size: int):
 
 
 def build_engine(sc: Scenario) -> Engine:
-    from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
-                             SchedulerConfig, VllmConfig)
+    from vllm.config import (CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig,
+                             ModelConfig, SchedulerConfig, VllmConfig)
 
     spec = _kv_spec(sc.block_size)
     page_bytes = spec.page_size_bytes                 # K and V of one block, one layer
@@ -124,6 +127,8 @@ def build_engine(sc: Scenario) -> Engine:
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config,
                              kv_transfer_config=kv_transfer_config,
+                             kv_events_config=KVEventsConfig(enable_kv_cache_events=True,
+                                                             publisher="null"),
                              device_config=DeviceConfig("cpu"))
     assert vllm_config.scheduler_config.async_scheduling is False
 
