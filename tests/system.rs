@@ -121,10 +121,10 @@ fn host_lru_033_evicts_tails_of_older_requests_first() {
     let s = t.prepare_store(&[(h(1), 2), (h(2), 4)], &mut r1, &mut g, &mut ev).unwrap();
     assert_eq!(s.slots, vec![0, 1], "fresh slots in increasing order");
     assert_eq!(t.lookup(&h(1)), Lookup::HitPending);
-    t.complete_store(&[h(1), h(2)], &mut g);
+    t.complete_store(&[h(1), h(2)], &mut g, &mut ev);
     assert_eq!(t.lookup(&h(1)), Lookup::Hit);
     t.prepare_store(&[(h(3), 2)], &mut r2, &mut g, &mut ev).unwrap();
-    t.complete_store(&[h(3)], &mut g);
+    t.complete_store(&[h(3)], &mut g, &mut ev);
     // request ranks: r1 before r2; within r1 the tail (position 4) goes first
     assert_eq!(t.eviction_order(), vec![h(2), h(1), h(3)]);
     // r1 finishes: its keys are re-ranked tail first with fresh ranks, head most recent
@@ -150,7 +150,7 @@ fn host_complete_load_twice_is_a_breach() {
     let mut t = HostTier::new(1);
     let mut r = acc();
     t.prepare_store(&[(h(1), 2)], &mut r, &mut g, &mut ev).unwrap();
-    t.complete_store(&[h(1)], &mut g);
+    t.complete_store(&[h(1)], &mut g, &mut ev);
     t.prepare_load(&[(h(1), 2)], &mut r, &mut g);
     t.complete_load(&[h(1)], &mut g);
     assert_eq!(g.violations, 0);

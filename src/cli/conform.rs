@@ -8,8 +8,12 @@ use std::path::PathBuf;
 #[derive(Args, Debug)]
 pub struct ConformArgs {
     /// Event logs recorded from an implementation (docs/conformance-format.md).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "kv_events")]
     pub logs: Vec<PathBuf>,
+    /// A recorded stream of vLLM KV-event batches (msgpack) to check; with one LOG of the same
+    /// run (and FILE.steps.json naming each batch's step), also against the model.
+    #[arg(long)]
+    pub kv_events: Option<PathBuf>,
     /// The rule set the implementation is expected to follow.
     #[arg(long, default_value = "vllm-0.33")]
     pub profile: String,
@@ -26,8 +30,13 @@ pub struct ConformArgs {
 pub fn run(a: ConformArgs) -> Result<i32> {
     crate::system::rules::resolve(&a.profile, a.variant.as_deref()).map_err(KvmcError::Usage)?;
     let mut code = exit::OK;
+    if a.kv_events.is_some() && a.logs.len() > 1 {
+        return Err(KvmcError::Usage("--kv-events goes with at most one LOG (the same run)".into()));
+    }
+    let mut last = None;
     for path in &a.logs {
         let r = conform::check(path, &a.profile, a.variant.as_deref(), a.window)?;
+        last = Some(r.clone());
         match &r.divergence {
             None => {
                 println!("{}: conforms ({} steps, {} decisions compared)", path.display(), r.steps, r.decisions);
@@ -49,6 +58,29 @@ pub fn run(a: ConformArgs) -> Result<i32> {
             println!("  invariant {p} is violated from step {step} on (the implementation does this too)");
             if a.strict {
                 code = exit::VERDICT;
+            }
+        }
+    }
+    if let Some(ev) = &a.kv_events {
+        let steps_path = PathBuf::from(format!("{}.steps.json", ev.display()));
+        let steps: Option<Vec<u32>> = if steps_path.exists() {
+            let t = std::fs::read_to_string(&steps_path).map_err(|e| KvmcError::io(&steps_path, e))?;
+            Some(serde_json::from_str(&t).map_err(|e| {
+                KvmcError::input(&steps_path, e.line(), format!("not a JSON list of step numbers: {e}"))
+            })?)
+        } else {
+            None
+        };
+        let against = last.as_ref().filter(|r| r.divergence.is_none());
+        match conform::check_kv_events(ev, against, steps.as_deref())? {
+            None => println!(
+                "{}: consistent{}",
+                ev.display(),
+                if against.is_some() && steps.is_some() { " and matches the model step by step" } else { "" }
+            ),
+            Some(why) => {
+                code = exit::VERDICT;
+                println!("{}: {why}", ev.display());
             }
         }
     }

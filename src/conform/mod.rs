@@ -3,6 +3,7 @@
 //! when) and compare every decision it logged, step by step (docs/conformance.md).
 
 mod compare;
+pub mod kv_events;
 pub mod log;
 
 use crate::error::{KvmcError, Result};
@@ -36,6 +37,8 @@ pub struct Report {
     pub divergence: Option<Divergence>,
     /// Invariants the run violated (property, step), even though the decisions matched.
     pub findings: Vec<(String, u32)>,
+    /// Per step with any: blocks the model stored and removed, per medium (KV-event counts).
+    pub kv_counts: Vec<(u32, kv_events::Counts)>,
 }
 
 /// Build the engine scope a log describes: its configuration and its requests, whose tokens
@@ -157,6 +160,7 @@ fn replay(
     .map(|(k, _)| *k)
     .collect();
     let mut findings: Vec<(String, u32)> = Vec::new();
+    let mut kv_counts: Vec<(u32, kv_events::Counts)> = Vec::new();
     let mut decisions = 0;
     for step in 1..=last {
         let this: Vec<&Line> = lines.iter().filter(|l| l.ev.step() == step && !dropped.contains(&l.no)).collect();
@@ -190,7 +194,7 @@ fn replay(
             .map(|l| l.no)
             .collect();
         if !newly.is_empty() {
-            return Ok((Report { steps: step, decisions, divergence: None, findings }, newly));
+            return Ok((Report { steps: step, decisions, divergence: None, findings, kv_counts: Vec::new() }, newly));
         }
         if let Some(mut d) = compare::step(&scope, &engine, step, &this, &ev.list, &snapshots) {
             let first = d.line;
@@ -204,7 +208,14 @@ fn replay(
                 .into_iter()
                 .rev()
                 .collect();
-            return Ok((Report { steps: step, decisions, divergence: Some(d), findings }, Vec::new()));
+            return Ok((
+                Report { steps: step, decisions, divergence: Some(d), findings, kv_counts: Vec::new() },
+                Vec::new(),
+            ));
+        }
+        let c = model_counts(&ev.list);
+        if !c.is_empty() {
+            kv_counts.push((step, c));
         }
         let state = KvState { engine: engine.clone(), scope: scope.clone() };
         for p in &safety {
@@ -214,5 +225,58 @@ fn replay(
         }
         engine.ghost.marks = 0;
     }
-    Ok((Report { steps: last, decisions, divergence: None, findings }, Vec::new()))
+    Ok((Report { steps: last, decisions, divergence: None, findings, kv_counts }, Vec::new()))
+}
+
+/// What the model did in one step, counted the way vLLM's KV events count it.
+fn model_counts(events: &[crate::system::Event]) -> kv_events::Counts {
+    use crate::system::Event;
+    let mut c = kv_events::Counts::new();
+    for e in events {
+        match e {
+            Event::G1Cached { .. } => c.entry("GPU".into()).or_default().0 += 1,
+            Event::G1Evicted { .. } => c.entry("GPU".into()).or_default().1 += 1,
+            Event::HostStored { keys } => c.entry("CPU".into()).or_default().0 += keys.len(),
+            Event::HostEvicted { .. } => c.entry("CPU".into()).or_default().1 += 1,
+            _ => {}
+        }
+    }
+    c
+}
+
+/// Check a KV-event stream on its own, and against `report`'s replay of the same run when
+/// `steps` (the step that published each batch) is known. Returns the first problem.
+pub fn check_kv_events(path: &Path, report: Option<&Report>, steps: Option<&[u32]>) -> Result<Option<String>> {
+    let bytes = std::fs::read(path).map_err(|e| KvmcError::io(path, e))?;
+    let batches = kv_events::parse(path, &bytes)?;
+    if let Some((b, why)) = kv_events::consistency(&batches) {
+        return Ok(Some(format!("batch {b}: {why}")));
+    }
+    let (Some(r), Some(steps)) = (report, steps) else { return Ok(None) };
+    if steps.len() != batches.len() {
+        return Err(KvmcError::input(path, 1, format!("{} batches but {} step numbers", batches.len(), steps.len())));
+    }
+    let logged: Vec<(u32, kv_events::Counts)> =
+        batches.iter().zip(steps).map(|(b, s)| (*s, kv_events::counts(b))).collect();
+    for (i, (step, c)) in logged.iter().enumerate() {
+        match r.kv_counts.iter().find(|(s, _)| s == step) {
+            Some((_, m)) if m == c => {}
+            Some((_, m)) => {
+                return Ok(Some(format!(
+                    "batch {} (step {step}): the implementation stored/removed {c:?}, the model {m:?}",
+                    i + 1
+                )))
+            }
+            None => {
+                return Ok(Some(format!(
+                    "batch {} (step {step}): the implementation published {c:?}; the model stored and removed nothing",
+                    i + 1
+                )))
+            }
+        }
+    }
+    if let Some((s, m)) = r.kv_counts.iter().find(|(s, _)| !steps.contains(s)) {
+        return Ok(Some(format!("step {s}: the model stored/removed {m:?}, but no batch was published")));
+    }
+    Ok(None)
 }

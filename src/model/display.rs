@@ -86,7 +86,7 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         }
         Event::Scheduled { req, start, tokens, .. } => format!("{} computes [{start},{})", n(req), start + tokens),
         Event::Preempted { req } => format!("preempt {}", n(req)),
-        Event::StepScheduled { .. } | Event::JobsToFlush { .. } => return None,
+        Event::StepScheduled { .. } | Event::JobsToFlush { .. } | Event::HostStored { .. } => return None,
         Event::Promoted { req, num_computed, failed } => {
             format!(
                 "{}'s load {}: promoted with {num_computed} computed",

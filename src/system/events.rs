@@ -76,6 +76,10 @@ pub enum Event {
     HostEvicted {
         key: BlockHash,
     },
+    /// `complete_store`: these write-pending keys became ready (vLLM's CPU BlockStored).
+    HostStored {
+        keys: Vec<BlockHash>,
+    },
     /// `prepare_store` returned None: no room (nothing changed).
     StoreRefused {
         req: ReqId,

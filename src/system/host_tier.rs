@@ -226,7 +226,8 @@ impl HostTier {
     }
 
     /// `complete_store(keys)`: write-pending keys become ready and evictable.
-    pub fn complete_store(&mut self, keys: &[Key], ghost: &mut Ghost) {
+    pub fn complete_store(&mut self, keys: &[Key], ghost: &mut Ghost, ev: &mut Events) {
+        let mut stored = Vec::new();
         for k in keys {
             if let Some(e) = self.entries.get_mut(k) {
                 if e.ref_cnt < 0 {
@@ -235,8 +236,12 @@ impl HostTier {
                     self.num_evictable += 1;
                     self.evictable.insert((e.rank, *k));
                     ghost.mark(Mark::StoreCompleted);
+                    stored.push(*k);
                 }
             }
+        }
+        if !stored.is_empty() {
+            ev.emit(|| Event::HostStored { keys: stored });
         }
     }
 

@@ -5,6 +5,7 @@
 //! `build_connector_meta`, `request_finished`, `update_connector_output`.
 
 pub mod offloading;
+mod offloading_store;
 pub mod worker;
 
 use super::rules::Rules;

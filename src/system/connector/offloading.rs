@@ -13,10 +13,9 @@ use super::super::ghost::{Breach, Ghost, Mark};
 use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use super::super::request::ReqState;
-use super::super::rules::FinishWatermark;
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, FinishReason, JobId, ReqId, Status, NULL_BLOCK};
+use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use super::super::workload::RequestSpec;
-use super::{BitSet, ConnCtx, SchedOut, StepScratch};
+use super::{BitSet, ConnCtx, StepScratch};
 use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
@@ -121,7 +120,7 @@ impl OcState {
         self.jobs.iter_mut().find(|j| j.id == id)
     }
 
-    fn new_job_id(&mut self) -> JobId {
+    pub(super) fn new_job_id(&mut self) -> JobId {
         let id = self.next_job;
         self.next_job += 1;
         id
@@ -137,7 +136,7 @@ impl OcState {
         self.reqs[r as usize] = Some(OcReq::default());
     }
 
-    fn update_offload_keys(st: &mut OcReq, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
+    pub(super) fn update_offload_keys(st: &mut OcReq, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
         let n = req.block_hashes(spec, c.block_size).len() as u32 / c.bpc;
         st.num_keys = st.num_keys.max(n);
     }
@@ -339,254 +338,6 @@ impl OcState {
         }
     }
 
-    /// `build_connector_meta`: mirror updates, flushes, store jobs, finish signals.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
-        &mut self,
-        out: &SchedOut,
-        reqs: &[ReqState],
-        specs: &[RequestSpec],
-        pool: &GpuPool,
-        c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        // _update_req_states
-        for s in &out.scheduled {
-            let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");
-            Self::update_offload_keys(st, &reqs[s.req as usize], &specs[s.req as usize], c);
-            if s.full_table {
-                st.mirror.clear();
-            }
-            st.mirror.extend_from_slice(&s.blocks);
-            scratch.allocated.extend(s.blocks.iter().copied().filter(|&b| b != NULL_BLOCK));
-        }
-        // Flush the stores of preempted requests (#29870).
-        if c.rules.flush_preempted_stores {
-            for &p in &out.preempted {
-                if let Some(st) = &self.reqs[p as usize] {
-                    for &j in &st.transfer_jobs {
-                        if !scratch.load_jobs.contains(&j) {
-                            scratch.flush.insert(j);
-                        }
-                    }
-                }
-            }
-        }
-        // Flush stores that still read a re-allocated block.
-        for b in &scratch.allocated {
-            if let Some(js) = self.fences.get(b) {
-                scratch.flush.extend(js.iter().copied());
-            }
-        }
-        // Coverage ghost: chunks whose last token this step computes are owed a store offer.
-        let tpc = c.tpc();
-        for s in &out.scheduled {
-            let spec = &specs[s.req as usize];
-            let mut end = s.start + s.tokens;
-            if c.offload_prompt_only {
-                end = end.min(spec.prompt_len);
-            }
-            // Only chunks the host tier lacks create a duty to store them.
-            for ci in s.start / tpc..end / tpc {
-                if self.host.get(&key_of(spec, ci, c)).is_none() {
-                    self.chunks_computed(s.req, ci, ci + 1);
-                }
-            }
-        }
-        // _build_store_jobs: scheduled requests, then requests finished since last step.
-        let visits: Vec<(ReqId, Option<u32>)> = out
-            .scheduled
-            .iter()
-            .map(|s| (s.req, Some(s.tokens)))
-            .chain(out.finished.iter().map(|&f| (f, None)))
-            .collect();
-        for (r, scheduled) in visits {
-            self.build_store_job(r, scheduled, &reqs[r as usize], &specs[r as usize], pool, c, scratch, ghost, ev);
-        }
-        if !scratch.flush.is_empty() {
-            let jobs: Vec<JobId> = scratch.flush.iter().copied().collect();
-            ev.emit(|| Event::JobsToFlush { jobs });
-        }
-        for &f in &out.finished {
-            if let Some(st) = self.reqs[f as usize].as_mut() {
-                st.finished_signaled = true;
-                self.host.on_request_finished(&mut st.access);
-                if st.transfer_jobs.is_empty() {
-                    self.reqs[f as usize] = None;
-                }
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn build_store_job(
-        &mut self,
-        r: ReqId,
-        scheduled: Option<u32>,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &GpuPool,
-        c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        let Some(st) = self.reqs[r as usize].as_ref() else {
-            return;
-        };
-        let (bpc, tpc) = (c.bpc, c.tpc());
-        let num_tokens = req.num_tokens(spec);
-        let finished = req.status.is_finished();
-        let watermark = match (req.status, scheduled) {
-            (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
-            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => req.num_computed,
-            (Status::Finished(_), _) => match c.rules.finish_watermark {
-                FinishWatermark::NumTokens => num_tokens,
-                FinishWatermark::PromptOrTokensMinusOne => spec.prompt_len.max(num_tokens.saturating_sub(1)),
-            },
-            (_, Some(n)) => req.num_computed + n,
-            (_, None) => req.num_computed,
-        };
-        let mut offloadable = watermark.min(num_tokens);
-        if c.offload_prompt_only {
-            offloadable = offloadable.min(spec.prompt_len);
-        }
-        let storable = (offloadable / tpc).min(st.mirror.len() as u32 / bpc).min(st.num_keys);
-        let start = st.cursor;
-        let mut cands: Vec<(Key, u32)> = Vec::new();
-        let mut cand_chunks: Vec<u32> = Vec::new();
-        for ci in start..storable {
-            let blocks = &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize];
-            if blocks.contains(&NULL_BLOCK) {
-                continue;
-            }
-            cands.push((key_of(spec, ci, c), (ci + 1) * tpc));
-            cand_chunks.push(ci);
-        }
-        let st = self.reqs[r as usize].as_mut().unwrap();
-        if cands.is_empty() {
-            st.cursor = st.cursor.max(storable);
-            self.check_coverage(r, finished, spec, c, ghost, ev);
-            return;
-        }
-        let stored = self.host.prepare_store(&cands, &mut st.access, ghost, ev);
-        let st = self.reqs[r as usize].as_mut().unwrap();
-        let Some(out) = stored else {
-            ghost.mark(Mark::StoreRefused);
-            ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
-            // No room. A running request offers these chunks again at its next step; for a
-            // finished request this was the last chance (final-store-kept's business).
-            if finished {
-                for &ci in &cand_chunks {
-                    st.owed.remove(ci);
-                }
-            }
-            if c.rules.cursor_advance_on_store_failure {
-                st.cursor = st.cursor.max(storable);
-            }
-            self.check_coverage(r, finished, spec, c, ghost, ev);
-            return;
-        };
-        for &ci in &cand_chunks {
-            st.owed.remove(ci);
-        }
-        if out.keys_to_store.is_empty() {
-            st.cursor = st.cursor.max(storable);
-            self.check_coverage(r, finished, spec, c, ghost, ev);
-            return;
-        }
-        let mut src = Vec::new();
-        for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
-            if out.keys_to_store.contains(k) {
-                src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
-            }
-        }
-        st.cursor = st.cursor.max(storable);
-        let has_async_load = st.transfer_jobs.iter().any(|&j| self.jobs.iter().any(|x| x.id == j && x.is_async_load()));
-        let id = self.new_job_id();
-        let st = self.reqs[r as usize].as_mut().unwrap();
-        if has_async_load {
-            // vLLM asserts every other job of the request is a store or a sync load.
-            ghost.breach(Breach::UnsafeLoad);
-        }
-        st.transfer_jobs.push(id);
-        if finished {
-            ghost.mark(Mark::FinishStore);
-            for &b in &src {
-                let v = self.fences.entry(b).or_default();
-                if !v.contains(&id) {
-                    v.push(id);
-                }
-                if scratch.allocated.contains(&b) {
-                    scratch.flush.insert(id);
-                }
-            }
-        }
-        let _ = pool;
-        ev.emit(|| Event::StoreJob {
-            job: id,
-            req: r,
-            keys: out.keys_to_store.clone(),
-            blocks: src.clone(),
-            slots: out.slots.clone(),
-        });
-        self.jobs.push(Job {
-            id,
-            req: r,
-            kind: JobKind::Store,
-            keys: out.keys_to_store,
-            blocks: src,
-            slots: out.slots,
-            phase: Phase::Built,
-            snapshot: Vec::new(),
-            torn: false,
-            invalid_from: None,
-            block_offset: 0,
-        });
-        scratch.store_jobs.push(id);
-        self.check_coverage(r, finished, spec, c, ghost, ev);
-    }
-
-    /// store-coverage: once a finished request's final stores are built, every chunk it
-    /// computed in its last run was offered, or is in the host tier anyway.
-    fn check_coverage(
-        &mut self,
-        r: ReqId,
-        finished: bool,
-        spec: &RequestSpec,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        if !finished {
-            return;
-        }
-        let st = self.reqs[r as usize].as_ref().unwrap();
-        let lost: Vec<u32> = st.owed.iter().filter(|&ci| self.host.get(&key_of(spec, ci, c)).is_none()).collect();
-        if !lost.is_empty() {
-            ghost.breach(Breach::CoverageLoss);
-            ev.emit(|| Event::Violation {
-                property: "store-coverage",
-                detail: format!(
-                    "{}: computed chunks {lost:?} were never offered for storing and are not in the host tier",
-                    spec.name
-                ),
-            });
-        }
-        self.reqs[r as usize].as_mut().unwrap().owed.clear();
-    }
-
-    /// A forward pass completed chunks `[from, to)` of request `r` (coverage ghost).
-    pub fn chunks_computed(&mut self, r: ReqId, from: u32, to: u32) {
-        if let Some(st) = self.reqs[r as usize].as_mut() {
-            for ci in from..to {
-                st.owed.insert(ci);
-            }
-        }
-    }
-
     /// `update_connector_output`: apply the worker's reported completions.
     pub fn update_connector_output(
         &mut self,
@@ -605,7 +356,7 @@ impl OcState {
             let times = if c.rules.double_complete { 2 } else { 1 };
             for _ in 0..times {
                 if job.is_store() {
-                    self.host.complete_store(&job.keys, ghost);
+                    self.host.complete_store(&job.keys, ghost, ev);
                 } else {
                     self.host.complete_load(&job.keys, ghost);
                 }
