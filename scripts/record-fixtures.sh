@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Re-record every conformance fixture from real vLLM 0.33.0 (scheduler side, CPU only).
 #
-#   scripts/record-fixtures.sh            # re-record tests/conformance/fixtures/*.jsonl
+#   scripts/record-fixtures.sh            # re-record tests/conformance/fixtures/NAME.jsonl,
+#                                         # NAME.kvevents and NAME.kvevents.steps.json
 #   scripts/record-fixtures.sh --check    # record into a temp dir and diff against the
 #                                         # committed fixtures (exit 1 on any difference)
 #   scripts/record-fixtures.sh main.toml  # only the named scenarios
@@ -20,7 +21,7 @@ scenarios=()
 for arg in "$@"; do
   case "$arg" in
     --check) check=1 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) scenarios+=("$CONF/scenarios/$(basename "$arg")") ;;
   esac
 done
@@ -59,10 +60,12 @@ if [ $check -eq 1 ]; then
   status=0
   for s in "${scenarios[@]}"; do
     name="$(basename "$s" .toml)"
-    if ! cmp -s "$out/$name.jsonl" "$CONF/fixtures/$name.jsonl"; then
-      echo "DIFFERS: fixtures/$name.jsonl" >&2
-      status=1
-    fi
+    for f in "$name.jsonl" "$name.kvevents" "$name.kvevents.steps.json"; do
+      if ! cmp -s "$out/$f" "$CONF/fixtures/$f"; then
+        echo "DIFFERS: fixtures/$f" >&2
+        status=1
+      fi
+    done
   done
   [ $status -eq 0 ] && echo "all fixtures reproduced byte for byte" >&2
   exit $status

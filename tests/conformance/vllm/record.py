@@ -2,6 +2,10 @@
 
     python record.py SCENARIO.toml -o LOG.jsonl
 
+Next to each LOG.jsonl it writes LOG.kvevents (vLLM's published ``KVEventBatch``
+payloads, msgpack, back to back) and LOG.kvevents.steps.json (the step of each batch);
+see kvevents.py.
+
 Drives ``vllm.v1.core.sched.scheduler.Scheduler`` in synchronous mode, mirroring
 ``vllm.v1.engine.core.EngineCore.step``: per step, ``has_requests()`` (idle step when
 False), ``schedule()``, the fake worker's ``ModelRunnerOutput`` (fakeworker.py), then
@@ -28,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scenario import (EOS_TOKEN_ID, Scenario, ScenarioError, When,  # noqa: E402
                       build_prompt, load_scenario)
+from kvevents import kvevents_paths  # noqa: E402
 
 
 class Timeline:
@@ -61,17 +66,23 @@ class Timeline:
         return not self.pending_requests and not self.pending_events
 
 
-def run(sc: Scenario, out, debug: bool = False) -> dict:
+def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) -> dict:
+    """Run one scenario, writing its log to `out`. If `kvevents` is a list, the
+    KVEventCapture (kvevents.py) holding the published KV event batches is appended."""
     from vllm.v1.request import RequestStatus
 
     from engine import build_engine, make_request
     from fakeworker import FakeWorker
+    from kvevents import KVEventCapture
     from observe import Recorder
 
     t0 = time.monotonic()
     eng = build_engine(sc)
     t_build = time.monotonic() - t0
     rec = Recorder(eng, sc, out, debug=debug)
+    cap = KVEventCapture(eng.scheduler, lambda: rec.step)
+    if kvevents is not None:
+        kvevents.append(cap)
     worker = FakeWorker(sc)
     sched = eng.scheduler
     tl = Timeline(sc)
@@ -149,7 +160,8 @@ def run(sc: Scenario, out, debug: bool = False) -> dict:
 
     if worker.unused():
         raise ScenarioError("never applied: " + ", ".join(worker.unused()))
-    return {"steps": step - 1, "build_s": t_build, "total_s": time.monotonic() - t0}
+    return {"steps": step - 1, "build_s": t_build, "total_s": time.monotonic() - t0,
+            "kv_batches": len(cap.payloads), "kv_events": cap.num_events}
 
 
 def main(argv=None) -> int:
@@ -177,18 +189,26 @@ def main(argv=None) -> int:
             continue
         dest = Path(args.output) if args.output else Path(args.out_dir) / f"{sc.name}.jsonl"
         tmp = dest.with_suffix(".tmp")
+        caps: list = []
         try:
             with open(tmp, "w") as out:
-                stats = run(sc, out, debug=args.debug)
+                stats = run(sc, out, debug=args.debug, kvevents=caps)
         except (ScenarioError, RuntimeError) as e:
             tmp.unlink(missing_ok=True)
             print(f"{path}: {e}", file=sys.stderr)
             status = 2 if isinstance(e, ScenarioError) else 1
             continue
+        ev_path, steps_path = kvevents_paths(dest)
+        ev_tmp = ev_path.with_name(ev_path.name + ".tmp")
+        steps_tmp = steps_path.with_name(steps_path.name + ".tmp")
+        caps[0].write(ev_tmp, steps_tmp)
         tmp.replace(dest)
+        ev_tmp.replace(ev_path)
+        steps_tmp.replace(steps_path)
         if not args.quiet:
             print(f"{sc.name}: {stats['steps']} steps, build {stats['build_s']:.2f} s, "
-                  f"run {stats['total_s']:.2f} s -> {dest}", file=sys.stderr)
+                  f"run {stats['total_s']:.2f} s -> {dest}; {stats['kv_batches']} KV event "
+                  f"batches ({stats['kv_events']} events) -> {ev_path.name}", file=sys.stderr)
     if not args.quiet and status == 0:
         print(f"total {time.monotonic() - t_start:.1f} s (vLLM import included)", file=sys.stderr)
     return status
