@@ -143,3 +143,86 @@ fn bad_logs_exit_2_naming_file_and_line() {
         assert!(stderr(&o).contains(want), "{want} in {}", stderr(&o));
     }
 }
+
+/// Byte ranges of the msgpack values (batches) in a KV event stream.
+fn batch_ranges(bytes: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut cur = std::io::Cursor::new(bytes);
+    let mut out = Vec::new();
+    while (cur.position() as usize) < bytes.len() {
+        let start = cur.position() as usize;
+        rmpv::decode::read_value(&mut cur).unwrap();
+        out.push(start..cur.position() as usize);
+    }
+    out
+}
+
+#[test]
+fn every_kv_event_stream_is_consistent_and_matches_the_model() {
+    let mut n = 0;
+    for f in fixtures() {
+        let ev = f.with_extension("kvevents");
+        assert!(ev.exists(), "{} has a KV event stream", f.display());
+        let o = kvmc(&["conform", f.to_str().unwrap(), "--kv-events", ev.to_str().unwrap()]);
+        let out = stdout(&o);
+        assert!(out.contains("consistent and matches the model step by step"), "{}: {out}", ev.display());
+        // Findings (vLLM's own violations) may make the log part exit 0 anyway: conform is not strict.
+        assert_eq!(o.status.code(), Some(0), "{}: {out}", ev.display());
+        n += 1;
+    }
+    assert!(n >= 10);
+}
+
+#[test]
+fn dropping_any_kv_event_batch_or_moving_it_a_step_is_caught() {
+    let d = tempdir("kvevents-tamper");
+    let mut checked = 0;
+    for f in fixtures() {
+        let ev = f.with_extension("kvevents");
+        let bytes = std::fs::read(&ev).unwrap();
+        let steps: Vec<u32> =
+            serde_json::from_str(&std::fs::read_to_string(format!("{}.steps.json", ev.display())).unwrap()).unwrap();
+        let ranges = batch_ranges(&bytes);
+        assert_eq!(ranges.len(), steps.len(), "{}: one step number per batch", ev.display());
+        for (i, r) in ranges.iter().enumerate() {
+            let p = d.join("t.kvevents");
+            let run = |b: &[u8], s: &[u32]| {
+                std::fs::write(&p, b).unwrap();
+                std::fs::write(d.join("t.kvevents.steps.json"), serde_json::to_string(s).unwrap()).unwrap();
+                kvmc(&["conform", f.to_str().unwrap(), "--kv-events", p.to_str().unwrap()])
+            };
+            // Drop batch i.
+            let mut b = bytes[..r.start].to_vec();
+            b.extend_from_slice(&bytes[r.end..]);
+            let mut s = steps.clone();
+            s.remove(i);
+            let o = run(&b, &s);
+            assert_eq!(o.status.code(), Some(10), "{}: dropping batch {} went unnoticed", ev.display(), i + 1);
+            // Publish batch i one step later (unless the next batch is that step: then drop is enough).
+            let mut s = steps.clone();
+            s[i] += 1;
+            if !steps.contains(&s[i]) {
+                let o = run(&bytes, &s);
+                assert_eq!(o.status.code(), Some(10), "{}: moving batch {} went unnoticed", ev.display(), i + 1);
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "every batch of every stream ({checked})");
+}
+
+#[test]
+fn bad_kv_event_streams_exit_2_naming_the_file() {
+    let d = tempdir("kvevents-bad");
+    let log = root().join("tests/conformance/fixtures/main.jsonl");
+    for (body, want) in [
+        (vec![0x93u8, 0xcb, 0x00], "not msgpack"),
+        (vec![0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xc0], "events is not an array"),
+        (vec![0x05], "a batch is an array"),
+    ] {
+        let p = d.join("bad.kvevents");
+        std::fs::write(&p, &body).unwrap();
+        let o = kvmc(&["conform", log.to_str().unwrap(), "--kv-events", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{body:?}");
+        assert!(stderr(&o).contains("bad.kvevents") && stderr(&o).contains(want), "{want} in {}", stderr(&o));
+    }
+}

@@ -88,4 +88,25 @@ proptest! {
             Err(e) => prop_assert!(e.to_string().starts_with("s.toml:5:"), "{}", e),
         }
     }
+
+    #[test]
+    fn kv_event_parser_never_panics_on_arbitrary_or_mutated_bytes(
+        junk in prop::collection::vec(any::<u8>(), 0..64),
+        pos in 0usize..400,
+        byte in any::<u8>(),
+    ) {
+        let p = Path::new("x.kvevents");
+        let _ = kvmc::conform::kv_events::parse(p, &junk);
+        let mut good = std::fs::read(crate::common::root().join("tests/conformance/fixtures/main.kvevents")).unwrap();
+        let at = pos % good.len();
+        good[at] = byte;
+        if let Ok(b) = kvmc::conform::kv_events::parse(p, &good) {
+            let _ = kvmc::conform::kv_events::consistency(&b);
+        }
+        good.truncate(at);
+        match kvmc::conform::kv_events::parse(p, &good) {
+            Ok(_) => {}
+            Err(e) => prop_assert!(e.to_string().starts_with("x.kvevents:"), "{}", e),
+        }
+    }
 }
