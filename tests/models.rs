@@ -15,8 +15,10 @@ const PINNED: &[(&str, usize)] = &[
     ("preempt-store", 40),
     ("restart-recompute", 3292),
     ("shared-prefix", 64),
+    ("stream-resume", 1134),
+    ("stream-resume-reader", 365),
     ("sync-load-failure-fail", 837),
-    ("sync-load-failure", 11159),
+    ("sync-load-failure", 11174), // +15: the reach-readmit-full-table mark
 ];
 
 #[test]
@@ -77,6 +79,9 @@ const FOUND: &[Found] = &[
     ("sync-load-failure-fail", None, None, "host-integrity", 10),
     ("async-no-prefix-cache", None, Some("pre-46014"), "load-safety", 7),
     ("async-preempt", None, Some("pre-29870"), "source-freshness", 5),
+    ("stream-resume", None, Some("pre-60810"), "mirror-table", 4),
+    ("stream-resume", None, Some("pre-60810"), "host-integrity", 5),
+    ("stream-resume-reader", None, Some("pre-60810"), "kv-read-integrity", 10),
 ];
 
 #[test]

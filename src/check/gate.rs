@@ -110,7 +110,7 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                 ));
             }
             job.checks.push((spec.property.clone(), Some(x.violated)));
-            job.reach.insert(spec.property.clone(), spec.reach.clone());
+            job.reach.insert(spec.property.clone(), x.reach.clone().unwrap_or_else(|| spec.reach.clone()));
         }
     }
     Ok(jobs.into_values().collect())

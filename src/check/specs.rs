@@ -10,6 +10,7 @@
 //! [[expect]]
 //! model = "error-mid-prefill"
 //! verdict = "violated"            # profile vllm-0.33 (the model's own) still has #63937
+//! reach = ["reach-store-done"]   # optional: guards for this expectation instead of the property's
 //! [[expect]]
 //! model = "error-mid-prefill"
 //! profile = "vllm-main"
@@ -46,6 +47,10 @@ struct RawExpect {
     #[serde(default)]
     variant: Option<Spanned<String>>,
     verdict: Spanned<String>,
+    /// Guards for this expectation instead of the property's (a scope where one of them
+    /// cannot happen, e.g. G1 hits with prefix caching off).
+    #[serde(default)]
+    reach: Option<Vec<Spanned<String>>>,
 }
 
 /// One expectation: checking `property` on `model` under (profile, variant) gives `holds`
@@ -56,6 +61,8 @@ pub struct Expect {
     pub profile: Option<String>,
     pub variant: Option<String>,
     pub violated: bool,
+    /// Reachability guards replacing the property's for this expectation.
+    pub reach: Option<Vec<String>>,
     /// Where the expectation is written (file, line).
     pub at: (PathBuf, usize),
 }
@@ -93,19 +100,23 @@ impl Spec {
                 ))
             }
         }
-        let mut reach = Vec::new();
-        for r in &raw.reach {
-            match props::find(r.get_ref()) {
-                Some(p) if p.kind == Kind::Sometimes => reach.push(r.get_ref().clone()),
-                _ => {
-                    return Err(KvmcError::input(
-                        path,
-                        at(r.span()),
-                        format!("'{}' is not a reachability guard (see kvmc list)", r.get_ref()),
-                    ))
+        let guards = |raw: &[Spanned<String>]| -> Result<Vec<String>> {
+            let mut out = Vec::new();
+            for r in raw {
+                match props::find(r.get_ref()) {
+                    Some(p) if p.kind == Kind::Sometimes => out.push(r.get_ref().clone()),
+                    _ => {
+                        return Err(KvmcError::input(
+                            path,
+                            at(r.span()),
+                            format!("'{}' is not a reachability guard (see kvmc list)", r.get_ref()),
+                        ))
+                    }
                 }
             }
-        }
+            Ok(out)
+        };
+        let reach = guards(&raw.reach)?;
         let mut expects = Vec::new();
         for x in &raw.expects {
             if let Some(p) = &x.profile {
@@ -142,6 +153,7 @@ impl Spec {
                 profile: x.profile.as_ref().map(|p| p.get_ref().clone()),
                 variant: x.variant.as_ref().map(|v| v.get_ref().clone()),
                 violated,
+                reach: x.reach.as_deref().map(guards).transpose()?,
                 at: (path.to_path_buf(), at(x.model.span())),
             });
         }

@@ -99,6 +99,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
         after: vec![None; n],
         faults: Faults::default(),
         arrivals: Arrivals::Any,
+        stream_input: crate::model::scope::StreamInput::Any,
         progress_steps: u32::MAX,
     })
 }

@@ -18,6 +18,7 @@ pub fn action_label(scope: &Scope, a: &Action) -> String {
         Action::LoadFails(k) => format!("load fails from block {k}"),
         Action::Abort(r) => format!("abort {}", name(r)),
         Action::Error(r) => format!("error {}", name(r)),
+        Action::StreamInput(r) => format!("next input for {}", name(r)),
     }
 }
 
@@ -27,28 +28,7 @@ fn label(scope: &Scope, h: BlockHash) -> String {
 
 /// A content tag in workload terms: "A.1" for a full block, "A.1[:1]" for a partial one.
 pub fn content(scope: &Scope, t: ContentTag) -> String {
-    match t {
-        ContentTag::Empty => "none".to_string(),
-        ContentTag::Bad(k) => format!("BAD({k:?})"),
-        ContentTag::Kv { hash, len } => {
-            let b = scope.cfg.block_size;
-            if u32::from(len) == b {
-                return label(scope, BlockHash(hash));
-            }
-            for r in &scope.workload.requests {
-                for i in 0..r.tokens.len() / b as usize + 1 {
-                    let from = i * b as usize;
-                    let to = from + len as usize;
-                    if to <= r.tokens.len()
-                        && crate::system::types::fold_tokens(r.parent(i), &r.tokens[from..to]) == hash
-                    {
-                        return format!("{}.{}[:{}]", r.name, i, len);
-                    }
-                }
-            }
-            format!("partial({len})")
-        }
-    }
+    scope.workload.describe(t)
 }
 
 fn names(scope: &Scope, v: &[u16]) -> String {
@@ -121,6 +101,13 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         }
         Event::JobCompleted { job } => format!("job {job} completed"),
         Event::Sampled { req, position } => format!("{} samples token {position}", n(req)),
+        Event::TurnEnded { req, turn, reason } => {
+            format!("{} ends input {} ({}), keeps its blocks", n(req), turn + 1, reason.as_str())
+        }
+        Event::StreamQueued { req } => format!("{}'s next input is queued", n(req)),
+        Event::SessionResumed { req, turn, num_computed } => {
+            format!("{} takes input {} (computed {num_computed} kept)", n(req), turn + 1)
+        }
         Event::Finished { req, reason } => format!("{} finishes ({})", n(req), reason.as_str()),
         Event::Freed { req, blocks } => format!("{} frees {blocks:?}", n(req)),
         Event::Violation { property, detail } => format!("VIOLATION {property}: {detail}"),
@@ -162,7 +149,7 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
         names(scope, &e.kv_holding)
     );
     for (i, q) in e.reqs.iter().enumerate() {
-        let spec = &wl.requests[i];
+        let spec = wl.spec(i as u16, q.turn);
         if q.status == Status::Pending {
             let _ = writeln!(s, "    {:<4} not arrived", spec.name);
             continue;
@@ -177,7 +164,16 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
             q.num_output,
             spec.max_tokens,
             q.table,
-            if q.preempted { "  (preempted before)" } else { "" }
+            match (q.preempted, wl.is_session(i as u16)) {
+                (false, false) => String::new(),
+                (true, false) => "  (preempted before)".to_string(),
+                (p, true) => format!(
+                    "  (session input {}/{}{})",
+                    q.turn + 1,
+                    wl.num_turns(i as u16),
+                    if p { ", preempted before" } else { "" }
+                ),
+            }
         );
     }
     if let Some(oc) = e.conn.offloading() {
@@ -307,6 +303,9 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
         }
         if qa.table != qb.table {
             d.push(format!("table {:?}", qb.table));
+        }
+        if qa.turn != qb.turn {
+            d.push(format!("input {}", qb.turn + 1));
         }
         if !d.is_empty() {
             parts.push(format!("{} {}", spec.name, d.join(" ")));

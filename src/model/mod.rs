@@ -39,6 +39,8 @@ pub enum Action {
     Abort(u16),
     /// Request `r` finishes with an error.
     Error(u16),
+    /// The client sends streaming session `r` its next input (or ends the session).
+    StreamInput(u16),
 }
 
 /// A model state: the engine, plus the scope for rendering (not part of identity).
@@ -106,6 +108,12 @@ impl KvModel {
         }
     }
 
+    fn stream_input_enabled(&self, e: &Engine, r: u16) -> bool {
+        e.stream_input_enabled(self.ctx(), r)
+            && (self.scope.stream_input == scope::StreamInput::Any
+                || e.reqs[r as usize].status == crate::system::types::Status::Parked)
+    }
+
     /// Apply `a` to `s` (events on or off); None if the action changes nothing. With
     /// `canonical` the result has job ids and LRU ranks renumbered (the checker's states);
     /// without, it keeps the real counters (stories, replays).
@@ -141,6 +149,7 @@ impl KvModel {
             }
             Action::Abort(r) => e.abort(ctx, r, ev),
             Action::Error(r) => e.error(ctx, r, ev),
+            Action::StreamInput(r) => e.stream_input(ctx, r, ev),
         }
         if canonical {
             e.canonicalize();
@@ -166,7 +175,7 @@ impl KvModel {
         if !s.has_work() {
             return false;
         }
-        if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r)) {
+        if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r) || self.stream_input_enabled(s, r as u16)) {
             return false;
         }
         if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some() {
@@ -225,6 +234,11 @@ impl Model for KvModel {
                 for k in 0..self.load_fail_choices(e) {
                     out.push(Action::LoadFails(k));
                 }
+            }
+        }
+        for r in 0..e.reqs.len() as u16 {
+            if self.stream_input_enabled(e, r) {
+                out.push(Action::StreamInput(r));
             }
         }
         for (r, q) in e.reqs.iter().enumerate() {

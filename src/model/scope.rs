@@ -22,6 +22,7 @@
 //! ```
 
 use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::system::workload::{next_turn_spec, TurnInput};
 use crate::system::{ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -110,6 +111,18 @@ struct RawRequest {
     end: Option<Spanned<String>>,
     #[serde(default)]
     after: Option<Spanned<String>>,
+    /// A streaming-input session's further inputs (`[[request.turn]]`).
+    #[serde(default, rename = "turn")]
+    turns: Vec<RawTurn>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTurn {
+    input: Spanned<String>,
+    output: Spanned<String>,
+    #[serde(default)]
+    end: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +149,17 @@ struct RawBounds {
     arrivals: Option<Spanned<String>>,
     #[serde(default)]
     progress_steps: Option<u32>,
+    #[serde(default)]
+    stream_input: Option<Spanned<String>>,
+}
+
+/// When a streaming session's client sends its next input.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum StreamInput {
+    /// Any time while the session is live (queued unless it is parked).
+    Any,
+    /// Only while the session is parked waiting for it (a smaller scope).
+    WhenParked,
 }
 
 /// How arrivals are ordered.
@@ -173,9 +197,19 @@ pub struct Scope {
     pub after: Vec<Option<u16>>,
     pub faults: Faults,
     pub arrivals: Arrivals,
+    pub stream_input: StreamInput,
     /// Engine steps without progress (a sampled token, a finish, an arrival) that count as a
     /// livelock for `requests-finish`.
     pub progress_steps: u32,
+}
+
+/// `end = "length" | "stop"` (default length).
+fn end_kind(end: &Option<Spanned<String>>) -> std::result::Result<EndKind, (std::ops::Range<usize>, String)> {
+    match end.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
+        None | Some(("length", _)) => Ok(EndKind::Length),
+        Some(("stop", _)) => Ok(EndKind::Stop),
+        Some((other, sp)) => Err((sp, format!("end must be \"length\" or \"stop\", got \"{other}\""))),
+    }
 }
 
 /// Tokens of a scope string: one token per character; '|' and whitespace are separators.
@@ -283,12 +317,13 @@ impl Scope {
             return Err(KvmcError::input(path, 1, "at most 64 requests per scope"));
         }
         let mut specs = Vec::new();
+        let mut sessions = Vec::new();
         for r in &raw.requests {
             let nm = r.name.get_ref();
-            if nm.is_empty() || nm.contains(|c: char| c.is_whitespace() || c == '.') {
+            if nm.is_empty() || nm.contains(|c: char| c.is_whitespace() || c == '.' || c == '@') {
                 return Err(bad(
                     r.name.span(),
-                    format!("request name {nm:?} must be non-empty, without spaces or dots"),
+                    format!("request name {nm:?} must be non-empty, without spaces, dots or '@'"),
                 ));
             }
             if specs.iter().any(|s: &RequestSpec| &s.name == nm) {
@@ -311,14 +346,35 @@ impl Scope {
                     format!("request {nm}: prompt + output exceed max_model_len {max_model_len}"),
                 ));
             }
-            let end = match r.end.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
-                None | Some(("length", _)) => EndKind::Length,
-                Some(("stop", _)) => EndKind::Stop,
-                Some((other, sp)) => {
-                    return Err(bad(sp, format!("end must be \"length\" or \"stop\", got \"{other}\"")))
+            let end = end_kind(&r.end).map_err(|(sp, m)| bad(sp, m))?;
+            let first = RequestSpec::new(nm, prompt, output, end, b);
+            let mut turns: Vec<RequestSpec> = Vec::new();
+            for (i, t) in r.turns.iter().enumerate() {
+                let input = parse_tokens(t.input.get_ref());
+                let output = parse_tokens(t.output.get_ref());
+                if input.is_empty() {
+                    return Err(bad(t.input.span(), format!("request {nm}: input {} is empty", i + 2)));
                 }
-            };
-            specs.push(RequestSpec::new(nm, prompt, output, end, b));
+                if output.is_empty() {
+                    return Err(bad(t.output.span(), format!("request {nm}: input {} needs output tokens", i + 2)));
+                }
+                if turns.len() >= 8 {
+                    return Err(bad(t.input.span(), format!("request {nm}: at most 9 inputs per session")));
+                }
+                let end = end_kind(&t.end).map_err(|(sp, m)| bad(sp, m))?;
+                let prev = turns.last().unwrap_or(&first);
+                let tin = TurnInput { input, output, end };
+                let next = next_turn_spec(prev, prev.max_tokens, &tin, i + 1, b);
+                if next.tokens.len() as u32 > max_model_len {
+                    return Err(bad(
+                        t.input.span(),
+                        format!("request {nm}: input {} grows the session past max_model_len {max_model_len}", i + 2),
+                    ));
+                }
+                turns.push(next);
+            }
+            specs.push(first);
+            sessions.push(turns);
         }
         let mut after = Vec::new();
         for r in &raw.requests {
@@ -337,7 +393,14 @@ impl Scope {
                 return Err(bad(sp, format!("arrivals must be \"in-order\" or \"any\", got \"{other}\"")))
             }
         };
-        let total: u32 = specs.iter().map(|s| s.tokens.len() as u32).sum();
+        let stream_input = match raw.bounds.stream_input.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
+            None | Some(("any", _)) => StreamInput::Any,
+            Some(("when-parked", _)) => StreamInput::WhenParked,
+            Some((other, sp)) => {
+                return Err(bad(sp, format!("stream_input must be \"any\" or \"when-parked\", got \"{other}\"")))
+            }
+        };
+        let total: u32 = specs.iter().chain(sessions.iter().flatten()).map(|s| s.tokens.len() as u32).sum();
         let progress_steps = raw.bounds.progress_steps.unwrap_or(2 * total + 4 * specs.len() as u32 + 4);
         let faults = Faults {
             abort: raw.faults.abort,
@@ -354,10 +417,11 @@ impl Scope {
             description: raw.description,
             profile,
             cfg,
-            workload: Workload::new(b, specs),
+            workload: Workload::with_sessions(b, specs, sessions),
             after,
             faults,
             arrivals,
+            stream_input,
             progress_steps,
         })
     }

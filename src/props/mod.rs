@@ -57,6 +57,12 @@ pub const CATALOGUE: &[PropDef] = &[
     },
     PropDef { name: "host-accounting", kind: Kind::Always, offload_only: true, check: host::accounting },
     PropDef {
+        name: "mirror-table",
+        kind: Kind::Always,
+        offload_only: true,
+        check: |_, s| !s.engine.ghost.has(Breach::MirrorMismatch),
+    },
+    PropDef {
         name: "store-coverage",
         kind: Kind::Always,
         offload_only: true,
@@ -78,6 +84,9 @@ pub const CATALOGUE: &[PropDef] = &[
     mark!("reach-flush", Mark::Flush, true),
     mark!("reach-finish-store", Mark::FinishStore, true),
     mark!("reach-lookup-inflight", Mark::LookupInflight, true),
+    mark!("reach-stream-park", Mark::SessionParked, false),
+    mark!("reach-stream-resume", Mark::SessionResumed, false),
+    mark!("reach-readmit-full-table", Mark::ReadmitFullTable, true),
     PropDef { name: "reach-all-finished", kind: Kind::Sometimes, offload_only: false, check: progress::all_finished },
 ];
 

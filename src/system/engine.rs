@@ -140,6 +140,29 @@ impl Engine {
         scheduler_output::finish_requests(self, ctx, &[r], FinishReason::Aborted, ev);
     }
 
+    /// `add_request` with a live session's id: the client sends the session's next input, or
+    /// the end-of-session sentinel after its last one. A parked session takes it at once
+    /// (the sentinel finishes it as aborted); otherwise it waits in `streaming_queue`.
+    pub fn stream_input(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
+        assert!(self.stream_input_enabled(ctx, r), "no input left to send");
+        let q = &mut self.reqs[r as usize];
+        q.sent += 1;
+        self.ghost.idle_steps = 0;
+        if q.status != Status::Parked {
+            ev.emit(|| Event::StreamQueued { req: r });
+        } else if q.sent == ctx.wl.num_turns(r) {
+            scheduler_output::finish_requests(self, ctx, &[r], FinishReason::Aborted, ev);
+        } else {
+            scheduler_output::update_request_as_session(self, ctx, r, ev);
+        }
+    }
+
+    /// The client may send session `r` another input (or end it).
+    pub fn stream_input_enabled(&self, ctx: Ctx, r: ReqId) -> bool {
+        let q = &self.reqs[r as usize];
+        ctx.wl.is_session(r) && q.status.is_live() && q.sent < ctx.wl.num_turns(r)
+    }
+
     /// `finish_requests([r], FINISHED_ERROR)`: a request fails (grammar, encoder, ...).
     pub fn error(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
         self.ghost.mark(Mark::ErrorFinish);

@@ -118,6 +118,22 @@ pub enum Event {
         req: ReqId,
         position: u32,
     },
+    /// A streaming session's input chunk `turn` stopped (the session continues).
+    TurnEnded {
+        req: ReqId,
+        turn: u8,
+        reason: FinishReason,
+    },
+    /// The client sent a session's next input (or ended the session) and it was queued.
+    StreamQueued {
+        req: ReqId,
+    },
+    /// A session took its input `turn` and waits to be re-admitted.
+    SessionResumed {
+        req: ReqId,
+        turn: u8,
+        num_computed: u32,
+    },
     Finished {
         req: ReqId,
         reason: FinishReason,

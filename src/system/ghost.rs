@@ -25,6 +25,9 @@ pub enum Breach {
     CoverageLoss = 1 << 5,
     /// A referenced block was handed out as a new block (g1-accounting).
     HandedOutInUse = 1 << 6,
+    /// The connector's mirror of a scheduled request's block table differs from the
+    /// scheduler's table (mirror-table).
+    MirrorMismatch = 1 << 7,
 }
 
 /// What a transition did, for reachability guards.
@@ -49,6 +52,13 @@ pub enum Mark {
     Drained = 1 << 14,
     /// A lookup ran while the request still had transfers in flight (#46014's window).
     LookupInflight = 1 << 15,
+    /// A streaming session parked between inputs, holding its blocks.
+    SessionParked = 1 << 16,
+    /// A streaming session took its next input (`_update_request_as_session`).
+    SessionResumed = 1 << 17,
+    /// A request with earlier progress (preempted, or a session between inputs) was delivered
+    /// to the connector with its full block table again.
+    ReadmitFullTable = 1 << 18,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]

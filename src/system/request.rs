@@ -32,6 +32,13 @@ pub struct ReqState {
     pub stale: u16,
     /// `last_sched_seq` (deferred-free fence; only with `defer_block_free`).
     pub last_sched_seq: u32,
+    /// `drop_stale_output`: stale in-flight output is discarded, not delivered.
+    pub drop_stale: bool,
+    /// Streaming sessions: the input chunk being served (0 = the first).
+    pub turn: u8,
+    /// Streaming sessions: updates the client has sent so far (the later inputs, then the
+    /// end-of-session sentinel); those beyond `turn` wait in `streaming_queue`.
+    pub sent: u8,
 }
 
 impl ReqState {
@@ -48,6 +55,9 @@ impl ReqState {
             in_flight: 0,
             stale: 0,
             last_sched_seq: 0,
+            drop_stale: false,
+            turn: 0,
+            sent: 0,
         }
     }
 

@@ -33,6 +33,11 @@ pub struct Rules {
     /// An async load is admitted only if it leaves the blocks in-flight prefills still need
     /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
     pub reserve_for_async_loads: bool,
+    /// A full block table delivered as new-request data replaces the connector's mirror
+    /// (`yield_req_data`'s `is_full_table`, #60810). Before 0.33 the flag meant "preempted"
+    /// and was false for new-request entries, so a resumed streaming session's full table was
+    /// appended to the mirror.
+    pub full_table_resets_mirror: bool,
     /// `get_num_new_matched_tokens` resets the store cursor to 0 (#63010).
     pub cursor_reset_on_lookup: bool,
     /// `get_num_new_matched_tokens` returns None while the request has transfers in flight (#46014).
@@ -76,6 +81,7 @@ fn vllm_033() -> Rules {
         no_admission_after_preempt: true,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
+        full_table_resets_mirror: true,
         cursor_reset_on_lookup: true,
         inflight_lookup_guard: true,
         pending_lookup_defers: true,
@@ -105,6 +111,12 @@ pub const PROFILES: &[Profile] = &[
 ];
 
 pub const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "pre-60810",
+        summary: "a resumed streaming session's full block table is appended to the connector's mirror",
+        upstream: "vllm #60810",
+        apply: |r| r.full_table_resets_mirror = false,
+    },
     Variant {
         name: "pre-63010",
         summary: "the store cursor is not reset when a request restarts from token 0",

@@ -10,9 +10,10 @@ use super::ghost::Mark;
 use super::kv_manager::{self, Alloc, KvCtx};
 use super::types::{ReqId, Status};
 
-pub(crate) fn kv_ctx<'a>(ctx: &Ctx<'a>, r: ReqId) -> KvCtx<'a> {
+/// The KV manager's view of request `r` in its input chunk `turn`.
+pub(crate) fn kv_ctx<'a>(ctx: &Ctx<'a>, r: ReqId, turn: u8) -> KvCtx<'a> {
     KvCtx {
-        spec: &ctx.wl.requests[r as usize],
+        spec: ctx.wl.spec(r, turn),
         rules: ctx.rules,
         block_size: ctx.cfg.block_size,
         max_model_len: ctx.cfg.max_model_len,
@@ -83,7 +84,7 @@ fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
 /// `_update_waiting_for_remote_kv`: cache what the async load brought (only the valid prefix
 /// after a failure), and recompute the last token of a fully loaded prompt.
 fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
-    let k = kv_ctx(&ctx, r);
+    let k = kv_ctx(&ctx, r, e.reqs[r as usize].turn);
     let failed = e.failed_recving.contains(&r);
     let q = &mut e.reqs[r as usize];
     if failed {
@@ -120,7 +121,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let mut idx = 0;
     while idx < e.running.len() && budget > 0 {
         let r = e.running[idx];
-        let k = kv_ctx(&ctx, r);
+        let k = kv_ctx(&ctx, r, e.reqs[r as usize].turn);
         let q = &e.reqs[r as usize];
         // Async: do not schedule an extra step once max_tokens is surely reached.
         if q.placeholders > 0
@@ -185,7 +186,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     }
 
     if let Some(oc) = e.conn.offloading_mut() {
-        oc.build_connector_meta(&out, &e.reqs, &ctx.wl.requests, &e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
+        oc.build_connector_meta(&out, &e.reqs, ctx.wl, &e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
     }
 
     if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
@@ -214,7 +215,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         if ctx.cfg.defer_block_free() {
             q.last_sched_seq = e.sched_seq;
         }
-        let nt = q.num_tokens(&ctx.wl.requests[s.req as usize]);
+        let nt = q.num_tokens(ctx.wl.spec(s.req, q.turn));
         let prefill_chunk = q.num_computed < nt + u32::from(q.placeholders);
         s.samples = !prefill_chunk;
         if !prefill_chunk {
@@ -253,10 +254,17 @@ fn schedule_waiting(
         let from_kv = !e.kv_holding.is_empty();
         let head = if from_kv { e.kv_holding.first() } else { e.waiting.first() };
         let Some(&r) = head else { break };
-        if e.running.len() as u32 >= cfg.max_num_seqs {
+        // Parked streaming sessions are not running but hold a model-runner slot.
+        let parked = e.reqs.iter().filter(|q| q.status == Status::Parked).count();
+        if (e.running.len() + parked) as u32 >= cfg.max_num_seqs {
             break;
         }
-        let k = kv_ctx(&ctx, r);
+        if e.reqs[r as usize].status == Status::Parked {
+            // `_handle_blocked_waiting_request`: a session waiting for its next input.
+            skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
+            continue;
+        }
+        let k = kv_ctx(&ctx, r, e.reqs[r as usize].turn);
         if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
             if !e.finished_recving.contains(&r) {
                 skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
@@ -316,7 +324,7 @@ fn schedule_waiting(
                 .iter()
                 .enumerate()
                 .filter(|(_, x)| x.inflight_prefill)
-                .map(|(i, x)| kv_manager::remaining_blocks(x, &kv_ctx(&ctx, i as ReqId)))
+                .map(|(i, x)| kv_manager::remaining_blocks(x, &kv_ctx(&ctx, i as ReqId, x.turn)))
                 .sum()
         } else {
             0

@@ -28,10 +28,11 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         failed = handle_invalid_blocks(e, ctx, &w.invalid_blocks, out, ev);
     }
     let mut stopped: Vec<(ReqId, Status)> = Vec::new();
+    let mut continuing: Vec<ReqId> = Vec::new();
     for s in &out.scheduled {
         let r = s.req;
-        let spec = &ctx.wl.requests[r as usize];
         let q = &mut e.reqs[r as usize];
+        let spec = ctx.wl.spec(r, q.turn);
         if q.status.is_finished() {
             continue;
         }
@@ -40,7 +41,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         if stale {
             q.stale = q.stale.saturating_sub(s.tokens as u16);
         }
-        if failed.contains(&r) || !s.samples {
+        if failed.contains(&r) || !s.samples || (stale && q.drop_stale) {
             continue; // a dropped output, or a non-final prefill chunk (no sampled token)
         }
         // _update_request_with_output: append the sampled token, check_stop.
@@ -60,21 +61,28 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         if !stale && status_before == Status::Running && had_placeholders {
             // Async: the newly sampled token is known now; cache the settled prefix.
             let n = q.num_computed - u32::from(q.in_flight);
-            kv_manager::cache_blocks(&mut e.pool, q, n, &kv_ctx(&ctx, r), ev);
+            kv_manager::cache_blocks(&mut e.pool, q, n, &kv_ctx(&ctx, r, q.turn), ev);
         }
         if stop {
             let reason = if eos { FinishReason::Stopped } else { FinishReason::LengthCapped };
-            q.status = Status::Finished(reason);
-            ev.emit(|| Event::Finished { req: r, reason });
-            free_request(e, ctx, r, false, ev);
             stopped.push((r, status_before));
+            if handle_stopped_request(e, ctx, r, reason, ev) {
+                e.reqs[r as usize].status = Status::Finished(reason);
+                ev.emit(|| Event::Finished { req: r, reason });
+                free_request(e, ctx, r, false, ev);
+            } else {
+                continuing.push(r);
+            }
         }
     }
     // Stopped running requests leave `running`; stopped preempted ones (stale output) leave
-    // the waiting queues.
+    // the waiting queues; sessions that continue are enqueued again, in output order.
     e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
     e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
     e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+    for r in continuing {
+        enqueue_waiting(e, r);
+    }
     if !failed.is_empty() && ctx.cfg.load_failure_policy == LoadFailurePolicy::Fail {
         e.ghost.mark(Mark::ErrorFinish);
         finish_requests(e, ctx, &failed, FinishReason::Error, ev);
@@ -184,6 +192,62 @@ fn rewind_requests(
     (affected, to_evict)
 }
 
+/// `_handle_stopped_request`: true if the request is finished. A streaming session is not:
+/// it drops its in-flight work, then takes its next queued input, or finishes if the client
+/// already ended the session, or parks (WAITING_FOR_STREAMING_REQ) keeping its blocks.
+fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReason, ev: &mut Events) -> bool {
+    if !ctx.wl.is_session(r) {
+        return true;
+    }
+    let q = &mut e.reqs[r as usize];
+    q.num_computed -= u32::from(q.placeholders);
+    q.drop_stale = true;
+    q.stale = q.in_flight;
+    q.placeholders = 0;
+    let turn = q.turn;
+    ev.emit(|| Event::TurnEnded { req: r, turn, reason });
+    if q.sent > q.turn {
+        if q.turn + 1 == ctx.wl.num_turns(r) {
+            return true; // the queued update is the end-of-session sentinel
+        }
+        update_request_as_session(e, ctx, r, ev);
+    } else {
+        q.status = Status::Parked;
+        e.ghost.mark(Mark::SessionParked);
+    }
+    false
+}
+
+/// `_update_request_as_session`: the session takes its next input. Every token but the
+/// last sampled one is kept (it joins the prompt, its KV and block table stay); block
+/// hashes from the dropped token's block on are recomputed over the new tokens.
+pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
+    let q = &mut e.reqs[r as usize];
+    let keep_end = q.num_tokens(ctx.wl.spec(r, q.turn)) - 1;
+    assert!(keep_end >= q.num_computed, "a session resumes from its materialized frontier");
+    if let Some(st) = e.conn.offloading().and_then(|oc| oc.reqs[r as usize].as_ref()) {
+        // vLLM keeps offload keys it already derived; none may cover the dropped token.
+        let tpc = conn_ctx(&ctx).tpc();
+        assert!(st.num_keys * tpc <= keep_end, "model gap: an offload key covers a session's dropped token");
+    }
+    q.turn += 1;
+    q.num_output = 0;
+    q.status = Status::Waiting;
+    let (turn, num_computed) = (q.turn, q.num_computed);
+    e.ghost.mark(Mark::SessionResumed);
+    ev.emit(|| Event::SessionResumed { req: r, turn, num_computed });
+}
+
+/// `_enqueue_waiting_request`: requests holding blocks go to `kv_holding_waiting`.
+fn enqueue_waiting(e: &mut Engine, r: ReqId) {
+    let q = &e.reqs[r as usize];
+    if q.num_computed > 0 || q.status == Status::WaitingForRemoteKvs {
+        e.kv_holding.push(r);
+    } else {
+        e.waiting.push(r);
+    }
+}
+
 /// `finish_requests(ids, status)`: finish live requests from outside the step loop.
 pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishReason, ev: &mut Events) {
     let valid: Vec<ReqId> = ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
@@ -208,7 +272,7 @@ pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishRe
 /// free is delayed.
 fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events) {
     e.ghost.idle_steps = 0;
-    let spec = &ctx.wl.requests[r as usize];
+    let spec = ctx.wl.spec(r, e.reqs[r as usize].turn);
     if let Some(oc) = e.conn.offloading_mut() {
         oc.request_finished(r, &e.reqs[r as usize], spec, &conn_ctx(&ctx));
     }

@@ -117,6 +117,8 @@ pub enum Status {
     WaitingForRemoteKvs,
     Running,
     Preempted,
+    /// `WAITING_FOR_STREAMING_REQ`: a streaming session between turns, keeping its blocks.
+    Parked,
     Finished(FinishReason),
 }
 
@@ -134,6 +136,8 @@ impl Status {
             Status::WaitingForRemoteKvs => "WAITING_FOR_REMOTE_KVS",
             Status::Running => "RUNNING",
             Status::Preempted => "PREEMPTED",
+            Status::Parked => "WAITING_FOR_STREAMING_REQ",
+
             Status::Finished(FinishReason::Stopped) => "FINISHED_STOPPED",
             Status::Finished(FinishReason::LengthCapped) => "FINISHED_LENGTH_CAPPED",
             Status::Finished(FinishReason::Aborted) => "FINISHED_ABORTED",

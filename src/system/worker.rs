@@ -131,7 +131,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
     let b = ctx.cfg.block_size;
     let mut writes: Vec<Write> = Vec::new();
     for s in &out.scheduled {
-        let spec = &ctx.wl.requests[s.req as usize];
+        let spec = ctx.wl.spec(s.req, e.reqs[s.req as usize].turn);
         let q = &e.reqs[s.req as usize];
         let end = s.start + s.tokens;
         for i in (s.start / b)..cdiv(end, b) {
@@ -162,7 +162,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             if bad.contains_key(&s.req) || s.start == 0 {
                 continue;
             }
-            let spec = &ctx.wl.requests[s.req as usize];
+            let spec = ctx.wl.spec(s.req, e.reqs[s.req as usize].turn);
             let q = &e.reqs[s.req as usize];
             for i in 0..cdiv(s.start, b) {
                 let need = (s.start - i * b).min(b);
@@ -186,12 +186,10 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                 }
                 if !tag_serves(view, spec, i as usize, need, b) {
                     let want = ctx.wl.label(spec.hashes.get(i as usize).copied().unwrap_or_default());
+                    let view = ctx.wl.describe(view);
                     bad.insert(
                         s.req,
-                        format!(
-                            "{} reads block {blk} (its block {i}, expects {want}) but it holds {view:?}",
-                            spec.name
-                        ),
+                        format!("{} reads block {blk} (its block {i}, expects {want}) but it holds {view}", spec.name),
                     );
                     changed = true;
                     break;

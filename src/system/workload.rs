@@ -2,7 +2,7 @@
 //! will sample), and a registry of every block hash they can produce, for labels and for
 //! checking a host key against the content stored under it.
 
-use super::types::{fold_tokens, BlockHash, Token, NONE_HASH};
+use super::types::{fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
 use std::collections::BTreeMap;
 
 /// How a request ends when it has sampled all of its scripted output tokens.
@@ -27,6 +27,8 @@ pub struct RequestSpec {
     pub eos_at: Option<u32>,
     /// Block hashes of every full block of `tokens`.
     pub hashes: Vec<BlockHash>,
+    /// Which input of a streaming session this spec describes (0 for plain requests).
+    pub turn: u8,
 }
 
 impl RequestSpec {
@@ -54,7 +56,7 @@ impl RequestSpec {
         tokens.extend(output);
         tokens.extend((known..max_tokens).map(|i| u32::MAX - i));
         let hashes = chain_hashes(&tokens, block_size);
-        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, eos_at, hashes }
+        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, eos_at, hashes, turn: 0 }
     }
 
     /// Parent hash of block `i` (`NONE_HASH` for block 0).
@@ -88,27 +90,91 @@ pub struct BlockInfo {
     pub index: u32,
 }
 
+/// One further input chunk of a streaming-input session (`StreamingUpdate`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct TurnInput {
+    /// The new prompt tokens.
+    pub input: Vec<Token>,
+    /// The tokens the model samples in this turn.
+    pub output: Vec<Token>,
+    pub end: EndKind,
+}
+
+/// The spec of the next turn of a session whose current turn is `prev` and which sampled
+/// `prev_output` tokens in it (`Scheduler._update_request_as_session`): every token but
+/// the last sampled one stays, the kept outputs join the prompt, the new input follows.
+pub fn next_turn_spec(
+    prev: &RequestSpec,
+    prev_output: u32,
+    t: &TurnInput,
+    turn: usize,
+    block_size: u32,
+) -> RequestSpec {
+    let keep = (prev.prompt_len + prev_output).saturating_sub(1) as usize;
+    let mut prompt = prev.tokens[..keep].to_vec();
+    prompt.extend_from_slice(&t.input);
+    let mut spec = RequestSpec::new(&prev.name, prompt, t.output.clone(), t.end, block_size);
+    spec.turn = turn as u8;
+    spec
+}
+
 /// All requests of one engine's workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
     pub block_size: u32,
+    /// Every request's first turn (its only one unless it is a streaming session).
     pub requests: Vec<RequestSpec>,
+    /// Streaming-input sessions: the specs of turns 1, 2, ... (empty for plain requests).
+    pub turns: Vec<Vec<RequestSpec>>,
     registry: BTreeMap<BlockHash, BlockInfo>,
 }
 
 impl Workload {
     pub fn new(block_size: u32, requests: Vec<RequestSpec>) -> Self {
+        let turns = vec![Vec::new(); requests.len()];
+        Self::with_sessions(block_size, requests, turns)
+    }
+
+    /// A workload in which request `i` is a streaming-input session when `turns[i]` is not
+    /// empty (the specs of its later turns, see [`next_turn_spec`]).
+    pub fn with_sessions(block_size: u32, requests: Vec<RequestSpec>, turns: Vec<Vec<RequestSpec>>) -> Self {
+        assert_eq!(requests.len(), turns.len());
         let mut registry = BTreeMap::new();
-        for r in &requests {
+        // Each request's turns right after it: a block gets the label of the first input
+        // (in that order) whose tokens produce it.
+        for r in requests.iter().zip(&turns).flat_map(|(r, ts)| std::iter::once(r).chain(ts)) {
             for (i, h) in r.hashes.iter().enumerate() {
                 registry.entry(*h).or_insert_with(|| BlockInfo {
                     parent: r.parent(i),
-                    label: format!("{}.{}", r.name, i),
+                    label: if r.turn == 0 {
+                        format!("{}.{}", r.name, i)
+                    } else {
+                        format!("{}@{}.{}", r.name, r.turn + 1, i)
+                    },
                     index: i as u32,
                 });
             }
         }
-        Workload { block_size, requests, registry }
+        Workload { block_size, requests, turns, registry }
+    }
+
+    /// The spec of request `r` in turn `turn` (0 = its first input).
+    pub fn spec(&self, r: u16, turn: u8) -> &RequestSpec {
+        if turn == 0 {
+            &self.requests[r as usize]
+        } else {
+            &self.turns[r as usize][turn as usize - 1]
+        }
+    }
+
+    /// How many inputs request `r` has (1 unless it is a streaming session).
+    pub fn num_turns(&self, r: u16) -> u8 {
+        1 + self.turns[r as usize].len() as u8
+    }
+
+    /// Request `r` is a streaming-input session (`resumable`).
+    pub fn is_session(&self, r: u16) -> bool {
+        !self.turns[r as usize].is_empty()
     }
 
     pub fn info(&self, h: BlockHash) -> Option<&BlockInfo> {
@@ -118,6 +184,28 @@ impl Workload {
     /// A readable name for a block hash ("A.1"), or its hex digest if unknown.
     pub fn label(&self, h: BlockHash) -> String {
         self.registry.get(&h).map_or_else(|| format!("{h:?}"), |i| i.label.clone())
+    }
+
+    /// A content tag in workload terms: "A.1" for a full block, "A.1[:1]" for a partial one.
+    pub fn describe(&self, t: ContentTag) -> String {
+        let b = self.block_size as usize;
+        match t {
+            ContentTag::Empty => "none".to_string(),
+            ContentTag::Bad(k) => format!("BAD({k:?})"),
+            ContentTag::Kv { hash, len } if len as usize == b => self.label(BlockHash(hash)),
+            ContentTag::Kv { hash, len } => {
+                for r in self.requests.iter().chain(self.turns.iter().flatten()) {
+                    for i in 0..r.tokens.len() / b + 1 {
+                        let (from, to) = (i * b, i * b + len as usize);
+                        if to <= r.tokens.len() && fold_tokens(r.parent(i), &r.tokens[from..to]) == hash {
+                            let who = if r.turn == 0 { r.name.clone() } else { format!("{}@{}", r.name, r.turn + 1) };
+                            return format!("{who}.{i}[:{len}]");
+                        }
+                    }
+                }
+                format!("partial({len})")
+            }
+        }
     }
 
     /// The hashes of the `n` blocks that end with block `last` (oldest first), if the

@@ -13,7 +13,7 @@ use super::super::host_tier::Key;
 use super::super::request::ReqState;
 use super::super::rules::FinishWatermark;
 use super::super::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
-use super::super::workload::RequestSpec;
+use super::super::workload::{RequestSpec, Workload};
 use super::offloading::{key_of, Job, JobKind, OcState, Phase};
 use super::{ConnCtx, SchedOut, StepScratch};
 
@@ -24,7 +24,7 @@ impl OcState {
         &mut self,
         out: &SchedOut,
         reqs: &[ReqState],
-        specs: &[RequestSpec],
+        wl: &Workload,
         pool: &GpuPool,
         c: &ConnCtx,
         scratch: &mut StepScratch,
@@ -34,11 +34,24 @@ impl OcState {
         // _update_req_states
         for s in &out.scheduled {
             let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");
-            Self::update_offload_keys(st, &reqs[s.req as usize], &specs[s.req as usize], c);
-            if s.full_table {
+            Self::update_offload_keys(st, &reqs[s.req as usize], wl.spec(s.req, reqs[s.req as usize].turn), c);
+            if s.full_table && (s.resumed || s.start > 0) {
+                ghost.mark(Mark::ReadmitFullTable);
+            }
+            if s.full_table && c.rules.full_table_resets_mirror {
                 st.mirror.clear();
             }
             st.mirror.extend_from_slice(&s.blocks);
+            let table = &reqs[s.req as usize].table;
+            if st.mirror != *table {
+                ghost.breach(Breach::MirrorMismatch);
+                let (mirror, table) = (st.mirror.clone(), table.clone());
+                let name = &wl.spec(s.req, 0).name;
+                ev.emit(|| Event::Violation {
+                    property: "mirror-table",
+                    detail: format!("{name}: the connector's block table {mirror:?} is not the scheduler's {table:?}"),
+                });
+            }
             scratch.allocated.extend(s.blocks.iter().copied().filter(|&b| b != NULL_BLOCK));
         }
         // Flush the stores of preempted requests (#29870).
@@ -62,7 +75,7 @@ impl OcState {
         // Coverage ghost: chunks whose last token this step computes are owed a store offer.
         let tpc = c.tpc();
         for s in &out.scheduled {
-            let spec = &specs[s.req as usize];
+            let spec = wl.spec(s.req, reqs[s.req as usize].turn);
             let mut end = s.start + s.tokens;
             if c.offload_prompt_only {
                 end = end.min(spec.prompt_len);
@@ -82,7 +95,17 @@ impl OcState {
             .chain(out.finished.iter().map(|&f| (f, None)))
             .collect();
         for (r, scheduled) in visits {
-            self.build_store_job(r, scheduled, &reqs[r as usize], &specs[r as usize], pool, c, scratch, ghost, ev);
+            self.build_store_job(
+                r,
+                scheduled,
+                &reqs[r as usize],
+                wl.spec(r, reqs[r as usize].turn),
+                pool,
+                c,
+                scratch,
+                ghost,
+                ev,
+            );
         }
         if !scratch.flush.is_empty() {
             let jobs: Vec<JobId> = scratch.flush.iter().copied().collect();
