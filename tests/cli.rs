@@ -292,4 +292,21 @@ fn generated_docs_match_the_code() {
         std::fs::read_to_string(root().join("docs/rules.md")).unwrap(),
         "regenerate: kvmc list --rules > docs/rules.md"
     );
+    let o = kvmc(&["list", "--releases"]);
+    assert_eq!(
+        stdout(&o),
+        std::fs::read_to_string(root().join("docs/releases.md")).unwrap(),
+        "regenerate: kvmc list --releases > docs/releases.md"
+    );
+}
+
+#[test]
+fn the_release_table_covers_every_profile_and_the_headline_bugs() {
+    let t = stdout(&kvmc(&["list", "--releases"]));
+    for p in ["vllm-0.24", "vllm-0.32", "vllm-0.33", "vllm-main"] {
+        assert!(t.contains(p), "{p}");
+    }
+    assert!(!t.contains("(not checked)"), "every row names every profile:\n{t}");
+    let row = t.lines().find(|l| l.contains("#60810") && l.contains("`mirror-table`")).expect("#60810 row");
+    assert!(row.ends_with("**violated** | **violated** | holds | holds |"), "{row}");
 }

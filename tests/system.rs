@@ -157,3 +157,51 @@ fn host_complete_load_twice_is_a_breach() {
     t.complete_load(&[h(1)], &mut g);
     assert_ne!(g.violations, 0);
 }
+
+/// The same store/touch/load/finish sequence under each profile's LRU: the eviction order
+/// after each phase, and the victim of a store into the full tier (pinned per policy).
+#[test]
+fn host_lru_victim_order_per_policy() {
+    use kvmc::system::rules::HostLru;
+    let k: Vec<_> = (0..4).map(|i| h(10 + i)).collect();
+    let run = |policy: HostLru| {
+        let mut g = Ghost::default();
+        let mut ev = Events::off();
+        let mut t = HostTier::with_policy(4, policy, false);
+        let (mut r, mut q, mut s) = (acc(), acc(), acc());
+        let mut orders = Vec::new();
+        t.prepare_store(&[(k[0], 1), (k[1], 2)], &mut r, &mut g, &mut ev).unwrap();
+        t.complete_store(&[k[0], k[1]], &mut g, &mut ev);
+        t.prepare_store(&[(k[2], 3), (k[3], 4)], &mut r, &mut g, &mut ev).unwrap();
+        t.complete_store(&[k[2], k[3]], &mut g, &mut ev);
+        orders.push(t.eviction_order());
+        t.touch(&k); // 0.24's connector touches R's keys (a no-op for the rank policies)
+        orders.push(t.eviction_order());
+        t.prepare_load(&[(k[1], 2)], &mut q, &mut g); // Q reuses R's chunk 1
+        t.complete_load(&[k[1]], &mut g);
+        orders.push(t.eviction_order());
+        t.on_request_finished(&mut r);
+        orders.push(t.eviction_order());
+        let out = t.prepare_store(&[(h(99), 1)], &mut s, &mut g, &mut ev).unwrap();
+        assert_eq!(g.violations, 0, "{policy:?}: the reference order agrees with every eviction");
+        (orders, out.evicted)
+    };
+    let [a, b, c, d] = [k[0], k[1], k[2], k[3]];
+    // 0.24: release order (a job's keys in chunk order); touch moves R's keys to the MRU end
+    // head last; a load re-appends on release; finish changes nothing.
+    assert_eq!(
+        run(HostLru::ReleaseOrder),
+        (vec![vec![a, b, c, d], vec![d, c, b, a], vec![d, c, a, b], vec![d, c, a, b]], vec![d])
+    );
+    // 0.32: insert order; reuse changes nothing; finish re-ranks R's keys tail first.
+    assert_eq!(
+        run(HostLru::InsertRank),
+        (vec![vec![a, b, c, d], vec![a, b, c, d], vec![a, b, c, d], vec![d, c, b, a]], vec![d])
+    );
+    // 0.33: R's request rank, tails first; Q's reuse raises chunk 1 to Q's rank; finish
+    // re-ranks R's keys tail first.
+    assert_eq!(
+        run(HostLru::RequestRank),
+        (vec![vec![d, c, b, a], vec![d, c, b, a], vec![d, c, a, b], vec![d, c, b, a]], vec![d])
+    );
+}

@@ -11,6 +11,7 @@
 //! model = "error-mid-prefill"
 //! verdict = "violated"            # profile vllm-0.33 (the model's own) still has #63937
 //! reach = ["reach-store-done"]   # optional: guards for this expectation instead of the property's
+//! bug = "vllm #63937"             # optional: a row of docs/releases.md (which release has it)
 //! [[expect]]
 //! model = "error-mid-prefill"
 //! profile = "vllm-main"
@@ -51,6 +52,9 @@ struct RawExpect {
     /// cannot happen, e.g. G1 hits with prefix caching off).
     #[serde(default)]
     reach: Option<Vec<Spanned<String>>>,
+    /// The bug this expectation documents, for docs/releases.md ("vllm #60810").
+    #[serde(default)]
+    bug: Option<String>,
 }
 
 /// One expectation: checking `property` on `model` under (profile, variant) gives `holds`
@@ -63,6 +67,8 @@ pub struct Expect {
     pub violated: bool,
     /// Reachability guards replacing the property's for this expectation.
     pub reach: Option<Vec<String>>,
+    /// The bug this expectation documents (a row of docs/releases.md).
+    pub bug: Option<String>,
     /// Where the expectation is written (file, line).
     pub at: (PathBuf, usize),
 }
@@ -154,6 +160,7 @@ impl Spec {
                 variant: x.variant.as_ref().map(|v| v.get_ref().clone()),
                 violated,
                 reach: x.reach.as_deref().map(guards).transpose()?,
+                bug: x.bug.clone(),
                 at: (path.to_path_buf(), at(x.model.span())),
             });
         }

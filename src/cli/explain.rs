@@ -86,6 +86,19 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
             if x.violated { "violated" } else { "holds" }
         );
     }
+    // The rules-table rows behind the bugs this property guards, per profile.
+    let own: Vec<_> = RULE_ROWS
+        .iter()
+        .filter(|row| row.upstream.starts_with('#') && s.bugs.iter().any(|b| b.contains(row.upstream)))
+        .collect();
+    if !own.is_empty() {
+        println!("\nthe rule behind it, per profile:");
+        for row in own {
+            let vals: Vec<String> =
+                rules::PROFILES.iter().map(|p| format!("{} {}", p.name, (row.value)(&(p.rules)()))).collect();
+            println!("  {:<30} {}   ({}: {})", row.name, vals.join(", "), row.upstream, row.what);
+        }
+    }
     // The rules-table rows that the variants and profiles named here change.
     let base = rules::resolve("vllm-0.33", None).expect("profile");
     let mut shown = Vec::new();

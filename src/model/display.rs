@@ -111,6 +111,16 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         Event::Finished { req, reason } => format!("{} finishes ({})", n(req), reason.as_str()),
         Event::Freed { req, blocks } => format!("{} frees {blocks:?}", n(req)),
         Event::Violation { property, detail } => format!("VIOLATION {property}: {detail}"),
+        Event::WrongVictims { got, want, policy } => format!(
+            "VIOLATION eviction-order: the host tier evicts [{}]; the {} order names [{}]",
+            keys(got),
+            match policy {
+                crate::system::rules::HostLru::ReleaseOrder => "0.24 release",
+                crate::system::rules::HostLru::InsertRank => "0.32 insert-rank",
+                crate::system::rules::HostLru::RequestRank => "0.33 request-rank",
+            },
+            keys(want)
+        ),
     })
 }
 

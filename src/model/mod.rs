@@ -89,7 +89,7 @@ impl KvModel {
     }
 
     pub fn init(&self) -> KvState {
-        KvState { engine: Engine::new(&self.scope.cfg, &self.scope.workload), scope: self.scope.clone() }
+        KvState { engine: Engine::new(&self.scope.cfg, &self.scope.workload, &self.rules), scope: self.scope.clone() }
     }
 
     fn arrival_enabled(&self, e: &Engine, r: usize) -> bool {

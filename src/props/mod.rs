@@ -68,6 +68,18 @@ pub const CATALOGUE: &[PropDef] = &[
         offload_only: true,
         check: |_, s| !s.engine.ghost.has(Breach::CoverageLoss),
     },
+    PropDef {
+        name: "eviction-order",
+        kind: Kind::Always,
+        offload_only: true,
+        check: |_, s| !s.engine.ghost.has(Breach::EvictionOrder),
+    },
+    PropDef {
+        name: "final-store-kept",
+        kind: Kind::Always,
+        offload_only: true,
+        check: |_, s| !s.engine.ghost.has(Breach::FinalStoreLost),
+    },
     PropDef { name: "requests-finish", kind: Kind::Always, offload_only: false, check: progress::requests_finish },
     mark!("reach-g1-hit", Mark::G1Hit, false),
     mark!("reach-g1-eviction", Mark::G1Eviction, false),

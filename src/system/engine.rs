@@ -84,10 +84,10 @@ pub struct StepInput {
 }
 
 impl Engine {
-    pub fn new(cfg: &EngineConfig, wl: &Workload) -> Self {
+    pub fn new(cfg: &EngineConfig, wl: &Workload, rules: &Rules) -> Self {
         let n = wl.requests.len();
         let conn = match cfg.offload() {
-            Some(o) => Connector::Offloading(Box::new(OcState::new(n, o.host_chunks))),
+            Some(o) => Connector::Offloading(Box::new(OcState::new(n, o.host_chunks, rules))),
             None => Connector::None,
         };
         Engine {

@@ -118,6 +118,12 @@ pub enum Event {
         req: ReqId,
         position: u32,
     },
+    /// eviction-order: the host tier evicted `got`, its policy's reference order names `want`.
+    WrongVictims {
+        got: Vec<BlockHash>,
+        want: Vec<BlockHash>,
+        policy: crate::system::rules::HostLru,
+    },
     /// A streaming session's input chunk `turn` stopped (the session continues).
     TurnEnded {
         req: ReqId,

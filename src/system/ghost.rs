@@ -28,6 +28,12 @@ pub enum Breach {
     /// The connector's mirror of a scheduled request's block table differs from the
     /// scheduler's table (mirror-table).
     MirrorMismatch = 1 << 7,
+    /// The host tier evicted other keys than its policy's reference order names
+    /// (eviction-order).
+    EvictionOrder = 1 << 8,
+    /// A finished request's last offer of a computed chunk was refused and the chunk is not
+    /// in the host tier (final-store-kept).
+    FinalStoreLost = 1 << 9,
 }
 
 /// What a transition did, for reachability guards.

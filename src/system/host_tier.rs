@@ -7,13 +7,26 @@
 //! nothing but the request's access record. Chunk slots are handed out fresh in increasing
 //! order first, then from a LIFO free list.
 //!
-//! LRU 0.33: a rank is a pair (major, minor). A request draws one provisional *request rank*
-//! the first time the policy sees it; keys it inserts or reuses get (request rank, -position),
-//! so tails go before heads; when the request finishes, every key it saw is re-ranked with
-//! fresh ranks tail first, so its head ends most recently used.
+//! Eviction follows the profile's LRU (`rules::HostLru`); a rank is a pair (major, minor),
+//! smallest evicted first, majors drawn from one counter.
+//! - 0.33 (`RequestRank`): a request draws one provisional *request rank* the first time the
+//!   policy sees it; keys it inserts or reuses get (request rank, -position), so tails go
+//!   before heads; when the request finishes, every key it saw is re-ranked with fresh ranks
+//!   tail first, so its head ends most recently used.
+//! - 0.32 (`InsertRank`): a fresh rank per key at insert, in offer order; the same tail-first
+//!   re-rank at finish; reuse changes nothing until then.
+//! - 0.24 (`ReleaseOrder`): a fresh rank when a key becomes evictable (store or last load
+//!   completes; keys of one job in chunk order — vLLM iterates a Python set there, so its
+//!   order depends on the hash seed); the connector's `touch` gives a request's evictable keys
+//!   fresh ranks tail first; nothing at finish. Non-evictable keys carry rank (0, 0).
+//!
+//! `order` is the eviction-order reference (`host_order`), ghost state checked at every
+//! eviction.
 
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
+use super::host_order::RefOrder;
+use super::rules::HostLru;
 use super::types::{BlockHash, ContentTag};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,11 +81,24 @@ pub struct HostTier {
     /// vLLM's counters, kept as it keeps them (host-accounting checks them).
     pub num_evictable: u32,
     pub num_write_pending: u32,
+    pub policy: HostLru,
+    /// Mutation: evict from the most recently used end.
+    evict_mru: bool,
+    /// Ghost: the eviction-order reference.
+    pub order: RefOrder,
 }
 
 impl HostTier {
+    /// A 0.33 (request-rank) host tier.
     pub fn new(capacity: u32) -> Self {
+        Self::with_policy(capacity, HostLru::RequestRank, false)
+    }
+
+    pub fn with_policy(capacity: u32, policy: HostLru, evict_mru: bool) -> Self {
         HostTier {
+            policy,
+            evict_mru,
+            order: RefOrder::default(),
             capacity,
             num_allocated: 0,
             free_list: Vec::new(),
@@ -121,6 +147,38 @@ impl HostTier {
         self.next_rank
     }
 
+    fn fresh_rank(&mut self) -> Rank {
+        self.next_rank += 1;
+        (self.next_rank, 0)
+    }
+
+    /// `k` becomes evictable (ref count reached 0).
+    fn release(&mut self, k: Key) {
+        if self.policy == HostLru::ReleaseOrder {
+            let r = self.fresh_rank();
+            self.entries.get_mut(&k).expect("resident").rank = r;
+        }
+        let e = &self.entries[&k];
+        self.num_evictable += 1;
+        self.evictable.insert((e.rank, k));
+        self.order.released(self.policy, k);
+    }
+
+    /// `touch(keys)` (0.24's connector, at lookup and after a successful store): a request's
+    /// evictable keys become most recently used, its head last.
+    pub fn touch(&mut self, keys: &[Key]) {
+        if self.policy != HostLru::ReleaseOrder {
+            return;
+        }
+        for k in keys.iter().rev() {
+            if self.entries.get(k).is_some_and(|e| e.ref_cnt == 0) {
+                let r = self.fresh_rank();
+                self.set_rank(*k, r);
+            }
+        }
+        self.order.touched(self.policy, keys);
+    }
+
     fn set_rank(&mut self, k: Key, rank: Rank) {
         let e = self.entries.get_mut(&k).expect("resident");
         if e.ref_cnt == 0 {
@@ -137,8 +195,14 @@ impl HostTier {
         if new.is_empty() {
             return;
         }
+        if self.policy == HostLru::ReleaseOrder {
+            return; // 0.24 records nothing (no finish-time re-rank)
+        }
         for (k, p) in &new {
             acc.seen.insert(*p, *k);
+        }
+        if self.policy == HostLru::InsertRank {
+            return; // 0.32: reuse only matters at finish
         }
         let rr = self.request_rank(acc);
         for (k, p) in new {
@@ -146,6 +210,7 @@ impl HostTier {
                 let rank = (rr, -(p as i64));
                 if e.rank < rank {
                     self.set_rank(k, rank);
+                    self.order.raised(self.policy, k, rank);
                 }
             }
         }
@@ -184,10 +249,23 @@ impl HostTier {
                 return None;
             }
             let protected: BTreeSet<Key> = keys.iter().map(|(k, _)| *k).collect();
-            let victims: Vec<(Rank, Key)> =
-                self.evictable.iter().filter(|(_, k)| !protected.contains(k)).take(need as usize).copied().collect();
+            let eligible = |(_, k): &&(Rank, Key)| !protected.contains(k);
+            let victims: Vec<(Rank, Key)> = if self.evict_mru {
+                self.evictable.iter().rev().filter(eligible).take(need as usize).copied().collect()
+            } else {
+                self.evictable.iter().filter(eligible).take(need as usize).copied().collect()
+            };
             if (victims.len() as u32) < need {
                 return None;
+            }
+            let want = self.order.victims(need as usize, |k| {
+                !protected.contains(k) && self.entries.get(k).is_some_and(|e| e.ref_cnt == 0)
+            });
+            if victims.iter().map(|(_, k)| *k).collect::<Vec<_>>() != want {
+                ghost.breach(Breach::EvictionOrder);
+                let got: Vec<Key> = victims.iter().map(|(_, k)| *k).collect();
+                let policy = self.policy;
+                ev.emit(|| Event::WrongVictims { got, want, policy });
             }
             for (r, k) in victims {
                 self.evictable.remove(&(r, k));
@@ -197,12 +275,13 @@ impl HostTier {
                 }
                 self.num_evictable -= 1;
                 self.free_list.push(e.slot);
+                self.order.evicted(&k);
                 evicted.push(k);
                 ghost.mark(Mark::HostEviction);
                 ev.emit(|| Event::HostEvicted { key: k });
             }
         }
-        let rr = self.request_rank(acc);
+        let rr = if self.policy == HostLru::RequestRank { self.request_rank(acc) } else { 0 };
         let mut slots = Vec::with_capacity(to_store.len());
         for &(k, p) in &to_store {
             let slot = if self.num_allocated < self.capacity {
@@ -212,7 +291,13 @@ impl HostTier {
                 self.free_list.pop().expect("room was made")
             };
             slots.push(slot);
-            self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank: (rr, -(p as i64)), content: Vec::new() });
+            let rank = match self.policy {
+                HostLru::RequestRank => (rr, -(p as i64)),
+                HostLru::InsertRank => self.fresh_rank(),
+                HostLru::ReleaseOrder => (0, 0),
+            };
+            self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank, content: Vec::new() });
+            self.order.inserted(self.policy, k, rank);
         }
         self.num_write_pending += to_store.len() as u32;
         Some(StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted })
@@ -233,8 +318,7 @@ impl HostTier {
                 if e.ref_cnt < 0 {
                     e.ref_cnt = 0;
                     self.num_write_pending -= 1;
-                    self.num_evictable += 1;
-                    self.evictable.insert((e.rank, *k));
+                    self.release(*k);
                     ghost.mark(Mark::StoreCompleted);
                     stored.push(*k);
                 }
@@ -255,6 +339,10 @@ impl HostTier {
                     if e.ref_cnt == 0 {
                         self.evictable.remove(&(e.rank, *k));
                         self.num_evictable -= 1;
+                        if self.policy == HostLru::ReleaseOrder {
+                            e.rank = (0, 0);
+                        }
+                        self.order.pinned(self.policy, *k);
                     }
                     e.ref_cnt += 1;
                     slots.push(e.slot);
@@ -282,8 +370,7 @@ impl HostTier {
                 Some(e) if e.ref_cnt > 0 => {
                     e.ref_cnt -= 1;
                     if e.ref_cnt == 0 {
-                        self.num_evictable += 1;
-                        self.evictable.insert((e.rank, *k));
+                        self.release(*k);
                     }
                 }
                 _ => ghost.breach(Breach::BadCompletion),
@@ -297,34 +384,41 @@ impl HostTier {
             return;
         }
         acc.finished = true;
+        if self.policy == HostLru::ReleaseOrder {
+            return; // 0.24's CPU manager: the base no-op
+        }
         let keys: Vec<Key> = acc.seen.values().rev().copied().collect();
+        let mut reranked = Vec::new();
         for k in keys {
             if self.entries.contains_key(&k) {
-                self.next_rank += 1;
-                let r = (self.next_rank, 0);
+                let r = self.fresh_rank();
                 self.set_rank(k, r);
+                reranked.push((k, r));
             }
         }
+        self.order.finished(self.policy, &reranked);
     }
 
     /// Renumber rank majors densely (order preserved) so that equal histories give equal
     /// states. `live` are the request ranks still held by requests.
     pub fn canonicalize<'a>(&mut self, live: impl Iterator<Item = &'a mut Option<u64>>) {
         let mut live: Vec<&mut Option<u64>> = live.collect();
-        let mut majors: Vec<u64> = self.entries.values().map(|e| e.rank.0).collect();
+        let mut majors: Vec<u64> = self.entries.values().map(|e| e.rank.0).filter(|&m| m > 0).collect();
+        majors.extend(self.order.list.iter().map(|(_, r)| r.0).filter(|&m| m > 0));
         majors.extend(live.iter().filter_map(|r| **r));
         majors.sort_unstable();
         majors.dedup();
         if majors.iter().enumerate().all(|(i, &m)| m == i as u64 + 1) && self.next_rank == majors.len() as u64 {
             return; // already dense
         }
-        let map = |m: u64| majors.binary_search(&m).expect("known major") as u64 + 1;
+        let map = |m: u64| if m == 0 { 0 } else { majors.binary_search(&m).expect("known major") as u64 + 1 };
         let mut entries = std::mem::take(&mut self.entries);
         for e in entries.values_mut() {
             e.rank.0 = map(e.rank.0);
         }
         self.entries = entries;
         self.evictable = self.evictable.iter().map(|((m, n), k)| ((map(*m), *n), *k)).collect();
+        self.order.map_majors(map);
         for m in live.iter_mut().filter_map(|r| r.as_mut()) {
             *m = map(*m);
         }

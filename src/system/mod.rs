@@ -8,6 +8,7 @@ pub mod engine;
 pub mod events;
 pub mod ghost;
 pub mod gpu_pool;
+pub mod host_order;
 pub mod host_tier;
 pub mod kv_manager;
 pub mod request;

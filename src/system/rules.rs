@@ -16,6 +16,21 @@ pub enum FinishWatermark {
     PromptOrTokensMinusOne,
 }
 
+/// The host tier's eviction order (OffloadingConnector's CPU manager, `cpu/policies/lru.py`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum HostLru {
+    /// 0.24: an ordered list of evictable keys; a key joins the MRU end when it becomes
+    /// evictable (store or last load completes), and the connector's `touch` moves a request's
+    /// evictable keys to the MRU end (head last, so the head ends most recent).
+    ReleaseOrder,
+    /// 0.32: a global rank drawn at insert (head before tail of a store); a request's keys are
+    /// re-ranked tail first when it finishes.
+    InsertRank,
+    /// 0.33: one provisional rank per request, keys ranked (request rank, -position) at insert
+    /// and on reuse; re-ranked tail first at finish.
+    RequestRank,
+}
+
 /// Every switch on which profiles and variants differ.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Rules {
@@ -55,6 +70,17 @@ pub struct Rules {
     pub cursor_advance_on_store_failure: bool,
     /// Process a completed job twice (a worker reporting it twice is not ignored).
     pub double_complete: bool,
+    /// The host tier's eviction order.
+    pub host_lru: HostLru,
+    /// Not in vLLM: prepare_store evicts from the most recently used end (a negative control
+    /// for eviction-order).
+    pub evict_mru: bool,
+    /// The store cursor only moves forward (`max`, 0.32+); 0.24 assigns the watermark's chunk.
+    pub cursor_monotonic: bool,
+    /// `_build_store_jobs` also visits requests finished since the last step (0.32+).
+    pub visit_finished: bool,
+    /// Host hits within the budget load synchronously, before the forward pass (0.33).
+    pub sync_loads: bool,
 }
 
 /// A released rule set.
@@ -90,6 +116,11 @@ fn vllm_033() -> Rules {
         error_watermark_computed: false,
         cursor_advance_on_store_failure: false,
         double_complete: false,
+        host_lru: HostLru::RequestRank,
+        evict_mru: false,
+        cursor_monotonic: true,
+        visit_finished: true,
+        sync_loads: true,
     }
 }
 
@@ -97,10 +128,39 @@ fn vllm_main() -> Rules {
     Rules { error_watermark_computed: true, ..vllm_033() }
 }
 
+/// 0.32.0: no cursor reset at restart (#63010), `yield_req_data` without the full-table
+/// flag (#60810), the insert-rank LRU, no sync loads.
+fn vllm_032() -> Rules {
+    Rules {
+        cursor_reset_on_lookup: false,
+        full_table_resets_mirror: false,
+        host_lru: HostLru::InsertRank,
+        sync_loads: false,
+        ..vllm_033()
+    }
+}
+
+/// 0.24.0's connector and host tier on the 0.32/0.33 core scheduler: release-order LRU with
+/// the connector's touches, a cursor that follows the watermark (not monotonic), no visit of
+/// finished requests (no finish-time store).
+fn vllm_024() -> Rules {
+    Rules { host_lru: HostLru::ReleaseOrder, cursor_monotonic: false, visit_finished: false, ..vllm_032() }
+}
+
 pub const PROFILES: &[Profile] = &[
     Profile {
+        name: "vllm-0.24",
+        summary: "0.24.0's OffloadingConnector and CPU manager (release-order LRU with touches, no finish-time store, no cursor reset, #60810) on the 0.32+ core scheduler",
+        rules: vllm_024,
+    },
+    Profile {
+        name: "vllm-0.32",
+        summary: "0.32.0: insert-rank LRU (#51787), no cursor reset on restart (#63010), full tables appended on streaming resume (#60810), no sync loads",
+        rules: vllm_032,
+    },
+    Profile {
         name: "vllm-0.33",
-        summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; #63937 still present",
+                summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 still present",
         rules: vllm_033,
     },
     Profile {
@@ -205,6 +265,12 @@ pub const VARIANTS: &[Variant] = &[
         summary: "an async load may take the blocks an in-flight prefill still needs",
         upstream: "mutation",
         apply: |r| r.reserve_for_async_loads = false,
+    },
+        Variant {
+        name: "mut-evict-mru",
+        summary: "prepare_store evicts the most recently used evictable keys instead of the least",
+        upstream: "mutation",
+        apply: |r| r.evict_mru = true,
     },
     Variant {
         name: "mut-double-complete",
@@ -335,6 +401,46 @@ pub const RULE_ROWS: &[RuleRow] = &[
         what: "a job completion is processed twice",
         upstream: "(mutation)",
         value: |r| r.double_complete.to_string(),
+    },
+    RuleRow {
+        name: "full_table_resets_mirror",
+        what: "a new-request full table replaces the connector's mirror",
+        upstream: "#60810",
+        value: |r| r.full_table_resets_mirror.to_string(),
+    },
+    RuleRow {
+        name: "host_lru",
+        what: "host-tier eviction order",
+        upstream: "#51787, #61050",
+        value: |r| match r.host_lru {
+            HostLru::ReleaseOrder => "release order + touch".into(),
+            HostLru::InsertRank => "insert rank".into(),
+            HostLru::RequestRank => "request rank".into(),
+        },
+    },
+    RuleRow {
+        name: "cursor_monotonic",
+        what: "store cursor only moves forward",
+        upstream: "OffloadingConnectorScheduler.advance_stored_idx",
+        value: |r| r.cursor_monotonic.to_string(),
+    },
+    RuleRow {
+        name: "visit_finished",
+        what: "finished requests get a last store",
+        upstream: "_build_store_jobs(finished_req_ids)",
+        value: |r| r.visit_finished.to_string(),
+    },
+    RuleRow {
+        name: "sync_loads",
+        what: "host hits within the budget load synchronously",
+        upstream: "_reserve_sync_load",
+        value: |r| r.sync_loads.to_string(),
+    },
+    RuleRow {
+        name: "evict_mru",
+        what: "evict the most recently used key",
+        upstream: "(mutation)",
+        value: |r| r.evict_mru.to_string(),
     },
 ];
 

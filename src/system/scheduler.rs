@@ -31,7 +31,7 @@ pub(crate) fn conn_ctx<'a>(ctx: &Ctx<'a>) -> ConnCtx<'a> {
         block_size: ctx.cfg.block_size,
         bpc,
         offload_prompt_only: prompt_only,
-        sync_budget: budget,
+        sync_budget: if ctx.rules.sync_loads { budget } else { 0 },
         caching: ctx.cfg.enable_prefix_caching,
     }
 }

@@ -13,6 +13,7 @@ use super::super::ghost::{Breach, Ghost, Mark};
 use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use super::super::request::ReqState;
+use super::super::rules::{HostLru, Rules};
 use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use super::super::workload::RequestSpec;
 use super::{BitSet, ConnCtx, StepScratch};
@@ -36,6 +37,9 @@ pub struct OcReq {
     pub access: ReqAccess,
     /// Coverage ghost: chunks computed in the current run and not yet offered.
     pub owed: BitSet,
+    /// final-store-kept ghost: chunks the host tier refused (no room) at the request's latest
+    /// store visit.
+    pub refused: BitSet,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -103,14 +107,19 @@ pub struct OcState {
 }
 
 impl OcState {
-    pub fn new(num_reqs: usize, host_chunks: u32) -> Self {
+    pub fn new(num_reqs: usize, host_chunks: u32, rules: &Rules) -> Self {
         OcState {
             reqs: vec![None; num_reqs],
             jobs: Vec::new(),
             next_job: 0,
             fences: BTreeMap::new(),
-            host: HostTier::new(host_chunks),
+            host: HostTier::with_policy(host_chunks, rules.host_lru, rules.evict_mru),
         }
+    }
+
+    /// The request's offload keys so far, in chunk order.
+    pub(super) fn keys_of(st: &OcReq, spec: &RequestSpec, c: &ConnCtx) -> Vec<Key> {
+        (0..st.num_keys).map(|ci| key_of(spec, ci, c)).collect()
     }
 
     pub fn job(&self, id: JobId) -> Option<&Job> {
@@ -174,6 +183,11 @@ impl OcState {
         st.num_local = num_local;
         let st = self.reqs[r as usize].as_ref().expect("tracked request");
         let hit = self.lookup_complete_chunks(st, req.num_tokens(spec), spec, c);
+        // 0.24: `_touch(req)` after the lookup, whatever it found.
+        if rules.host_lru == HostLru::ReleaseOrder {
+            let keys = Self::keys_of(st, spec, c);
+            self.host.touch(&keys);
+        }
         // _reserve_sync_load
         scratch.sync_loads.retain(|&x| x != r);
         let sync = match hit {

@@ -11,7 +11,7 @@ use super::super::ghost::{Breach, Ghost, Mark};
 use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::Key;
 use super::super::request::ReqState;
-use super::super::rules::FinishWatermark;
+use super::super::rules::{FinishWatermark, HostLru};
 use super::super::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
 use super::super::workload::{RequestSpec, Workload};
 use super::offloading::{key_of, Job, JobKind, OcState, Phase};
@@ -92,7 +92,7 @@ impl OcState {
             .scheduled
             .iter()
             .map(|s| (s.req, Some(s.tokens)))
-            .chain(out.finished.iter().map(|&f| (f, None)))
+            .chain(out.finished.iter().filter(|_| c.rules.visit_finished).map(|&f| (f, None)))
             .collect();
         for (r, scheduled) in visits {
             self.build_store_job(
@@ -112,6 +112,7 @@ impl OcState {
             ev.emit(|| Event::JobsToFlush { jobs });
         }
         for &f in &out.finished {
+            self.check_finished(f, wl.spec(f, reqs[f as usize].turn), c, ghost, ev);
             if let Some(st) = self.reqs[f as usize].as_mut() {
                 st.finished_signaled = true;
                 self.host.on_request_finished(&mut st.access);
@@ -168,9 +169,12 @@ impl OcState {
             cand_chunks.push(ci);
         }
         let st = self.reqs[r as usize].as_mut().unwrap();
+        // Ghost: only this visit's refusals count as the request's latest offer.
+        st.refused.clear();
+        // advance_stored_idx: 0.32+ take the max; 0.24 assigns.
+        let advanced = |cur: u32| if c.rules.cursor_monotonic { cur.max(storable) } else { storable };
         if cands.is_empty() {
-            st.cursor = st.cursor.max(storable);
-            self.check_coverage(r, finished, spec, c, ghost, ev);
+            st.cursor = advanced(st.cursor);
             return;
         }
         let stored = self.host.prepare_store(&cands, &mut st.access, ghost, ev);
@@ -180,23 +184,19 @@ impl OcState {
             ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
             // No room. A running request offers these chunks again at its next step; for a
             // finished request this was the last chance (final-store-kept's business).
-            if finished {
-                for &ci in &cand_chunks {
-                    st.owed.remove(ci);
-                }
+            for &ci in &cand_chunks {
+                st.refused.insert(ci);
             }
             if c.rules.cursor_advance_on_store_failure {
                 st.cursor = st.cursor.max(storable);
             }
-            self.check_coverage(r, finished, spec, c, ghost, ev);
             return;
         };
         for &ci in &cand_chunks {
             st.owed.remove(ci);
         }
         if out.keys_to_store.is_empty() {
-            st.cursor = st.cursor.max(storable);
-            self.check_coverage(r, finished, spec, c, ghost, ev);
+            st.cursor = advanced(st.cursor);
             return;
         }
         let mut src = Vec::new();
@@ -205,7 +205,12 @@ impl OcState {
                 src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
             }
         }
-        st.cursor = st.cursor.max(storable);
+        st.cursor = advanced(st.cursor);
+        if c.rules.host_lru == HostLru::ReleaseOrder {
+            // 0.24: `_touch(req)` after a store that inserted keys.
+            let keys = Self::keys_of(st, spec, c);
+            self.host.touch(&keys);
+        }
         let has_async_load = st.transfer_jobs.iter().any(|&j| self.jobs.iter().any(|x| x.id == j && x.is_async_load()));
         let id = self.new_job_id();
         let st = self.reqs[r as usize].as_mut().unwrap();
@@ -248,36 +253,42 @@ impl OcState {
             block_offset: 0,
         });
         scratch.store_jobs.push(id);
-        self.check_coverage(r, finished, spec, c, ghost, ev);
     }
 
-    /// store-coverage: once a finished request's final stores are built, every chunk it
-    /// computed in its last run was offered, or is in the host tier anyway.
-    fn check_coverage(
-        &mut self,
-        r: ReqId,
-        finished: bool,
-        spec: &RequestSpec,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        if !finished {
+    /// At the finish signal (after the finished request's last stores were built, or, in 0.24,
+    /// after its last scheduled step): store-coverage wants every chunk it computed in its
+    /// last run offered (refused offers are final-store-kept's business), final-store-kept
+    /// wants every refused chunk in the host tier anyway.
+    fn check_finished(&mut self, r: ReqId, spec: &RequestSpec, c: &ConnCtx, ghost: &mut Ghost, ev: &mut Events) {
+        let Some(st) = self.reqs[r as usize].as_ref() else {
             return;
-        }
-        let st = self.reqs[r as usize].as_ref().unwrap();
-        let lost: Vec<u32> = st.owed.iter().filter(|&ci| self.host.get(&key_of(spec, ci, c)).is_none()).collect();
-        if !lost.is_empty() {
+        };
+        let absent = |ci: &u32| self.host.get(&key_of(spec, *ci, c)).is_none();
+        let unoffered: Vec<u32> = st.owed.iter().filter(|ci| !st.refused.contains(*ci)).filter(absent).collect();
+        if !unoffered.is_empty() {
             ghost.breach(Breach::CoverageLoss);
             ev.emit(|| Event::Violation {
                 property: "store-coverage",
                 detail: format!(
-                    "{}: computed chunks {lost:?} were never offered for storing and are not in the host tier",
+                    "{}: computed chunks {unoffered:?} were never offered for storing and are not in the host tier",
                     spec.name
                 ),
             });
         }
-        self.reqs[r as usize].as_mut().unwrap().owed.clear();
+        let lost: Vec<u32> = st.refused.iter().filter(absent).collect();
+        if !lost.is_empty() {
+            ghost.breach(Breach::FinalStoreLost);
+            ev.emit(|| Event::Violation {
+                property: "final-store-kept",
+                detail: format!(
+                    "{} finished; the host tier refused its last offer of chunks {lost:?} and never got them",
+                    spec.name
+                ),
+            });
+        }
+        let st = self.reqs[r as usize].as_mut().unwrap();
+        st.owed.clear();
+        st.refused.clear();
     }
 
     /// A forward pass completed chunks `[from, to)` of request `r` (coverage ghost).
