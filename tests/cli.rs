@@ -310,3 +310,29 @@ fn the_release_table_covers_every_profile_and_the_headline_bugs() {
     let row = t.lines().find(|l| l.contains("#60810") && l.contains("`mirror-table`")).expect("#60810 row");
     assert!(row.ends_with("**violated** | **violated** | holds | holds |"), "{row}");
 }
+
+#[test]
+fn expectation_files_merge_into_property_specs() {
+    let d = tempdir("expectfile");
+    std::fs::create_dir_all(d.join("specs")).unwrap();
+    std::fs::create_dir_all(d.join("models")).unwrap();
+    std::fs::copy(root().join("models/scpu-pressure.toml"), d.join("models/scpu-pressure.toml")).unwrap();
+    std::fs::write(
+        d.join("specs/host-accounting.toml"),
+        "property = \"host-accounting\"\nsummary = \"s\"\ndescription = \"d\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("specs/more.toml"),
+        "[notes]\nhost-accounting = \"n\"\n[[expect]]\nproperty = \"host-accounting\"\nmodel = \"scpu-pressure\"\nvariant = \"mut-scpu-pin-leak\"\nverdict = \"violated\"\n",
+    )
+    .unwrap();
+    let o = kvmc_in(&d, &["check"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let o = kvmc_in(&d, &["explain", "host-accounting"]);
+    assert!(stdout(&o).contains("d\n\nn"), "the note is appended: {}", stdout(&o));
+    std::fs::write(d.join("specs/more.toml"), "[[expect]]\nmodel = \"scpu-pressure\"\nverdict = \"holds\"\n").unwrap();
+    let o = kvmc_in(&d, &["check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("more.toml:2: an expectation outside"), "{}", stderr(&o));
+}

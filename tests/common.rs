@@ -18,8 +18,7 @@ pub fn scope(name: &str) -> Arc<Scope> {
 
 /// Every applicable always-property and every applicable guard.
 pub fn all_props(s: &Scope) -> Vec<&'static props::PropDef> {
-    let off = s.cfg.offload().is_some();
-    props::CATALOGUE.iter().filter(|p| props::applies(p, off)).collect()
+    props::CATALOGUE.iter().filter(|p| props::applies(p, &s.cfg)).collect()
 }
 
 pub fn model(name: &str, profile: Option<&str>, variant: Option<&str>) -> KvModel {

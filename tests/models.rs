@@ -16,6 +16,11 @@ const PINNED: &[(&str, usize)] = &[
     ("load-reservation", 1117),
     ("preempt-store", 40),
     ("restart-recompute", 3292),
+    ("scpu-async-abort", 137),
+    ("scpu-preempt", 1514),
+    ("scpu-pressure", 125),
+    ("scpu-shared-prefix", 1895),
+    ("scpu-stream-resume", 932),
     ("shared-prefix", 64),
     ("stream-resume", 1134),
     ("stream-resume-reader", 365),
@@ -90,6 +95,23 @@ const FOUND: &[Found] = &[
     ("host-lru", None, Some("mut-evict-mru"), "eviction-order", 5),
     ("final-store", None, None, "final-store-kept", 6),
     ("final-store", Some("vllm-0.24"), None, "final-store-kept", 5),
+    ("scpu-async-abort", None, None, "store-coverage", 3),
+    ("scpu-async-abort", Some("vllm-main"), None, "store-coverage", 3),
+    ("scpu-shared-prefix", None, Some("mut-scpu-load-no-pin"), "load-safety", 6),
+    ("scpu-shared-prefix", None, Some("mut-scpu-load-no-pin"), "kv-read-integrity", 11),
+    ("scpu-shared-prefix", None, Some("mut-scpu-release-tail-first"), "eviction-order", 5),
+    ("scpu-shared-prefix", None, Some("mut-scpu-register-at-prep"), "host-integrity", 2),
+    ("scpu-pressure", None, Some("mut-scpu-pin-leak"), "host-accounting", 7),
+    ("scpu-preempt", None, Some("pre-preempt-reset"), "store-coverage", 10),
+    ("scpu-preempt", None, Some("pre-finish-flush"), "store-coverage", 7),
+    ("scpu-preempt", None, Some("mut-scpu-no-gpu-pin"), "source-freshness", 9),
+    ("scpu-preempt", None, Some("mut-scpu-no-gpu-pin"), "host-integrity", 9),
+    ("scpu-preempt", None, Some("mut-double-complete"), "host-accounting", 3),
+    ("scpu-preempt", Some("vllm-0.24"), None, "store-coverage", 7),
+    ("scpu-pressure", None, None, "final-store-kept", 6),
+    ("scpu-shared-prefix", None, None, "final-store-kept", 5),
+    ("scpu-stream-resume", None, Some("pre-60810"), "mirror-table", 4),
+    ("scpu-stream-resume", None, Some("pre-60810"), "store-coverage", 7),
 ];
 
 #[test]
@@ -122,7 +144,16 @@ fn fixed_rules_hold_where_the_bug_is_fixed() {
     let s10 = check("sync-load-failure", None, Some("fix-s10"));
     assert_eq!(s10.verdict("g1-cache-sound"), Verdict::Holds);
     assert_eq!(s10.verdict("kv-read-integrity"), Verdict::Holds);
-    for name in ["shared-prefix", "preempt-store", "restart-recompute", "load-reservation", "g1-pressure"] {
+    for name in [
+        "shared-prefix",
+        "preempt-store",
+        "restart-recompute",
+        "load-reservation",
+        "g1-pressure",
+        "scpu-shared-prefix",
+        "scpu-pressure",
+        "scpu-preempt",
+    ] {
         let r = check(name, None, None);
         // final-store-kept is violated by every release (a documented quality finding).
         for p in always_props(&scope(name)).into_iter().filter(|p| *p != "final-store-kept") {
@@ -144,4 +175,32 @@ fn the_46014_guard_alone_is_redundant_with_hit_pending() {
     }
     let r = check("async-no-prefix-cache", None, Some("mut-no-inflight-guard"));
     assert_eq!(r.reached("reach-lookup-inflight"), Some(true), "the window is reached, the harm is not");
+}
+
+/// Findings, pinned (SimpleCPU): the lookup pin held across steps protects nothing in the
+/// modelled paths (every verdict is the same without it); stamping the hash at store prep (0.24)
+/// is indistinguishable from reading it at completion (0.32+) while sources are pinned; the
+/// #62444 refresh changes the eviction order (it is reached) without breaking a property.
+#[test]
+fn simple_cpu_findings() {
+    for name in ["scpu-shared-prefix", "scpu-pressure", "scpu-preempt"] {
+        let base = check(name, None, None);
+        let r = check(name, None, Some("mut-scpu-lookup-no-pin"));
+        for p in always_props(&scope(name)).into_iter().filter(|p| *p != "final-store-kept") {
+            assert_eq!(r.verdict(p), base.verdict(p), "{name} mut-scpu-lookup-no-pin: {p}");
+        }
+        let prep = check(name, None, Some("pre-hash-at-completion"));
+        assert_eq!(prep.unique_states, base.unique_states, "{name}: hash at prep changes nothing");
+        let main = check(name, Some("vllm-main"), None);
+        for p in always_props(&scope(name)).into_iter().filter(|p| *p != "final-store-kept") {
+            assert_eq!(main.verdict(p), Verdict::Holds, "{name} vllm-main: {p}");
+        }
+    }
+    let main = check("scpu-shared-prefix", Some("vllm-main"), None);
+    assert_eq!(main.reached("reach-host-refresh"), Some(true), "#62444's refresh is exercised");
+    let pressure = check("scpu-pressure", None, Some("mut-scpu-lookup-no-pin"));
+    assert_eq!(pressure.reached("reach-host-hit"), Some(false), "without the pin the hit is gone by the retry");
+    // The pins cost capacity: with them a finishing request's last blocks find no free CPU block.
+    assert_eq!(check("scpu-pressure", None, None).verdict("final-store-kept"), Verdict::Violated);
+    assert_eq!(pressure.verdict("final-store-kept"), Verdict::Holds);
 }

@@ -110,3 +110,24 @@ proptest! {
         }
     }
 }
+
+/// SimpleCPU scopes: the `[simple_cpu]` table, and what kvmc does not model, named in the error.
+#[test]
+fn simple_cpu_scopes_parse_or_say_what_is_not_modelled() {
+    let base = "[engine]\nconnector = \"simple-cpu\"\nblock_size = 2\ngpu_blocks = 4\nmax_num_batched_tokens = 4\n";
+    let req = "[[request]]\nname = \"A\"\nprompt = \"ab|c\"\noutput = \"x\"\n";
+    let ok = format!("{base}[simple_cpu]\ncpu_blocks = 3\nmode = \"eager\"\n{req}");
+    let s = Scope::parse("t", Path::new("t.toml"), &ok).expect("parses");
+    assert_eq!(s.cfg.simple_cpu().map(|c| c.cpu_blocks), Some(3));
+    let err = |text: String| Scope::parse("t", Path::new("t.toml"), &text).unwrap_err().to_string();
+    assert!(err(format!("{base}{req}")).contains("needs a [simple_cpu] table"));
+    assert!(err(format!("{base}[simple_cpu]\ncpu_blocks = 3\nmode = \"lazy\"\n{req}"))
+        .contains("t.toml:8: mode = \"lazy\""));
+    assert!(err(format!("{base}[simple_cpu]\ncpu_blocks = 1\n{req}")).contains("null block"));
+    assert!(err(format!("{base}[offload]\nhost_chunks = 2\n{req}")).contains("an [offload] table needs"));
+    assert!(err(format!("{base}[simple_cpu]\ncpu_blocks = 3\n{req}[faults]\nload_failure = true\n"))
+        .contains("never reports load failures"));
+    let no_cache =
+        base.replace("max_num_batched_tokens = 4\n", "max_num_batched_tokens = 4\nenable_prefix_caching = false\n");
+    assert!(err(format!("{no_cache}[simple_cpu]\ncpu_blocks = 3\n{req}")).contains("prefix caching"));
+}

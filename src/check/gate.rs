@@ -87,11 +87,16 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                 }
             };
             let p = props::find(&spec.property).expect("validated");
-            if !props::applies(p, scope.cfg.offload().is_some()) {
+            if !props::applies(p, &scope.cfg) {
+                let why = if scope.cfg.has_connector() {
+                    format!("model '{}' runs another connector", x.model)
+                } else {
+                    format!("model '{}' has no offload connector", x.model)
+                };
                 return Err(KvmcError::input(
                     &x.at.0,
                     x.at.1,
-                    format!("property '{}' needs an offload connector; model '{}' has none", spec.property, x.model),
+                    format!("property '{}' does not apply here: {why}", spec.property),
                 ));
             }
             let key = (x.model.clone(), x.profile.clone(), x.variant.clone());
@@ -110,7 +115,14 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                 ));
             }
             job.checks.push((spec.property.clone(), Some(x.violated)));
-            job.reach.insert(spec.property.clone(), x.reach.clone().unwrap_or_else(|| spec.reach.clone()));
+            let reach: Vec<String> = x
+                .reach
+                .clone()
+                .unwrap_or_else(|| spec.reach.clone())
+                .into_iter()
+                .filter(|g| props::applies(props::find(g).expect("validated"), &job.scope.cfg))
+                .collect();
+            job.reach.insert(spec.property.clone(), reach);
         }
     }
     Ok(jobs.into_values().collect())
@@ -133,7 +145,7 @@ pub fn plan_paths(
     let mut jobs = Vec::new();
     for p in paths {
         let scope = Arc::new(Scope::load(p)?);
-        let off = scope.cfg.offload().is_some();
+        let off = &scope.cfg;
         let mut checks = Vec::new();
         let mut reach = BTreeMap::new();
         for d in props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)) {

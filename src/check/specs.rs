@@ -17,6 +17,10 @@
 //! profile = "vllm-main"
 //! verdict = "holds"
 //! ```
+//!
+//! A file without a top-level `property` is an *expectations file*: only `[[expect]]`
+//! entries, each naming its `property`, merged into that property's spec (so one connector's
+//! expectations can live together, e.g. `specs/scpu.toml`).
 
 use crate::error::{line_of_offset, toml_error, KvmcError, Result};
 use crate::props::{self, Kind};
@@ -41,7 +45,29 @@ struct RawSpec {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawExpectations {
+    #[serde(default)]
+    #[allow(dead_code)]
+    description: String,
+    /// Per property: a paragraph appended to that property's description.
+    #[serde(default)]
+    notes: std::collections::BTreeMap<String, String>,
+    #[serde(default, rename = "expect")]
+    expects: Vec<RawExpect>,
+}
+
+/// What an expectations file adds to the property specs.
+struct Additions {
+    expects: Vec<(String, Expect)>,
+    notes: Vec<(String, String)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawExpect {
+    /// Only in expectations files (in a property's own spec it may repeat that property).
+    #[serde(default)]
+    property: Option<Spanned<String>>,
     model: Spanned<String>,
     #[serde(default)]
     profile: Option<Spanned<String>>,
@@ -106,63 +132,22 @@ impl Spec {
                 ))
             }
         }
-        let guards = |raw: &[Spanned<String>]| -> Result<Vec<String>> {
-            let mut out = Vec::new();
-            for r in raw {
-                match props::find(r.get_ref()) {
-                    Some(p) if p.kind == Kind::Sometimes => out.push(r.get_ref().clone()),
-                    _ => {
-                        return Err(KvmcError::input(
-                            path,
-                            at(r.span()),
-                            format!("'{}' is not a reachability guard (see kvmc list)", r.get_ref()),
-                        ))
-                    }
-                }
-            }
-            Ok(out)
-        };
-        let reach = guards(&raw.reach)?;
+        let reach = parse_guards(path, text, &raw.reach)?;
         let mut expects = Vec::new();
         for x in &raw.expects {
-            if let Some(p) = &x.profile {
-                if crate::system::rules::profile(p.get_ref()).is_none() {
+            if let Some(p) = &x.property {
+                if p.get_ref() != name {
                     return Err(KvmcError::input(
                         path,
                         at(p.span()),
-                        crate::system::rules::resolve(p.get_ref(), None).unwrap_err(),
+                        format!(
+                            "this spec is for '{name}'; an expectation for '{}' belongs in its own spec",
+                            p.get_ref()
+                        ),
                     ));
                 }
             }
-            if let Some(v) = &x.variant {
-                if crate::system::rules::variant(v.get_ref()).is_none() {
-                    return Err(KvmcError::input(
-                        path,
-                        at(v.span()),
-                        crate::system::rules::resolve("vllm-0.33", Some(v.get_ref())).unwrap_err(),
-                    ));
-                }
-            }
-            let violated = match x.verdict.get_ref().as_str() {
-                "holds" => false,
-                "violated" => true,
-                other => {
-                    return Err(KvmcError::input(
-                        path,
-                        at(x.verdict.span()),
-                        format!("verdict must be \"holds\" or \"violated\", got \"{other}\""),
-                    ))
-                }
-            };
-            expects.push(Expect {
-                model: x.model.get_ref().clone(),
-                profile: x.profile.as_ref().map(|p| p.get_ref().clone()),
-                variant: x.variant.as_ref().map(|v| v.get_ref().clone()),
-                violated,
-                reach: x.reach.as_deref().map(guards).transpose()?,
-                bug: x.bug.clone(),
-                at: (path.to_path_buf(), at(x.model.span())),
-            });
+            expects.push(parse_expect(path, text, x)?);
         }
         Ok(Spec {
             property: name.clone(),
@@ -181,6 +166,106 @@ impl Spec {
     }
 }
 
+/// A list of reachability guards, validated.
+fn parse_guards(path: &Path, text: &str, raw: &[Spanned<String>]) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for r in raw {
+        match props::find(r.get_ref()) {
+            Some(p) if p.kind == Kind::Sometimes => out.push(r.get_ref().clone()),
+            _ => {
+                return Err(KvmcError::input(
+                    path,
+                    line_of_offset(text, r.span().start),
+                    format!("'{}' is not a reachability guard (see kvmc list)", r.get_ref()),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One `[[expect]]` entry, validated.
+fn parse_expect(path: &Path, text: &str, x: &RawExpect) -> Result<Expect> {
+    let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
+    if let Some(p) = &x.profile {
+        if crate::system::rules::profile(p.get_ref()).is_none() {
+            return Err(KvmcError::input(
+                path,
+                at(p.span()),
+                crate::system::rules::resolve(p.get_ref(), None).unwrap_err(),
+            ));
+        }
+    }
+    if let Some(v) = &x.variant {
+        if crate::system::rules::variant(v.get_ref()).is_none() {
+            return Err(KvmcError::input(
+                path,
+                at(v.span()),
+                crate::system::rules::resolve("vllm-0.33", Some(v.get_ref())).unwrap_err(),
+            ));
+        }
+    }
+    let violated = match x.verdict.get_ref().as_str() {
+        "holds" => false,
+        "violated" => true,
+        other => {
+            return Err(KvmcError::input(
+                path,
+                at(x.verdict.span()),
+                format!("verdict must be \"holds\" or \"violated\", got \"{other}\""),
+            ))
+        }
+    };
+    Ok(Expect {
+        model: x.model.get_ref().clone(),
+        profile: x.profile.as_ref().map(|p| p.get_ref().clone()),
+        variant: x.variant.as_ref().map(|v| v.get_ref().clone()),
+        violated,
+        reach: x.reach.as_deref().map(|r| parse_guards(path, text, r)).transpose()?,
+        bug: x.bug.clone(),
+        at: (path.to_path_buf(), at(x.model.span())),
+    })
+}
+
+/// An expectations file: (property, expectation) pairs and notes for properties specified
+/// elsewhere.
+fn parse_expectations(path: &Path, text: &str) -> Result<Additions> {
+    let raw: RawExpectations = toml::from_str(text).map_err(|e| toml_error(path, text, e))?;
+    for name in raw.notes.keys() {
+        if !props::find(name).is_some_and(|d| d.kind == Kind::Always) {
+            return Err(KvmcError::input(path, 1, format!("[notes]: unknown property '{name}' (see kvmc list)")));
+        }
+    }
+    let mut out = Vec::new();
+    for x in &raw.expects {
+        let Some(p) = &x.property else {
+            return Err(KvmcError::input(
+                path,
+                line_of_offset(text, x.model.span().start),
+                "an expectation outside a property's own spec must name its property",
+            ));
+        };
+        match props::find(p.get_ref()) {
+            Some(d) if d.kind == Kind::Always => {}
+            _ => {
+                return Err(KvmcError::input(
+                    path,
+                    line_of_offset(text, p.span().start),
+                    format!("unknown property '{}' (see kvmc list)", p.get_ref()),
+                ))
+            }
+        }
+        out.push((p.get_ref().clone(), parse_expect(path, text, x)?));
+    }
+    Ok(Additions { expects: out, notes: raw.notes.into_iter().collect() })
+}
+
+/// Is this spec file a property's own spec (it names `property` at the top level)?
+fn is_property_spec(path: &Path, text: &str) -> Result<bool> {
+    let t: toml::Table = toml::from_str(text).map_err(|e| toml_error(path, text, e))?;
+    Ok(t.contains_key("property"))
+}
+
 /// Every spec in `dir`, sorted by file name; at most one spec per property.
 pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
     let rd = std::fs::read_dir(dir).map_err(|e| KvmcError::io(dir, e))?;
@@ -188,8 +273,14 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
         rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
     paths.sort();
     let mut specs: Vec<Spec> = Vec::new();
+    let mut extra: Vec<(PathBuf, Additions)> = Vec::new();
     for p in paths {
-        let s = Spec::load(&p)?;
+        let text = std::fs::read_to_string(&p).map_err(|e| KvmcError::io(&p, e))?;
+        if !is_property_spec(&p, &text)? {
+            extra.push((p.clone(), parse_expectations(&p, &text)?));
+            continue;
+        }
+        let s = Spec::parse(&p, &text)?;
         if let Some(other) = specs.iter().find(|o| o.property == s.property) {
             return Err(KvmcError::input(
                 &p,
@@ -198,6 +289,24 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
             ));
         }
         specs.push(s);
+    }
+    for (p, add) in extra {
+        for (prop, note) in add.notes {
+            let Some(s) = specs.iter_mut().find(|s| s.property == prop) else {
+                return Err(KvmcError::input(&p, 1, format!("[notes]: property '{prop}' has no spec of its own")));
+            };
+            s.description = format!("{}\n\n{}", s.description.trim_end(), note.trim());
+        }
+        for (prop, x) in add.expects {
+            let Some(s) = specs.iter_mut().find(|s| s.property == prop) else {
+                return Err(KvmcError::input(
+                    &p,
+                    x.at.1,
+                    format!("property '{prop}' has no spec of its own in {}", dir.display()),
+                ));
+            };
+            s.expects.push(x);
+        }
     }
     Ok(specs)
 }

@@ -37,9 +37,8 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     );
     for p in paths {
         let scope = Arc::new(Scope::load(&p)?);
-        let off = scope.cfg.offload().is_some();
         let defs: Vec<_> =
-            props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)).collect();
+            props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, &scope.cfg)).collect();
         let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
         let r = check::run(m, &RunOpts { threads: a.threads, ..Default::default() });
         let peak = crate::check::run::peak_rss_bytes().map_or(0.0, |b| b as f64 / 1048576.0);

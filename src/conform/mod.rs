@@ -141,10 +141,9 @@ fn replay(
     window: usize,
 ) -> Result<(Report, Vec<usize>)> {
     let scope = Arc::new(scope_of(path, h, lines, dropped)?);
-    let off = scope.cfg.offload().is_some();
     let safety: Vec<_> = props::CATALOGUE
         .iter()
-        .filter(|p| p.kind == Kind::Always && props::applies(p, off) && p.name != "requests-finish")
+        .filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg) && p.name != "requests-finish")
         .collect();
     let model = KvModel::new(scope.clone(), Some(profile), variant, safety.clone()).map_err(KvmcError::Usage)?;
     let ctx = model.ctx();

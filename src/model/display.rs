@@ -229,10 +229,85 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
             );
         }
     }
+    if let Some(sc) = e.conn.simple_cpu() {
+        render_simple_cpu(&mut s, scope, sc);
+    }
     if e.ghost.violations != 0 {
         let _ = writeln!(s, "violations flagged: {:#x}", e.ghost.violations);
     }
     s
+}
+
+/// SimpleCPU's CPU pool, per-request state and events.
+fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connector::ScState) {
+    let wl = &scope.workload;
+    let _ = writeln!(
+        s,
+        "CPU {} blocks, {} free; free queue (head first): {:?}",
+        sc.cpu.num_blocks() - 1,
+        sc.cpu.num_free(),
+        sc.cpu.free_queue()
+    );
+    let _ = writeln!(s, "    block  ref  hash      content");
+    for b in 1..sc.cpu.num_blocks() {
+        let h = sc.cpu.hash[b as usize].map_or("-".to_string(), |h| label(scope, h));
+        let _ = writeln!(
+            s,
+            "    {:<6} {:<4} {:<9} {}",
+            b,
+            sc.cpu.ref_cnt[b as usize],
+            h,
+            content(scope, sc.cpu.content[b as usize])
+        );
+    }
+    for (i, q) in sc.reqs.iter().enumerate() {
+        if q.store.is_none() && q.pending.is_none() && q.load.is_none() {
+            continue;
+        }
+        let mut line = format!("    conn {:<4}", wl.requests[i].name);
+        if let Some(st) = &q.store {
+            line.push_str(&format!(
+                " mirror {:?} cursor {} events {:?}{}",
+                st.mirror,
+                st.cursor,
+                st.events,
+                if st.finished { " (finished)" } else { "" }
+            ));
+        }
+        if let Some(p) = &q.pending {
+            line.push_str(&format!(" lookup pin {:?} (hit {})", p.blocks, p.hit));
+        }
+        if let Some(l) = &q.load {
+            line.push_str(&format!(" load cpu {:?} -> gpu {:?} event {:?}", l.cpu, l.gpu, l.event));
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    for ev in &sc.stores {
+        let parts: Vec<String> = ev
+            .parts
+            .iter()
+            .map(|t| format!("{} gpu {:?} -> cpu {:?}", wl.requests[t.req as usize].name, t.gpu, t.cpu))
+            .collect();
+        let _ = writeln!(s, "    store event {} [{}] {}", ev.id, parts.join("; "), live_phase(ev.phase));
+    }
+    for ev in &sc.loads {
+        let _ = writeln!(
+            s,
+            "    load event {} [{}] cpu {:?} -> gpu {:?} {}",
+            ev.id,
+            names(scope, &ev.reqs),
+            ev.cpu,
+            ev.gpu,
+            live_phase(ev.phase)
+        );
+    }
+    for t in &sc.pending_finished {
+        let _ = writeln!(
+            s,
+            "    finish-time store {} gpu {:?} -> cpu {:?} (next event)",
+            wl.requests[t.req as usize].name, t.gpu, t.cpu
+        );
+    }
 }
 
 impl fmt::Debug for KvState {
@@ -300,6 +375,28 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
         }
         if !g2.is_empty() {
             parts.push(format!("G2 {}", g2.join(", ")));
+        }
+    }
+    if let (Some(ca), Some(cb)) = (a.conn.simple_cpu(), b.conn.simple_cpu()) {
+        let mut d = Vec::new();
+        for blk in 1..ca.cpu.num_blocks() as usize {
+            let mut x = Vec::new();
+            if ca.cpu.ref_cnt[blk] != cb.cpu.ref_cnt[blk] {
+                x.push(format!("ref {}->{}", ca.cpu.ref_cnt[blk], cb.cpu.ref_cnt[blk]));
+            }
+            if ca.cpu.hash[blk] != cb.cpu.hash[blk] {
+                let l = |h: Option<BlockHash>| h.map_or("none".to_string(), |h| label(scope, h));
+                x.push(format!("hash {}->{}", l(ca.cpu.hash[blk]), l(cb.cpu.hash[blk])));
+            }
+            if ca.cpu.content[blk] != cb.cpu.content[blk] {
+                x.push(format!("kv {}->{}", content(scope, ca.cpu.content[blk]), content(scope, cb.cpu.content[blk])));
+            }
+            if !x.is_empty() {
+                d.push(format!("cpu{blk} {}", x.join(" ")));
+            }
+        }
+        if !d.is_empty() {
+            parts.push(format!("CPU {}", d.join(", ")));
         }
     }
     for (i, (qa, qb)) in a.reqs.iter().zip(&b.reqs).enumerate() {

@@ -140,7 +140,7 @@ impl KvModel {
             }
             Action::TransferDone(d) => {
                 let j = e.next_transfer(d)?;
-                e.transfer_done(ctx, j, ev);
+                e.transfer_done(ctx, d, j, ev);
             }
             Action::LoadFails(k) => {
                 let j = e.next_transfer(Direction::Load)?;
@@ -212,7 +212,7 @@ impl Model for KvModel {
             }
         }
         out.push(Action::Step);
-        if self.scope.cfg.offload().is_some() {
+        if self.scope.cfg.has_connector() {
             out.push(Action::StepDrain);
         }
         let f = &self.scope.faults;

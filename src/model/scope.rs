@@ -9,8 +9,10 @@
 //! gpu_blocks = 4                    # num_gpu_blocks, including the null block 0
 //! max_num_batched_tokens = 4
 //! load_failure_policy = "fail"      # or "recompute"
-//! [offload]
+//! [offload]                        # with connector = "offloading"
 //! host_chunks = 2
+//! # [simple_cpu]                   # with connector = "simple-cpu"
+//! # cpu_blocks = 3                 # num_cpu_blocks, including the CPU pool's null block 0
 //! [[request]]
 //! name = "A"
 //! prompt = "ab|cd"                  # one token per character; '|' and spaces are ignored
@@ -23,7 +25,9 @@
 
 use crate::error::{line_of_offset, toml_error, KvmcError, Result};
 use crate::system::workload::{next_turn_spec, TurnInput};
-use crate::system::{ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload};
+use crate::system::{
+    ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
+};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
@@ -36,6 +40,8 @@ struct RawScope {
     engine: RawEngine,
     #[serde(default)]
     offload: Option<RawOffload>,
+    #[serde(default)]
+    simple_cpu: Option<RawSimpleCpu>,
     #[serde(default, rename = "request")]
     requests: Vec<RawRequest>,
     #[serde(default = "no_faults")]
@@ -92,6 +98,14 @@ struct RawOffload {
     offload_prompt_only: bool,
     #[serde(default)]
     sync_load_budget_tokens: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSimpleCpu {
+    cpu_blocks: Spanned<u32>,
+    #[serde(default)]
+    mode: Option<Spanned<String>>,
 }
 
 fn one() -> Spanned<u32> {
@@ -263,12 +277,47 @@ impl Scope {
                 ))
             }
         };
+        if raw.offload.is_some() && e.connector.get_ref() != "offloading" {
+            return Err(bad(e.connector.span(), "an [offload] table needs connector = \"offloading\"".into()));
+        }
+        if raw.simple_cpu.is_some() && e.connector.get_ref() != "simple-cpu" {
+            return Err(bad(e.connector.span(), "a [simple_cpu] table needs connector = \"simple-cpu\"".into()));
+        }
         let connector = match e.connector.get_ref().as_str() {
-            "none" => {
-                if raw.offload.is_some() {
-                    return Err(bad(e.connector.span(), "an [offload] table needs connector = \"offloading\"".into()));
+            "none" => ConnectorConfig::None,
+            "simple-cpu" => {
+                let Some(sc) = &raw.simple_cpu else {
+                    return Err(bad(
+                        e.connector.span(),
+                        "connector = \"simple-cpu\" needs a [simple_cpu] table with cpu_blocks".into(),
+                    ));
+                };
+                if let Some(m) = &sc.mode {
+                    match m.get_ref().as_str() {
+                        "eager" => {}
+                        "lazy" => {
+                            return Err(bad(
+                                m.span(),
+                                "mode = \"lazy\" (lazy_offload) is not modelled; only \"eager\" is".into(),
+                            ))
+                        }
+                        other => return Err(bad(m.span(), format!("mode must be \"eager\", got \"{other}\""))),
+                    }
                 }
-                ConnectorConfig::None
+                let n = *sc.cpu_blocks.get_ref();
+                if n < 2 {
+                    return Err(bad(
+                        sc.cpu_blocks.span(),
+                        format!("cpu_blocks must be at least 2 (block 0 is the CPU pool's null block), got {n}"),
+                    ));
+                }
+                if !e.enable_prefix_caching {
+                    return Err(bad(
+                        e.connector.span(),
+                        "SimpleCPU disables itself without GPU prefix caching (enable_prefix_caching = false)".into(),
+                    ));
+                }
+                ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: n })
             }
             "offloading" => {
                 let Some(o) = &raw.offload else {
@@ -294,7 +343,7 @@ impl Scope {
             other => {
                 return Err(bad(
                     e.connector.span(),
-                    format!("connector must be \"none\" or \"offloading\", got \"{other}\""),
+                    format!("connector must be \"none\", \"offloading\" or \"simple-cpu\", got \"{other}\""),
                 ))
             }
         };
@@ -409,7 +458,11 @@ impl Scope {
             max_load_failures: raw.faults.max_load_failures,
         };
         if faults.load_failure && cfg.offload().is_none() {
-            return Err(KvmcError::input(path, 1, "faults.load_failure needs connector = \"offloading\""));
+            return Err(KvmcError::input(
+                path,
+                1,
+                "faults.load_failure needs connector = \"offloading\" (SimpleCPU's worker never reports load failures)",
+            ));
         }
         Ok(Scope {
             name: name.to_string(),

@@ -5,8 +5,9 @@ use crate::system::ghost::Breach;
 use crate::system::types::{BadKind, ContentTag, Status, NULL_BLOCK};
 
 /// `g1-accounting`: a block is free iff its ref count is 0, the queue has no duplicates,
-/// ref counts equal the number of tables holding the block, the null block is never used.
-pub fn accounting(_m: &KvModel, s: &KvState) -> bool {
+/// ref counts equal the number of tables, deferred frees and connector pins holding the
+/// block, the null block is never used.
+pub fn accounting(m: &KvModel, s: &KvState) -> bool {
     let e = &s.engine;
     if e.ghost.has(Breach::HandedOutInUse) {
         return false;
@@ -20,6 +21,18 @@ pub fn accounting(_m: &KvModel, s: &KvState) -> bool {
             }
             holders[b as usize] += 1;
         }
+    }
+    // Blocks of finished requests parked behind a step fence (async `deferred_frees`).
+    for (_, blocks) in &e.deferred_frees {
+        for &b in blocks {
+            holders[b as usize] += 1;
+        }
+    }
+    for b in e.conn.gpu_pins(&m.rules) {
+        if b == NULL_BLOCK {
+            return false;
+        }
+        holders[b as usize] += 1;
     }
     let queue = e.pool.free_queue();
     if queue.len() as u32 != e.pool.num_free() {

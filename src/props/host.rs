@@ -1,14 +1,22 @@
-//! Host-tier properties (OC §9.4): integrity of what is stored, and accounting.
+//! Host-tier properties (OC §9.4, SimpleCPU §4): integrity of what is stored, and accounting.
 
 use crate::model::{KvModel, KvState};
+use crate::system::connector::{OcState, ScState};
 use crate::system::ghost::Breach;
-use crate::system::types::ContentTag;
+use crate::system::types::{ContentTag, NULL_BLOCK};
 
 /// `host-integrity`: every ready host entry holds exactly the KV of the prefix its key names.
 pub fn integrity(m: &KvModel, s: &KvState) -> bool {
+    if let Some(sc) = s.engine.conn.simple_cpu() {
+        return integrity_simple_cpu(m, sc);
+    }
     let Some(oc) = s.engine.conn.offloading() else {
         return true;
     };
+    integrity_offloading(m, oc)
+}
+
+fn integrity_offloading(m: &KvModel, oc: &OcState) -> bool {
     let b = m.scope.cfg.block_size;
     let bpc = m.scope.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     oc.host.entries().filter(|(_, en)| en.ref_cnt >= 0).all(|(k, en)| {
@@ -19,15 +27,29 @@ pub fn integrity(m: &KvModel, s: &KvState) -> bool {
     })
 }
 
+/// SimpleCPU: every CPU block registered in the CPU pool's cached map under a hash holds
+/// exactly that prefix's KV.
+fn integrity_simple_cpu(m: &KvModel, sc: &ScState) -> bool {
+    let b = m.scope.cfg.block_size;
+    sc.cpu.cached().all(|(h, blocks)| {
+        blocks
+            .iter()
+            .all(|&cb| sc.cpu.hash[cb as usize] == Some(*h) && sc.cpu.content[cb as usize] == ContentTag::full(*h, b))
+    })
+}
+
 /// `host-accounting`: vLLM's counters match the entries, capacity is never exceeded, every
 /// pin belongs to an in-flight load, and every job completes once.
-pub fn accounting(_m: &KvModel, s: &KvState) -> bool {
-    let Some(oc) = s.engine.conn.offloading() else {
-        return true;
-    };
+pub fn accounting(m: &KvModel, s: &KvState) -> bool {
     if s.engine.ghost.has(Breach::BadCompletion) {
         return false;
     }
+    if let Some(sc) = s.engine.conn.simple_cpu() {
+        return accounting_simple_cpu(m, sc);
+    }
+    let Some(oc) = s.engine.conn.offloading() else {
+        return true;
+    };
     let h = &oc.host;
     let pending = h.entries().filter(|(_, e)| e.ref_cnt < 0).count() as u32;
     let evictable = h.entries().filter(|(_, e)| e.ref_cnt == 0).count() as u32;
@@ -40,5 +62,36 @@ pub fn accounting(_m: &KvModel, s: &KvState) -> bool {
     h.entries().filter(|(_, e)| e.ref_cnt > 0).all(|(k, e)| {
         let loads = oc.jobs.iter().filter(|j| !j.is_store() && j.keys.contains(k)).count() as i32;
         loads == e.ref_cnt
+    })
+}
+
+/// SimpleCPU's CPU pool: a block is in the free queue iff its reference count is 0, the queue
+/// has no duplicates and its length is the free count, every reference belongs to a lookup
+/// pin, a load or a store not yet processed, the null block is never used, and the pool never
+/// holds more than its blocks.
+fn accounting_simple_cpu(m: &KvModel, sc: &ScState) -> bool {
+    let p = &sc.cpu;
+    let n = p.num_blocks() as usize;
+    let mut holders = vec![0u32; n];
+    for b in sc.cpu_refs(&m.rules) {
+        if b == NULL_BLOCK || b as usize >= n {
+            return false;
+        }
+        holders[b as usize] += 1;
+    }
+    let queue = p.free_queue();
+    if queue.len() as u32 != p.num_free() || p.num_free() > p.num_blocks() - 1 {
+        return false;
+    }
+    let mut seen = vec![false; n];
+    for &b in &queue {
+        if b == NULL_BLOCK || seen[b as usize] {
+            return false;
+        }
+        seen[b as usize] = true;
+    }
+    (1..n).all(|b| {
+        let rc = u32::from(p.ref_cnt[b]);
+        rc == holders[b] && (rc == 0) == seen[b]
     })
 }

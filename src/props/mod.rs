@@ -3,11 +3,13 @@
 //! replay and in conformance. What each property means, which bug it guards and its expected
 //! verdicts live in `specs/<name>.toml` (rendered by `kvmc explain`).
 
+pub mod eviction;
 mod g1;
 mod host;
 mod progress;
 
 use crate::model::{KvModel, KvState};
+use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::{Breach, Mark};
 use stateright::Property;
 
@@ -22,7 +24,8 @@ pub enum Kind {
 pub struct PropDef {
     pub name: &'static str,
     pub kind: Kind,
-    /// Only meaningful when the engine runs an offload connector.
+    /// Only meaningful when the engine runs an offload connector (any kind; see also
+    /// [`CONNECTOR_SCOPED`]).
     pub offload_only: bool,
     pub check: fn(&KvModel, &KvState) -> bool,
 }
@@ -68,12 +71,7 @@ pub const CATALOGUE: &[PropDef] = &[
         offload_only: true,
         check: |_, s| !s.engine.ghost.has(Breach::CoverageLoss),
     },
-    PropDef {
-        name: "eviction-order",
-        kind: Kind::Always,
-        offload_only: true,
-        check: |_, s| !s.engine.ghost.has(Breach::EvictionOrder),
-    },
+    PropDef { name: "eviction-order", kind: Kind::Always, offload_only: true, check: eviction::eviction_order },
     PropDef {
         name: "final-store-kept",
         kind: Kind::Always,
@@ -99,6 +97,9 @@ pub const CATALOGUE: &[PropDef] = &[
     mark!("reach-stream-park", Mark::SessionParked, false),
     mark!("reach-stream-resume", Mark::SessionResumed, false),
     mark!("reach-readmit-full-table", Mark::ReadmitFullTable, true),
+    mark!("reach-stale-pin", Mark::StalePinDropped, true),
+    mark!("reach-partial-store", Mark::PartialStore, true),
+    mark!("reach-host-refresh", Mark::HostRefresh, true),
     PropDef { name: "reach-all-finished", kind: Kind::Sometimes, offload_only: false, check: progress::all_finished },
 ];
 
@@ -113,7 +114,23 @@ pub fn to_stateright(p: &'static PropDef) -> Property<KvModel> {
     }
 }
 
-/// Does `p` apply to a model with (or without) an offload connector?
-pub fn applies(p: &PropDef, has_offload: bool) -> bool {
-    has_offload || !p.offload_only
+/// Properties and guards that speak about one connector only: checked (and listed) only on
+/// models that run it.
+pub const CONNECTOR_SCOPED: &[(&str, ConnectorKind)] = &[
+    ("reach-stale-pin", ConnectorKind::SimpleCpu),
+    ("reach-partial-store", ConnectorKind::SimpleCpu),
+    ("reach-host-refresh", ConnectorKind::SimpleCpu),
+    ("reach-sync-load", ConnectorKind::Offloading),
+    ("reach-lookup-inflight", ConnectorKind::Offloading),
+    ("reach-store-refused", ConnectorKind::Offloading),
+    ("reach-load-failure", ConnectorKind::Offloading),
+];
+
+/// Does `p` apply to a model with this engine configuration?
+pub fn applies(p: &PropDef, cfg: &EngineConfig) -> bool {
+    let kind = cfg.connector_kind();
+    if let Some((_, only)) = CONNECTOR_SCOPED.iter().find(|(n, _)| *n == p.name) {
+        return *only == kind;
+    }
+    kind != ConnectorKind::None || !p.offload_only
 }

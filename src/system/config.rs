@@ -24,11 +24,28 @@ pub struct OffloadConfig {
     pub sync_load_budget_tokens: u32,
 }
 
+/// SimpleCPUOffloadConnector's settings (`kv_connector_extra_config`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SimpleCpuConfig {
+    /// `num_cpu_blocks`: the CPU `BlockPool`'s size, including its null block 0 (one CPU block
+    /// per GPU block; usable blocks are 1..n-1, as in the GPU pool).
+    pub cpu_blocks: u32,
+}
+
 /// Which KV connector the engine runs.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum ConnectorConfig {
     None,
     Offloading(OffloadConfig),
+    SimpleCpu(SimpleCpuConfig),
+}
+
+/// Which connector, without its settings (what a property or an action applies to).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ConnectorKind {
+    None,
+    Offloading,
+    SimpleCpu,
 }
 
 /// One engine instance's configuration.
@@ -61,13 +78,30 @@ impl EngineConfig {
     pub fn offload(&self) -> Option<&OffloadConfig> {
         match &self.connector {
             ConnectorConfig::Offloading(c) => Some(c),
-            ConnectorConfig::None => None,
+            _ => None,
         }
+    }
+    pub fn simple_cpu(&self) -> Option<&SimpleCpuConfig> {
+        match &self.connector {
+            ConnectorConfig::SimpleCpu(c) => Some(c),
+            _ => None,
+        }
+    }
+    pub fn connector_kind(&self) -> ConnectorKind {
+        match &self.connector {
+            ConnectorConfig::None => ConnectorKind::None,
+            ConnectorConfig::Offloading(_) => ConnectorKind::Offloading,
+            ConnectorConfig::SimpleCpu(_) => ConnectorKind::SimpleCpu,
+        }
+    }
+    /// The engine runs an offload connector (any kind).
+    pub fn has_connector(&self) -> bool {
+        self.connector_kind() != ConnectorKind::None
     }
     /// `Scheduler.defer_block_free`: with overlapping batches and a KV-consumer connector
     /// (`kv_both` counts), freed blocks wait until every step scheduled before is processed.
     pub fn defer_block_free(&self) -> bool {
-        self.async_scheduling && self.offload().is_some()
+        self.async_scheduling && self.has_connector()
     }
 
     pub fn tokens_per_chunk(&self) -> u32 {

@@ -6,7 +6,7 @@
 
 use super::config::EngineConfig;
 use super::connector::SchedOut;
-use super::connector::{worker as conn_worker, Connector, OcState, Phase, StepScratch};
+use super::connector::{simple_cpu_worker as sc_worker, worker as conn_worker, Connector, StepScratch};
 use super::events::{Event, Events};
 use super::ghost::{Ghost, Mark};
 use super::gpu_pool::GpuPool;
@@ -86,10 +86,7 @@ pub struct StepInput {
 impl Engine {
     pub fn new(cfg: &EngineConfig, wl: &Workload, rules: &Rules) -> Self {
         let n = wl.requests.len();
-        let conn = match cfg.offload() {
-            Some(o) => Connector::Offloading(Box::new(OcState::new(n, o.host_chunks, rules))),
-            None => Connector::None,
-        };
+        let conn = Connector::new(cfg, n, rules);
         Engine {
             pool: GpuPool::new(cfg.num_gpu_blocks),
             reqs: vec![ReqState::new(); n],
@@ -127,9 +124,7 @@ impl Engine {
         assert_eq!(self.reqs[r as usize].status, Status::Pending, "request arrives once");
         self.reqs[r as usize].status = Status::Waiting;
         self.waiting.push(r);
-        if let Some(oc) = self.conn.offloading_mut() {
-            oc.on_new_request(r);
-        }
+        self.conn.on_new_request(r);
         self.ghost.idle_steps = 0;
         ev.emit(|| Event::Arrived { req: r });
     }
@@ -171,18 +166,17 @@ impl Engine {
 
     /// The job a handler completes next: the oldest submitted job of that direction.
     pub fn next_transfer(&self, d: Direction) -> Option<JobId> {
-        let oc = self.conn.offloading()?;
-        oc.jobs
-            .iter()
-            .filter(|j| j.phase == Phase::Submitted && (j.is_store() == (d == Direction::Store)))
-            .map(|j| j.id)
-            .min()
+        self.conn.next_transfer(d)
     }
 
-    /// The worker finished copying `job` (the scheduler learns it at the next step).
-    pub fn transfer_done(&mut self, ctx: Ctx, job: JobId, ev: &mut Events) {
-        let oc = self.conn.offloading_mut().expect("transfers need a connector");
-        conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev);
+    /// The worker finished copying `job` of direction `d` (the scheduler learns it at the
+    /// next step).
+    pub fn transfer_done(&mut self, ctx: Ctx, d: Direction, job: JobId, ev: &mut Events) {
+        match &mut self.conn {
+            Connector::Offloading(oc) => conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev),
+            Connector::SimpleCpu(sc) => sc_worker::complete(sc, &mut self.pool, d, job, ev),
+            Connector::None => panic!("transfers need a connector"),
+        }
     }
 
     /// A load failed: blocks from index `first_bad` of its destination were not written.
@@ -247,9 +241,7 @@ impl Engine {
     /// Make equal histories equal states (the model checker only): renumber job ids and
     /// LRU ranks densely, and step sequence numbers relative to the processed one.
     pub fn canonicalize(&mut self) {
-        if let Some(oc) = self.conn.offloading_mut() {
-            oc.canonicalize(self.batches.iter_mut().flat_map(|b| b.wout.completed.iter_mut()));
-        }
+        self.conn.canonicalize(self.batches.iter_mut().flat_map(|b| b.wout.completed.iter_mut()));
         let base = self.processed_seq;
         if base > 0 {
             // Only comparisons with processed_seq matter: anything at or below it is done.

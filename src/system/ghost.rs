@@ -28,8 +28,8 @@ pub enum Breach {
     /// The connector's mirror of a scheduled request's block table differs from the
     /// scheduler's table (mirror-table).
     MirrorMismatch = 1 << 7,
-    /// The host tier evicted other keys than its policy's reference order names
-    /// (eviction-order).
+    /// The host tier evicted other keys than its policy's reference order names (the
+    /// OffloadingConnector's LRU, SimpleCPU's FIFO by release) (eviction-order).
     EvictionOrder = 1 << 8,
     /// A finished request's last offer of a computed chunk was refused and the chunk is not
     /// in the host tier (final-store-kept).
@@ -65,6 +65,13 @@ pub enum Mark {
     /// A request with earlier progress (preempted, or a session between inputs) was delivered
     /// to the connector with its full block table again.
     ReadmitFullTable = 1 << 18,
+    /// SimpleCPU: a lookup dropped a pin its request had held since an earlier step (the
+    /// request failed admission while holding CPU blocks).
+    StalePinDropped = 1 << 19,
+    /// SimpleCPU: an eager scan stopped at the CPU free count (a partial store).
+    PartialStore = 1 << 20,
+    /// SimpleCPU: a GPU-side hit moved a CPU block to the MRU end (#62444).
+    HostRefresh = 1 << 21,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]

@@ -1,5 +1,7 @@
 //! G1: the GPU block pool and its prefix cache (vLLM `v1/core/block_pool.py: BlockPool`,
-//! `v1/core/kv_cache_utils.py: FreeKVCacheBlockQueue`).
+//! `v1/core/kv_cache_utils.py: FreeKVCacheBlockQueue`). SimpleCPUOffloadConnector's host tier
+//! is a second instance of the same class ([`Medium::Cpu`]): one CPU block per GPU block,
+//! FIFO by release, hashes registered when a store lands.
 //!
 //! Block 0 is the null block: never free, never hashed, never handed out. The free queue is
 //! a doubly linked list over block ids (pop at the head, unhashed blocks freed to the head,
@@ -15,9 +17,19 @@ use std::collections::BTreeMap;
 const NIL: u32 = u32::MAX;
 const OUT: u32 = u32::MAX - 1;
 
-/// The G1 pool.
+/// Which tier a pool serves; decides only how an eviction and a broken reference count are
+/// reported (G1 events and g1-accounting, or host events and host-accounting).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Medium {
+    Gpu,
+    /// SimpleCPU's CPU `BlockPool` (`SimpleCPUOffloadScheduler.cpu_block_pool`).
+    Cpu,
+}
+
+/// The G1 pool (or, with [`Medium::Cpu`], SimpleCPU's CPU pool).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct GpuPool {
+    pub medium: Medium,
     pub ref_cnt: Vec<u16>,
     pub hash: Vec<Option<BlockHash>>,
     /// What each block really holds (ghost: the content oracle).
@@ -34,8 +46,18 @@ pub struct GpuPool {
 impl GpuPool {
     /// `BlockPool.__init__`: blocks 1..n-1 free in id order; block 0 is the null block.
     pub fn new(num_blocks: u32) -> Self {
+        Self::with_medium(num_blocks, Medium::Gpu)
+    }
+
+    /// SimpleCPU's CPU pool: `num_cpu_blocks` blocks, block 0 its null block.
+    pub fn new_cpu(num_blocks: u32) -> Self {
+        Self::with_medium(num_blocks, Medium::Cpu)
+    }
+
+    fn with_medium(num_blocks: u32, medium: Medium) -> Self {
         let n = num_blocks as usize;
         let mut pool = GpuPool {
+            medium,
             ref_cnt: vec![0; n],
             hash: vec![None; n],
             content: vec![ContentTag::Empty; n],
@@ -134,6 +156,14 @@ impl GpuPool {
         self.cached.get(&h).and_then(|v| v.first().copied())
     }
 
+    /// The breach a broken reference count is for this pool's accounting property.
+    fn bad_ref(&self) -> Breach {
+        match self.medium {
+            Medium::Gpu => Breach::HandedOutInUse,
+            Medium::Cpu => Breach::BadCompletion,
+        }
+    }
+
     /// `_maybe_evict_cached_block`: drop every cached-map entry of `b` and its hash.
     fn evict_cached(&mut self, b: BlockId, ghost: &mut Ghost, ev: &mut Events) {
         if let Some(h) = self.hash[b as usize].take() {
@@ -143,8 +173,16 @@ impl GpuPool {
                     self.cached.remove(&h);
                 }
             }
-            ghost.mark(Mark::G1Eviction);
-            ev.emit(|| Event::G1Evicted { block: b, hash: h });
+            match self.medium {
+                Medium::Gpu => {
+                    ghost.mark(Mark::G1Eviction);
+                    ev.emit(|| Event::G1Evicted { block: b, hash: h });
+                }
+                Medium::Cpu => {
+                    ghost.mark(Mark::HostEviction);
+                    ev.emit(|| Event::HostEvicted { key: h });
+                }
+            }
         }
     }
 
@@ -160,7 +198,7 @@ impl GpuPool {
             if self.ref_cnt[b as usize] != 0 {
                 // Only reachable when a referenced block sat in the free queue
                 // (mut-no-touch-dequeue): vLLM asserts here; we record it and go on.
-                ghost.breach(Breach::HandedOutInUse);
+                ghost.breach(self.bad_ref());
             }
             self.ref_cnt[b as usize] = 1;
             out.push(b);
@@ -193,8 +231,8 @@ impl GpuPool {
             let rc = &mut self.ref_cnt[b as usize];
             if *rc == 0 {
                 // Reference counts are already broken (a mutation handed this block out
-                // twice); record it instead of underflowing.
-                ghost.breach(Breach::HandedOutInUse);
+                // twice, or freed it twice); record it instead of underflowing.
+                ghost.breach(self.bad_ref());
                 continue;
             }
             *rc -= 1;
@@ -244,6 +282,31 @@ impl GpuPool {
             self.hash[b as usize] = Some(h);
             self.cached.entry(h).or_default().push(b);
             ev.emit(|| Event::G1Cached { block: b, hash: h });
+        }
+    }
+
+    /// `_insert_block_hash(h, b)` for a block without a hash of its own (SimpleCPU registers
+    /// a CPU block when its store lands): the block carries `h` and joins the cached map.
+    /// Returns false when nothing changed (already registered). Secondary hashes of a block
+    /// that already carries another one (fine-grained hash blocks) are not modelled.
+    pub fn insert_hash(&mut self, b: BlockId, h: BlockHash) -> bool {
+        match self.hash[b as usize] {
+            Some(old) if old == h => false,
+            Some(_) => false,
+            None => {
+                self.hash[b as usize] = Some(h);
+                self.cached.entry(h).or_default().push(b);
+                true
+            }
+        }
+    }
+
+    /// A free block moves to the tail of the free queue (evicted last) without any change to
+    /// its reference count; a block outside the queue is left alone.
+    pub fn move_to_tail(&mut self, b: BlockId) {
+        if b != NULL_BLOCK && self.in_free_queue(b) {
+            self.unlink(b);
+            self.push_tail(b);
         }
     }
 

@@ -81,6 +81,31 @@ pub struct Rules {
     pub visit_finished: bool,
     /// Host hits within the budget load synchronously, before the forward pass (0.33).
     pub sync_loads: bool,
+    // --- SimpleCPUOffloadConnector (`v1/simple_kv_offload/manager.py`) ---
+    /// `build_connector_meta` resets the mirror and store cursor of every request in
+    /// `preempted_req_ids` (0.32+; 0.24 reset only on MRV1's resumed flag).
+    pub scpu_reset_on_preempt: bool,
+    /// `request_finished_all_groups` queues a finish-time store of the confirmed blocks above
+    /// the cursor (`_queue_finished_eager_store`, 0.32+; 0.24 had none).
+    pub scpu_finish_flush: bool,
+    /// An eager scan that finds a block already cached in the CPU pool (a GPU-side hit) moves
+    /// that CPU block to the MRU end of the free queue (#62444; 0.33 skips it unchanged).
+    pub scpu_refresh_on_gpu_hit: bool,
+    /// A store registers the hash stamped on the CPU block at prep (0.24) instead of the GPU
+    /// block's hash read at completion (0.32+).
+    pub scpu_hash_at_prep: bool,
+    /// `get_num_new_matched_tokens` pins the CPU hit blocks until `update_state_after_alloc`.
+    pub scpu_lookup_pins: bool,
+    /// A lookup first drops the pin left by an earlier lookup of the same request.
+    pub scpu_drop_stale_pin: bool,
+    /// `update_state_after_alloc` pins the CPU blocks it loads until the load completes.
+    pub scpu_load_pins: bool,
+    /// Stores pin (touch) their GPU source blocks until the store completes.
+    pub scpu_store_pins_gpu: bool,
+    /// Mutation: a store registers its CPU block under the hash at prep, before the copy lands.
+    pub scpu_register_at_prep: bool,
+    /// A completed store frees its CPU blocks in transfer order, head (prefix) first.
+    pub scpu_release_head_first: bool,
 }
 
 /// A released rule set.
@@ -121,11 +146,21 @@ fn vllm_033() -> Rules {
         cursor_monotonic: true,
         visit_finished: true,
         sync_loads: true,
+        scpu_reset_on_preempt: true,
+        scpu_finish_flush: true,
+        scpu_refresh_on_gpu_hit: false,
+        scpu_hash_at_prep: false,
+        scpu_lookup_pins: true,
+        scpu_drop_stale_pin: true,
+        scpu_load_pins: true,
+        scpu_store_pins_gpu: true,
+        scpu_register_at_prep: false,
+        scpu_release_head_first: true,
     }
 }
 
 fn vllm_main() -> Rules {
-    Rules { error_watermark_computed: true, ..vllm_033() }
+    Rules { error_watermark_computed: true, scpu_refresh_on_gpu_hit: true, ..vllm_033() }
 }
 
 /// 0.32.0: no cursor reset at restart (#63010), `yield_req_data` without the full-table
@@ -143,14 +178,24 @@ fn vllm_032() -> Rules {
 /// 0.24.0's connector and host tier on the 0.32/0.33 core scheduler: release-order LRU with
 /// the connector's touches, a cursor that follows the watermark (not monotonic), no visit of
 /// finished requests (no finish-time store).
+/// SimpleCPU 0.24: no finish-time store, the hash stamped at store prep, no reset on
+/// `preempted_req_ids` (only on MRV1's resumed flag).
 fn vllm_024() -> Rules {
-    Rules { host_lru: HostLru::ReleaseOrder, cursor_monotonic: false, visit_finished: false, ..vllm_032() }
+    Rules {
+        host_lru: HostLru::ReleaseOrder,
+        cursor_monotonic: false,
+        visit_finished: false,
+        scpu_finish_flush: false,
+        scpu_hash_at_prep: true,
+        scpu_reset_on_preempt: false,
+        ..vllm_032()
+    }
 }
 
 pub const PROFILES: &[Profile] = &[
     Profile {
         name: "vllm-0.24",
-        summary: "0.24.0's OffloadingConnector and CPU manager (release-order LRU with touches, no finish-time store, no cursor reset, #60810) on the 0.32+ core scheduler",
+        summary: "0.24.0's OffloadingConnector and CPU manager (release-order LRU with touches, no finish-time store, no cursor reset, #60810) and SimpleCPU (no finish-time store, hash stamped at prep, no reset on preemption) on the 0.32+ core scheduler",
         rules: vllm_024,
     },
     Profile {
@@ -160,12 +205,12 @@ pub const PROFILES: &[Profile] = &[
     },
     Profile {
         name: "vllm-0.33",
-                summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 still present",
+        summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 still present",
         rules: vllm_033,
     },
     Profile {
         name: "vllm-main",
-        summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark)",
+        summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit)",
         rules: vllm_main,
     },
 ];
@@ -277,6 +322,72 @@ pub const VARIANTS: &[Variant] = &[
         summary: "a job completion is processed twice",
         upstream: "mutation",
         apply: |r| r.double_complete = true,
+    },
+    Variant {
+        name: "pre-preempt-reset",
+        summary: "SimpleCPU keeps a preempted request's store cursor (0.24 under Model Runner V2): blocks below it are never offered again after the restart",
+        upstream: "vLLM 0.32 (reset on preempted_req_ids)",
+        apply: |r| r.scpu_reset_on_preempt = false,
+    },
+    Variant {
+        name: "pre-finish-flush",
+        summary: "SimpleCPU without the finish-time store (0.24): a finishing request's last confirmed blocks are never stored",
+        upstream: "vLLM 0.32 (_queue_finished_eager_store)",
+        apply: |r| r.scpu_finish_flush = false,
+    },
+    Variant {
+        name: "pre-hash-at-completion",
+        summary: "SimpleCPU registers the hash stamped on the CPU block at store prep (0.24), not the GPU block's at completion",
+        upstream: "vLLM 0.32 (_process_store_completion)",
+        apply: |r| r.scpu_hash_at_prep = true,
+    },
+    Variant {
+        name: "fix-62444",
+        summary: "SimpleCPU moves a CPU block found already cached by the eager scan to the MRU end (what vllm-main does)",
+        upstream: "vllm #62444",
+        apply: |r| r.scpu_refresh_on_gpu_hit = true,
+    },
+    Variant {
+        name: "pre-62444",
+        summary: "SimpleCPU leaves the FIFO position of a CPU block found already cached unchanged (0.33)",
+        upstream: "vllm #62444",
+        apply: |r| r.scpu_refresh_on_gpu_hit = false,
+    },
+    Variant {
+        name: "mut-scpu-lookup-no-pin",
+        summary: "SimpleCPU's lookup does not pin its CPU hit blocks until update_state_after_alloc",
+        upstream: "mutation",
+        apply: |r| r.scpu_lookup_pins = false,
+    },
+    Variant {
+        name: "mut-scpu-pin-leak",
+        summary: "a repeated SimpleCPU lookup replaces the earlier pin without releasing it",
+        upstream: "mutation",
+        apply: |r| r.scpu_drop_stale_pin = false,
+    },
+    Variant {
+        name: "mut-scpu-load-no-pin",
+        summary: "SimpleCPU does not pin the CPU blocks of an in-flight load",
+        upstream: "mutation",
+        apply: |r| r.scpu_load_pins = false,
+    },
+    Variant {
+        name: "mut-scpu-no-gpu-pin",
+        summary: "SimpleCPU stores do not pin their GPU source blocks (a finished request's blocks are reused at once)",
+        upstream: "mutation",
+        apply: |r| r.scpu_store_pins_gpu = false,
+    },
+    Variant {
+        name: "mut-scpu-register-at-prep",
+        summary: "a SimpleCPU store registers its CPU block under the hash at prep, before the copy lands",
+        upstream: "mutation",
+        apply: |r| r.scpu_register_at_prep = true,
+    },
+    Variant {
+        name: "mut-scpu-release-tail-first",
+        summary: "a completed SimpleCPU store frees its CPU blocks tail first (as the GPU manager frees a table)",
+        upstream: "mutation",
+        apply: |r| r.scpu_release_head_first = false,
     },
 ];
 
@@ -441,6 +552,66 @@ pub const RULE_ROWS: &[RuleRow] = &[
         what: "evict the most recently used key",
         upstream: "(mutation)",
         value: |r| r.evict_mru.to_string(),
+    },
+    RuleRow {
+        name: "scpu_reset_on_preempt",
+        what: "SimpleCPU resets a preempted request's mirror and cursor",
+        upstream: "preempted_req_ids (0.32)",
+        value: |r| r.scpu_reset_on_preempt.to_string(),
+    },
+    RuleRow {
+        name: "scpu_finish_flush",
+        what: "SimpleCPU stores confirmed blocks when a request finishes",
+        upstream: "_queue_finished_eager_store (0.32)",
+        value: |r| r.scpu_finish_flush.to_string(),
+    },
+    RuleRow {
+        name: "scpu_refresh_on_gpu_hit",
+        what: "SimpleCPU refreshes a CPU block found already cached",
+        upstream: "#62444",
+        value: |r| r.scpu_refresh_on_gpu_hit.to_string(),
+    },
+    RuleRow {
+        name: "scpu_hash_at_prep",
+        what: "SimpleCPU registers the hash stamped at store prep",
+        upstream: "_process_store_completion (0.32)",
+        value: |r| r.scpu_hash_at_prep.to_string(),
+    },
+    RuleRow {
+        name: "scpu_lookup_pins",
+        what: "SimpleCPU lookup pins its hit blocks",
+        upstream: "get_num_new_matched_tokens",
+        value: |r| r.scpu_lookup_pins.to_string(),
+    },
+    RuleRow {
+        name: "scpu_drop_stale_pin",
+        what: "SimpleCPU lookup drops the request's earlier pin",
+        upstream: "get_num_new_matched_tokens",
+        value: |r| r.scpu_drop_stale_pin.to_string(),
+    },
+    RuleRow {
+        name: "scpu_load_pins",
+        what: "SimpleCPU pins the CPU blocks of a load",
+        upstream: "update_state_after_alloc",
+        value: |r| r.scpu_load_pins.to_string(),
+    },
+    RuleRow {
+        name: "scpu_store_pins_gpu",
+        what: "SimpleCPU stores pin their GPU source blocks",
+        upstream: "_prepare_eager_store_specs (touch)",
+        value: |r| r.scpu_store_pins_gpu.to_string(),
+    },
+    RuleRow {
+        name: "scpu_register_at_prep",
+        what: "SimpleCPU registers a CPU block before its copy lands",
+        upstream: "(mutation)",
+        value: |r| r.scpu_register_at_prep.to_string(),
+    },
+    RuleRow {
+        name: "scpu_release_head_first",
+        what: "SimpleCPU frees a transfer's CPU blocks head first",
+        upstream: "_process_store_completion",
+        value: |r| r.scpu_release_head_first.to_string(),
     },
 ];
 

@@ -185,9 +185,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         schedule_waiting(e, ctx, &mut budget, lpt, &mut out, scratch, ev);
     }
 
-    if let Some(oc) = e.conn.offloading_mut() {
-        oc.build_connector_meta(&out, &e.reqs, ctx.wl, &e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
-    }
+    e.conn.build_connector_meta(&out, &e.reqs, ctx.wl, &mut e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
 
     if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
         e.sched_seq += 1;
@@ -285,12 +283,8 @@ fn schedule_waiting(
         let (hits, local, ext, load_async, num_computed);
         if q.num_computed == 0 {
             let (h, l) = kv_manager::get_computed_blocks(&e.pool, q, &k);
-            let (x, la) = match e.conn.offloading_mut() {
-                Some(oc) => {
-                    oc.get_num_new_matched_tokens(r, &e.reqs[r as usize], k.spec, l, &cc, scratch, &mut e.ghost)
-                }
-                None => (Some(0), false),
-            };
+            let (x, la) =
+                e.conn.get_num_new_matched_tokens(r, &e.reqs[r as usize], k.spec, l, &cc, scratch, &mut e.ghost);
             if !matches!(e.conn, crate::system::connector::Connector::None) {
                 ev.emit(|| Event::Lookup { req: r, local: l, external: x, load_async: la });
             }
@@ -342,9 +336,17 @@ fn schedule_waiting(
             ev.emit(|| Event::NoRoom { req: r, free });
             break;
         }
-        if let Some(oc) = e.conn.offloading_mut() {
-            oc.update_state_after_alloc(r, &e.reqs[r as usize], k.spec, &e.pool, ext, &cc, scratch, &mut e.ghost, ev);
-        }
+        e.conn.update_state_after_alloc(
+            r,
+            &e.reqs[r as usize],
+            k.spec,
+            &mut e.pool,
+            ext,
+            &cc,
+            scratch,
+            &mut e.ghost,
+            ev,
+        );
         let q = &mut e.reqs[r as usize];
         if load_async {
             q.status = Status::WaitingForRemoteKvs;

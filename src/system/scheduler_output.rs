@@ -88,9 +88,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         finish_requests(e, ctx, &failed, FinishReason::Error, ev);
     }
     // _update_from_kv_xfer_finished: connector first, then finished loads.
-    if let Some(oc) = e.conn.offloading_mut() {
-        oc.update_connector_output(&w.completed, &e.reqs, &conn_ctx(&ctx), &mut e.ghost, ev);
-    }
+    e.conn.update_connector_output(&w, &e.reqs, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
     for r in w.finished_recving {
         if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
             if !e.finished_recving.contains(&r) {
@@ -273,9 +271,7 @@ pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishRe
 fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events) {
     e.ghost.idle_steps = 0;
     let spec = ctx.wl.spec(r, e.reqs[r as usize].turn);
-    if let Some(oc) = e.conn.offloading_mut() {
-        oc.request_finished(r, &e.reqs[r as usize], spec, &conn_ctx(&ctx));
-    }
+    e.conn.request_finished(r, &e.reqs[r as usize], spec, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
     e.reqs[r as usize].inflight_prefill = false;
     e.finished_since.push(r);
     if !delay {

@@ -7,8 +7,9 @@
 //! read (per layer), so a request may read a block another request writes in the same pass.
 //! A request that reads wrong KV writes wrong KV (taint), and so does anyone who reads that.
 
+use super::connector::simple_cpu_worker as sc_conn;
 use super::connector::worker as conn;
-use super::connector::{JobKind, Phase, SchedOut, StepScratch};
+use super::connector::{Connector, JobKind, Phase, SchedOut, StepScratch};
 use super::engine::{Ctx, Engine, StepInput};
 use super::events::{Event, Events};
 use super::ghost::Breach;
@@ -43,7 +44,13 @@ pub fn execute(
             invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, Some(input), &mut e.ghost, ev);
         }
     }
+    if let Some(sc) = e.conn.simple_cpu_mut() {
+        sc_conn::handle_preemptions(sc, &mut e.pool, !out.preempted.is_empty(), &mut e.ghost, ev);
+    }
     forward(e, ctx, out, &invalid, ev);
+    if let Some(sc) = e.conn.simple_cpu_mut() {
+        return sc_conn::after_forward(sc, &mut e.pool, ctx, input, &mut e.ghost, ev);
+    }
     let mut w = WorkerOut::default();
     if let Some(oc) = e.conn.offloading_mut() {
         if !has_sync {
@@ -143,17 +150,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     let written: BTreeMap<BlockId, (ReqId, ContentTag)> = writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
-    let loading: BTreeSet<BlockId> = e
-        .conn
-        .offloading()
-        .map(|oc| {
-            oc.jobs
-                .iter()
-                .filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed | Phase::Reported))
-                .flat_map(|j| j.blocks.iter().copied())
-                .collect()
-        })
-        .unwrap_or_default();
+    let loading: BTreeSet<BlockId> = e.conn.loading_blocks();
     // Reads, with taint propagated to a fixpoint over same-pass writers.
     let mut bad: BTreeMap<ReqId, String> = BTreeMap::new();
     loop {
@@ -205,6 +202,9 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         e.pool.content[w.block as usize] = tag;
         if loading.contains(&w.block) {
             e.ghost.breach(Breach::UnsafeLoad);
+        }
+        if let Connector::SimpleCpu(sc) = &mut e.conn {
+            sc_conn::forward_write(sc, w.block, &mut e.ghost, ev);
         }
         if let Some(oc) = e.conn.offloading_mut() {
             for j in oc.jobs.iter_mut().filter(|j| j.is_store() && j.phase == Phase::Submitted) {

@@ -2,40 +2,233 @@
 //!
 //! The scheduler calls the same hooks vLLM's `KVConnectorBase_V1` defines, in the same order:
 //! `on_new_request`, `get_num_new_matched_tokens`, `update_state_after_alloc`,
-//! `build_connector_meta`, `request_finished`, `update_connector_output`.
+//! `build_connector_meta`, `request_finished`, `update_connector_output`. [`Connector`]
+//! dispatches each hook to the connector the engine runs (OffloadingConnector or
+//! SimpleCPUOffloadConnector).
 
 pub mod offloading;
 mod offloading_store;
+pub mod simple_cpu;
+mod simple_cpu_store;
+pub mod simple_cpu_worker;
 pub mod worker;
 
+use super::config::{ConnectorConfig, EngineConfig};
+use super::engine::Direction;
+use super::events::Events;
+use super::ghost::Ghost;
+use super::gpu_pool::GpuPool;
+use super::request::ReqState;
 use super::rules::Rules;
 use super::types::{BlockId, JobId, ReqId};
+use super::worker::WorkerOut;
+use super::workload::{RequestSpec, Workload};
 use std::collections::BTreeSet;
 
 pub use offloading::{Job, JobKind, OcReq, OcState, Phase};
+pub use simple_cpu::ScState;
 
 /// Which connector an engine runs, with its state.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Connector {
     None,
     Offloading(Box<OcState>),
+    SimpleCpu(Box<ScState>),
 }
 
 impl Connector {
+    pub fn new(cfg: &EngineConfig, num_reqs: usize, rules: &Rules) -> Self {
+        match &cfg.connector {
+            ConnectorConfig::None => Connector::None,
+            ConnectorConfig::Offloading(o) => {
+                Connector::Offloading(Box::new(OcState::new(num_reqs, o.host_chunks, rules)))
+            }
+            ConnectorConfig::SimpleCpu(s) => Connector::SimpleCpu(Box::new(ScState::new(num_reqs, s.cpu_blocks))),
+        }
+    }
     pub fn offloading(&self) -> Option<&OcState> {
         match self {
             Connector::Offloading(s) => Some(s),
-            Connector::None => None,
+            _ => None,
         }
     }
     pub fn offloading_mut(&mut self) -> Option<&mut OcState> {
         match self {
             Connector::Offloading(s) => Some(s),
-            Connector::None => None,
+            _ => None,
         }
     }
+    pub fn simple_cpu(&self) -> Option<&ScState> {
+        match self {
+            Connector::SimpleCpu(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn simple_cpu_mut(&mut self) -> Option<&mut ScState> {
+        match self {
+            Connector::SimpleCpu(s) => Some(s),
+            _ => None,
+        }
+    }
+    /// `has_pending_push_work`.
     pub fn has_pending_work(&self) -> bool {
-        self.offloading().is_some_and(|s| s.has_pending_work())
+        match self {
+            Connector::None => false,
+            Connector::Offloading(s) => s.has_pending_work(),
+            Connector::SimpleCpu(s) => s.has_pending_work(),
+        }
+    }
+
+    /// `on_new_request` (only the OffloadingConnector keeps state from arrival on).
+    pub fn on_new_request(&mut self, r: ReqId) {
+        if let Connector::Offloading(oc) = self {
+            oc.on_new_request(r);
+        }
+    }
+
+    /// `get_num_new_matched_tokens(req, num_local)`: `(None, _)` asks the scheduler to retry.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_num_new_matched_tokens(
+        &mut self,
+        r: ReqId,
+        req: &ReqState,
+        spec: &RequestSpec,
+        num_local: u32,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+    ) -> (Option<u32>, bool) {
+        match self {
+            Connector::None => (Some(0), false),
+            Connector::Offloading(oc) => oc.get_num_new_matched_tokens(r, req, spec, num_local, c, scratch, ghost),
+            Connector::SimpleCpu(sc) => sc.get_num_new_matched_tokens(r, req, spec, num_local, c, ghost),
+        }
+    }
+
+    /// `update_state_after_alloc(req, blocks, num_external)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn update_state_after_alloc(
+        &mut self,
+        r: ReqId,
+        req: &ReqState,
+        spec: &RequestSpec,
+        pool: &mut GpuPool,
+        num_external: u32,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        match self {
+            Connector::None => {}
+            Connector::Offloading(oc) => {
+                oc.update_state_after_alloc(r, req, spec, pool, num_external, c, scratch, ghost, ev)
+            }
+            Connector::SimpleCpu(sc) => sc.update_state_after_alloc(r, req, pool, num_external, c, ghost, ev),
+        }
+    }
+
+    /// `build_connector_meta(scheduler_output)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn build_connector_meta(
+        &mut self,
+        out: &SchedOut,
+        reqs: &[ReqState],
+        wl: &Workload,
+        pool: &mut GpuPool,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        match self {
+            Connector::None => {}
+            Connector::Offloading(oc) => oc.build_connector_meta(out, reqs, wl, pool, c, scratch, ghost, ev),
+            Connector::SimpleCpu(sc) => sc.build_connector_meta(out, reqs, wl, pool, c, ghost, ev),
+        }
+    }
+
+    /// `request_finished` / `request_finished_all_groups`, before the blocks are freed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn request_finished(
+        &mut self,
+        r: ReqId,
+        req: &ReqState,
+        spec: &RequestSpec,
+        pool: &mut GpuPool,
+        c: &ConnCtx,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        match self {
+            Connector::None => {}
+            Connector::Offloading(oc) => oc.request_finished(r, req, spec, c),
+            Connector::SimpleCpu(sc) => sc.request_finished(r, req, spec, pool, c, ghost, ev),
+        }
+    }
+
+    /// `update_connector_output(kv_connector_output)`.
+    pub fn update_connector_output(
+        &mut self,
+        w: &WorkerOut,
+        reqs: &[ReqState],
+        pool: &mut GpuPool,
+        c: &ConnCtx,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        match self {
+            Connector::None => {}
+            Connector::Offloading(oc) => oc.update_connector_output(&w.completed, reqs, c, ghost, ev),
+            Connector::SimpleCpu(sc) => {
+                sc.update_connector_output(&w.completed, &w.finished_recving, pool, c, ghost, ev)
+            }
+        }
+    }
+
+    /// The transfer a worker stream completes next (the oldest launched one of `d`).
+    pub fn next_transfer(&self, d: Direction) -> Option<JobId> {
+        match self {
+            Connector::None => None,
+            Connector::Offloading(oc) => oc
+                .jobs
+                .iter()
+                .filter(|j| j.phase == Phase::Submitted && (j.is_store() == (d == Direction::Store)))
+                .map(|j| j.id)
+                .min(),
+            Connector::SimpleCpu(sc) => simple_cpu_worker::next_transfer(sc, d),
+        }
+    }
+
+    /// GPU blocks an unfinished load is still filling (no forward may touch them).
+    pub fn loading_blocks(&self) -> BTreeSet<BlockId> {
+        match self {
+            Connector::None => BTreeSet::new(),
+            Connector::Offloading(oc) => oc
+                .jobs
+                .iter()
+                .filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed | Phase::Reported))
+                .flat_map(|j| j.blocks.iter().copied())
+                .collect(),
+            Connector::SimpleCpu(sc) => sc.loading_blocks().into_iter().collect(),
+        }
+    }
+
+    /// References the connector holds on GPU blocks (one entry per reference).
+    pub fn gpu_pins(&self, rules: &Rules) -> Vec<BlockId> {
+        match self {
+            Connector::SimpleCpu(sc) => sc.gpu_pins(rules),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Renumber ids densely (model checker only). `outside`: ids in in-flight worker reports.
+    pub fn canonicalize<'a>(&mut self, outside: impl Iterator<Item = &'a mut JobId>) {
+        match self {
+            Connector::None => {}
+            Connector::Offloading(oc) => oc.canonicalize(outside),
+            Connector::SimpleCpu(sc) => sc.canonicalize(outside),
+        }
     }
 }
 
