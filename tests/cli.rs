@@ -308,5 +308,5 @@ fn the_release_table_covers_every_profile_and_the_headline_bugs() {
     }
     assert!(!t.contains("(not checked)"), "every row names every profile:\n{t}");
     let row = t.lines().find(|l| l.contains("#60810") && l.contains("`mirror-table`")).expect("#60810 row");
-    assert!(row.ends_with("**violated** | **violated** | holds | holds |"), "{row}");
+    assert!(row.contains("| **violated** | **violated** | holds | holds |"), "0.24, 0.32 have it; 0.33, main do not: {row}");
 }

@@ -18,7 +18,7 @@ pub fn scope(name: &str) -> Arc<Scope> {
 
 /// Every applicable always-property and every applicable guard.
 pub fn all_props(s: &Scope) -> Vec<&'static props::PropDef> {
-    let off = s.cfg.offload().is_some();
+    let off = &s.cfg;
     props::CATALOGUE.iter().filter(|p| props::applies(p, off)).collect()
 }
 

@@ -6,4 +6,5 @@ mod conform;
 mod models;
 mod parsers;
 mod roundtrip;
+mod rows;
 mod system;

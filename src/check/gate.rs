@@ -87,11 +87,16 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                 }
             };
             let p = props::find(&spec.property).expect("validated");
-            if !props::applies(p, scope.cfg.offload().is_some()) {
+            if !props::applies(p, &scope.cfg) {
                 return Err(KvmcError::input(
                     &x.at.0,
                     x.at.1,
-                    format!("property '{}' needs an offload connector; model '{}' has none", spec.property, x.model),
+                    format!(
+                        "property '{}' needs {}; model '{}' has none",
+                        spec.property,
+                        if p.rows_only { "a [router_replay] table" } else { "an offload connector" },
+                        x.model
+                    ),
                 ));
             }
             let key = (x.model.clone(), x.profile.clone(), x.variant.clone());
@@ -133,7 +138,7 @@ pub fn plan_paths(
     let mut jobs = Vec::new();
     for p in paths {
         let scope = Arc::new(Scope::load(p)?);
-        let off = scope.cfg.offload().is_some();
+        let off = &scope.cfg;
         let mut checks = Vec::new();
         let mut reach = BTreeMap::new();
         for d in props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)) {

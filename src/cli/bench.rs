@@ -37,7 +37,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     );
     for p in paths {
         let scope = Arc::new(Scope::load(&p)?);
-        let off = scope.cfg.offload().is_some();
+        let off = &scope.cfg;
         let defs: Vec<_> =
             props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)).collect();
         let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;

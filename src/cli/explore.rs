@@ -30,7 +30,7 @@ pub struct ExploreArgs {
 
 pub fn run(a: ExploreArgs) -> Result<i32> {
     let scope = Arc::new(Scope::load(&a.model)?);
-    let off = scope.cfg.offload().is_some();
+    let off = &scope.cfg;
     let defs: Vec<_> = props::CATALOGUE.iter().filter(|p| props::applies(p, off) && p.kind == Kind::Always).collect();
     let model = KvModel::new(scope, a.profile.as_deref(), a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
     let mut url = format!("http://{}/", a.addr);

@@ -29,6 +29,9 @@ pub struct GpuPool {
     num_free: u32,
     /// The cached map: hash -> blocks carrying it, in insertion order (duplicates allowed).
     cached: BTreeMap<BlockHash, Vec<BlockId>>,
+    /// prime-rl's scheduler-side marks (`_track_externally_loaded_blocks`): blocks an external
+    /// load filled; cleared when `get_new_blocks` hands the block out again.
+    pub loaded: Vec<bool>,
 }
 
 impl GpuPool {
@@ -39,6 +42,7 @@ impl GpuPool {
             ref_cnt: vec![0; n],
             hash: vec![None; n],
             content: vec![ContentTag::Empty; n],
+            loaded: vec![false; n],
             prev: vec![OUT; n],
             next: vec![OUT; n],
             head: NIL,
@@ -163,6 +167,7 @@ impl GpuPool {
                 ghost.breach(Breach::HandedOutInUse);
             }
             self.ref_cnt[b as usize] = 1;
+            self.loaded[b as usize] = false;
             out.push(b);
         }
         out

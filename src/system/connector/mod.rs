@@ -93,6 +93,8 @@ pub struct StepScratch {
     pub sync_loads: Vec<ReqId>,
     pub sync_used: u32,
     pub flush: BTreeSet<JobId>,
+    /// Router replay: this step's `AuxOutputConnectorMetadata`.
+    pub aux: Option<crate::system::expert_rows::AuxMeta>,
 }
 
 /// A small growable bit set with a canonical representation (no trailing zero words).
