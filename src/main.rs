@@ -3,6 +3,12 @@
 use clap::Parser;
 
 fn main() {
+    // Behave like other command-line tools when the reader goes away (`kvmc list | head`):
+    // die quietly of SIGPIPE instead of panicking on a failed print.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match kvmc::cli::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -6,5 +6,6 @@ mod conform;
 mod models;
 mod parsers;
 mod roundtrip;
+mod rows;
 mod simple_cpu;
 mod system;

@@ -88,7 +88,9 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
             };
             let p = props::find(&spec.property).expect("validated");
             if !props::applies(p, &scope.cfg) {
-                let why = if scope.cfg.has_connector() {
+                let why = if p.rows_only {
+                    format!("model '{}' has no [router_replay] table", x.model)
+                } else if scope.cfg.has_connector() {
                     format!("model '{}' runs another connector", x.model)
                 } else {
                     format!("model '{}' has no offload connector", x.model)

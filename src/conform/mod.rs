@@ -87,6 +87,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
         enable_prefix_caching: h.enable_prefix_caching,
         async_scheduling: h.async_scheduling,
         connector,
+        router_replay: None,
     };
     let n = specs.len();
     Ok(Scope {

@@ -105,6 +105,14 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
             format!("{} ends input {} ({}), keeps its blocks", n(req), turn + 1, reason.as_str())
         }
         Event::StreamQueued { req } => format!("{}'s next input is queued", n(req)),
+        Event::RowsCut { req, from, to } => {
+            format!("{}'s hit limited from {from} to {to} tokens (its rows are not all here)", n(req))
+        }
+        Event::RowsEmitted { req, start, end, from_store } => format!(
+            "{} emits rows [{start},{end}){}",
+            n(req),
+            if *from_store { " (read back from the row store)" } else { "" }
+        ),
         Event::SessionResumed { req, turn, num_computed } => {
             format!("{} takes input {} (computed {num_computed} kept)", n(req), turn + 1)
         }

@@ -172,7 +172,7 @@ impl KvModel {
 
     /// True when work remains and nothing but a fault can move the engine (a deadlock).
     pub fn is_stuck(&self, s: &Engine) -> bool {
-        if !s.has_work() {
+        if !s.has_work() || s.aux.as_ref().is_some_and(|a| a.dead) {
             return false;
         }
         if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r) || self.stream_input_enabled(s, r as u16)) {
@@ -205,6 +205,9 @@ impl Model for KvModel {
         let e = &s.engine;
         if u32::from(e.ghost.idle_steps) > self.scope.progress_steps {
             return; // a livelock was found; do not explore past it
+        }
+        if e.aux.as_ref().is_some_and(|a| a.dead) {
+            return; // the engine died (rows-present)
         }
         for r in 0..e.reqs.len() {
             if self.arrival_enabled(e, r) {

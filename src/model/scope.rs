@@ -24,6 +24,7 @@
 //! ```
 
 use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::system::config::RowsConfig;
 use crate::system::workload::{next_turn_spec, TurnInput};
 use crate::system::{
     ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
@@ -42,6 +43,7 @@ struct RawScope {
     offload: Option<RawOffload>,
     #[serde(default)]
     simple_cpu: Option<RawSimpleCpu>,
+    router_replay: Option<RawRows>,
     #[serde(default, rename = "request")]
     requests: Vec<RawRequest>,
     #[serde(default = "no_faults")]
@@ -125,9 +127,22 @@ struct RawRequest {
     end: Option<Spanned<String>>,
     #[serde(default)]
     after: Option<Spanned<String>>,
+    /// Router replay: `routed_experts_prompt_start`, a number or "bridge" (the multi-turn
+    /// client rule: the `after` request's prompt + output - 1).
+    #[serde(default)]
+    start: Option<Spanned<toml::Value>>,
     /// A streaming-input session's further inputs (`[[request.turn]]`).
     #[serde(default, rename = "turn")]
     turns: Vec<RawTurn>,
+}
+
+/// `[router_replay]`: routed-expert rows are captured and returned.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRows {
+    /// Row-store capacity in objects (default: `gpu_blocks`, vLLM's default).
+    #[serde(default)]
+    store_objects: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize)]
@@ -358,6 +373,24 @@ impl Scope {
             async_scheduling: e.async_scheduling,
             enable_prefix_caching: e.enable_prefix_caching,
             connector,
+            router_replay: match &raw.router_replay {
+                None => None,
+                Some(rr) => {
+                    let objects = rr.store_objects.as_ref().map_or(n, |s| *s.get_ref());
+                    if e.async_scheduling {
+                        return Err(bad(
+                            e.max_num_batched_tokens.span(),
+                            "[router_replay] is modelled with synchronous scheduling only (async_scheduling = false)"
+                                .into(),
+                        ));
+                    }
+                    if objects == 0 {
+                        let sp = rr.store_objects.as_ref().map(|s| s.span()).unwrap_or(0..0);
+                        return Err(bad(sp, "store_objects must be positive".into()));
+                    }
+                    Some(RowsConfig { store_objects: objects })
+                }
+            },
         };
         if raw.requests.is_empty() {
             return Err(KvmcError::input(path, 1, "a scope needs at least one [[request]]"));
@@ -434,6 +467,24 @@ impl Scope {
                     _ => return Err(bad(a.span(), format!("after = {:?} names no other request", a.get_ref()))),
                 },
             });
+        }
+        for (i, r) in raw.requests.iter().enumerate() {
+            let Some(st) = &r.start else { continue };
+            if cfg.router_replay.is_none() {
+                return Err(bad(st.span(), "start needs a [router_replay] table".into()));
+            }
+            let s = match st.get_ref() {
+                toml::Value::Integer(v) if *v >= 0 => *v as u32,
+                toml::Value::String(b) if b == "bridge" => match after[i] {
+                    Some(a) => (specs[a as usize].prompt_len + specs[a as usize].max_tokens).saturating_sub(1),
+                    None => return Err(bad(st.span(), "start = \"bridge\" needs after = the previous turn".into())),
+                },
+                _ => return Err(bad(st.span(), "start must be a token position or \"bridge\"".into())),
+            };
+            if s > specs[i].prompt_len {
+                return Err(bad(st.span(), format!("start {s} is past the prompt ({} tokens)", specs[i].prompt_len)));
+            }
+            specs[i].rows_start = s;
         }
         let arrivals = match raw.bounds.arrivals.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
             None | Some(("in-order", _)) => Arrivals::InOrder,

@@ -27,58 +27,123 @@ pub struct PropDef {
     /// Only meaningful when the engine runs an offload connector (any kind; see also
     /// [`CONNECTOR_SCOPED`]).
     pub offload_only: bool,
+    /// Only meaningful with router replay on.
+    pub rows_only: bool,
     pub check: fn(&KvModel, &KvState) -> bool,
 }
 
 macro_rules! mark {
     ($name:literal, $m:expr, $offload:expr) => {
-        PropDef { name: $name, kind: Kind::Sometimes, offload_only: $offload, check: |_, s| s.engine.ghost.marked($m) }
+        PropDef {
+            name: $name,
+            kind: Kind::Sometimes,
+            offload_only: $offload,
+            rows_only: false,
+            check: |_, s| s.engine.ghost.marked($m),
+        }
     };
 }
 
 pub const CATALOGUE: &[PropDef] = &[
-    PropDef { name: "g1-accounting", kind: Kind::Always, offload_only: false, check: g1::accounting },
-    PropDef { name: "g1-cache-sound", kind: Kind::Always, offload_only: false, check: g1::cache_sound },
+    PropDef { name: "g1-accounting", kind: Kind::Always, offload_only: false, rows_only: false, check: g1::accounting },
+    PropDef {
+        name: "g1-cache-sound",
+        kind: Kind::Always,
+        offload_only: false,
+        rows_only: false,
+        check: g1::cache_sound,
+    },
     PropDef {
         name: "kv-read-integrity",
         kind: Kind::Always,
         offload_only: false,
+        rows_only: false,
         check: |_, s| !s.engine.ghost.has(Breach::BadRead),
     },
-    PropDef { name: "host-integrity", kind: Kind::Always, offload_only: true, check: host::integrity },
+    PropDef {
+        name: "host-integrity",
+        kind: Kind::Always,
+        offload_only: true,
+        rows_only: false,
+        check: host::integrity,
+    },
     PropDef {
         name: "source-freshness",
         kind: Kind::Always,
         offload_only: true,
+        rows_only: false,
         check: |_, s| !s.engine.ghost.has(Breach::StaleSource),
     },
     PropDef {
         name: "load-safety",
         kind: Kind::Always,
         offload_only: true,
+        rows_only: false,
         check: |_, s| !s.engine.ghost.has(Breach::UnsafeLoad) && !s.engine.ghost.has(Breach::EvictedPinned),
     },
-    PropDef { name: "host-accounting", kind: Kind::Always, offload_only: true, check: host::accounting },
+    PropDef {
+        name: "host-accounting",
+        kind: Kind::Always,
+        offload_only: true,
+        rows_only: false,
+        check: host::accounting,
+    },
     PropDef {
         name: "mirror-table",
         kind: Kind::Always,
         offload_only: true,
+        rows_only: false,
         check: |_, s| !s.engine.ghost.has(Breach::MirrorMismatch),
     },
     PropDef {
         name: "store-coverage",
         kind: Kind::Always,
         offload_only: true,
+        rows_only: false,
         check: |_, s| !s.engine.ghost.has(Breach::CoverageLoss),
     },
-    PropDef { name: "eviction-order", kind: Kind::Always, offload_only: true, check: eviction::eviction_order },
+    PropDef {
+        name: "eviction-order",
+        kind: Kind::Always,
+        offload_only: true,
+        rows_only: false,
+        check: eviction::eviction_order,
+    },
     PropDef {
         name: "final-store-kept",
         kind: Kind::Always,
         offload_only: true,
+        rows_only: false,
         check: |_, s| !s.engine.ghost.has(Breach::FinalStoreLost),
     },
-    PropDef { name: "requests-finish", kind: Kind::Always, offload_only: false, check: progress::requests_finish },
+    PropDef {
+        name: "rows-present",
+        kind: Kind::Always,
+        offload_only: false,
+        rows_only: true,
+        check: |_, s| !s.engine.ghost.has(Breach::RowsMissing),
+    },
+    PropDef {
+        name: "rows-exact",
+        kind: Kind::Always,
+        offload_only: false,
+        rows_only: true,
+        check: |_, s| !s.engine.ghost.has(Breach::RowsInexact),
+    },
+    PropDef {
+        name: "start-anchored",
+        kind: Kind::Always,
+        offload_only: false,
+        rows_only: true,
+        check: |_, s| !s.engine.ghost.has(Breach::StartNotAnchored),
+    },
+    PropDef {
+        name: "requests-finish",
+        kind: Kind::Always,
+        offload_only: false,
+        rows_only: false,
+        check: progress::requests_finish,
+    },
     mark!("reach-g1-hit", Mark::G1Hit, false),
     mark!("reach-g1-eviction", Mark::G1Eviction, false),
     mark!("reach-preemption", Mark::Preemption, false),
@@ -97,10 +162,48 @@ pub const CATALOGUE: &[PropDef] = &[
     mark!("reach-stream-park", Mark::SessionParked, false),
     mark!("reach-stream-resume", Mark::SessionResumed, false),
     mark!("reach-readmit-full-table", Mark::ReadmitFullTable, true),
-    mark!("reach-stale-pin", Mark::StalePinDropped, true),
-    mark!("reach-partial-store", Mark::PartialStore, true),
-    mark!("reach-host-refresh", Mark::HostRefresh, true),
-    PropDef { name: "reach-all-finished", kind: Kind::Sometimes, offload_only: false, check: progress::all_finished },
+    PropDef {
+        name: "reach-stale-pin",
+        kind: Kind::Sometimes,
+        offload_only: true,
+        rows_only: false,
+        check: |_, s| s.engine.ghost.marked(Mark::StalePinDropped),
+    },
+    PropDef {
+        name: "reach-partial-store",
+        kind: Kind::Sometimes,
+        offload_only: true,
+        rows_only: false,
+        check: |_, s| s.engine.ghost.marked(Mark::PartialStore),
+    },
+    PropDef {
+        name: "reach-host-refresh",
+        kind: Kind::Sometimes,
+        offload_only: true,
+        rows_only: false,
+        check: |_, s| s.engine.ghost.marked(Mark::HostRefresh),
+    },
+    PropDef {
+        name: "reach-rows-read-from-store",
+        kind: Kind::Sometimes,
+        offload_only: false,
+        rows_only: true,
+        check: |_, s| s.engine.ghost.marked(Mark::RowsFromStore),
+    },
+    PropDef {
+        name: "reach-rows-cut",
+        kind: Kind::Sometimes,
+        offload_only: false,
+        rows_only: true,
+        check: |_, s| s.engine.ghost.marked(Mark::RowsCut),
+    },
+    PropDef {
+        name: "reach-all-finished",
+        kind: Kind::Sometimes,
+        offload_only: false,
+        rows_only: false,
+        check: progress::all_finished,
+    },
 ];
 
 pub fn find(name: &str) -> Option<&'static PropDef> {
@@ -132,5 +235,5 @@ pub fn applies(p: &PropDef, cfg: &EngineConfig) -> bool {
     if let Some((_, only)) = CONNECTOR_SCOPED.iter().find(|(n, _)| *n == p.name) {
         return *only == kind;
     }
-    kind != ConnectorKind::None || !p.offload_only
+    (kind != ConnectorKind::None || !p.offload_only) && (cfg.router_replay.is_some() || !p.rows_only)
 }

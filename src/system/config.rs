@@ -48,6 +48,13 @@ pub enum ConnectorKind {
     SimpleCpu,
 }
 
+/// Router replay (`AuxOutputConfig` with routed experts enabled).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct RowsConfig {
+    /// Row-store capacity in objects (vLLM's default: one per GPU block).
+    pub store_objects: u32,
+}
+
 /// One engine instance's configuration.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct EngineConfig {
@@ -72,6 +79,8 @@ pub struct EngineConfig {
     /// batches in flight; step k+1 is scheduled before step k's output is processed.
     pub async_scheduling: bool,
     pub connector: ConnectorConfig,
+    /// Router replay (routed-expert rows captured and returned), if on.
+    pub router_replay: Option<RowsConfig>,
 }
 
 impl EngineConfig {

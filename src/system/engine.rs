@@ -8,6 +8,7 @@ use super::config::EngineConfig;
 use super::connector::SchedOut;
 use super::connector::{simple_cpu_worker as sc_worker, worker as conn_worker, Connector, StepScratch};
 use super::events::{Event, Events};
+use super::expert_rows::AuxState;
 use super::ghost::{Ghost, Mark};
 use super::gpu_pool::GpuPool;
 use super::request::{Queue, ReqState};
@@ -58,6 +59,8 @@ pub struct Engine {
     pub processed_seq: u32,
     /// `deferred_frees`: (fence, blocks in allocation order), FIFO.
     pub deferred_frees: Vec<(u32, Vec<BlockId>)>,
+    /// Router replay: the rows connector, its worker and row store (None when off).
+    pub aux: Option<Box<AuxState>>,
 }
 
 /// A batch in flight: what was scheduled and what the worker reported for it.
@@ -102,6 +105,10 @@ impl Engine {
             sched_seq: 0,
             processed_seq: 0,
             deferred_frees: Vec::new(),
+            aux: cfg.router_replay.as_ref().map(|c| {
+                let capacity = cfg.num_gpu_blocks * if cfg.offload().is_some() { 2 } else { 1 };
+                Box::new(AuxState::new(n, c.store_objects, capacity, rules.aux_store_evicts_live))
+            }),
         }
     }
 
@@ -194,6 +201,9 @@ impl Engine {
     pub fn step(&mut self, ctx: Ctx, input: &StepInput, ev: &mut Events) {
         if !ctx.cfg.async_scheduling {
             let b = self.schedule_and_execute(ctx, input, ev);
+            if self.aux.as_ref().is_some_and(|a| a.dead) {
+                return; // the worker raised: the engine step failed and the engine is gone
+            }
             scheduler_output::update_from_output(self, ctx, &b.out, b.wout, ev);
             return;
         }
@@ -236,6 +246,7 @@ impl Engine {
             && self.sched_seq == o.sched_seq
             && self.processed_seq == o.processed_seq
             && self.deferred_frees == o.deferred_frees
+            && self.aux == o.aux
     }
 
     /// Make equal histories equal states (the model checker only): renumber job ids and

@@ -124,6 +124,19 @@ pub enum Event {
         want: Vec<BlockHash>,
         policy: crate::system::rules::HostLru,
     },
+    /// Router replay: a hit was cut (prime-rl's loaded-block cut, or 0.33's hit gating).
+    RowsCut {
+        req: ReqId,
+        from: u32,
+        to: u32,
+    },
+    /// Router replay: the worker emitted rows `[start, end)` for `req`.
+    RowsEmitted {
+        req: ReqId,
+        start: u32,
+        end: u32,
+        from_store: bool,
+    },
     /// A streaming session's input chunk `turn` stopped (the session continues).
     TurnEnded {
         req: ReqId,

@@ -34,6 +34,14 @@ pub enum Breach {
     /// A finished request's last offer of a computed chunk was refused and the chunk is not
     /// in the host tier (final-store-kept).
     FinalStoreLost = 1 << 9,
+    /// Router replay: an emit step needed rows the store lacks (BlockObjectStoreError), or a
+    /// rows-buffer assertion fired: the engine dies (rows-present).
+    RowsMissing = 1 << 10,
+    /// Router replay: a finished request's rows are not exactly `[start, T - 1)` (rows-exact).
+    RowsInexact = 1 << 11,
+    /// Router replay: the end-anchored response start is not the first row's position
+    /// (start-anchored).
+    StartNotAnchored = 1 << 12,
 }
 
 /// What a transition did, for reachability guards.
@@ -72,6 +80,10 @@ pub enum Mark {
     PartialStore = 1 << 20,
     /// SimpleCPU: a GPU-side hit moved a CPU block to the MRU end (#62444).
     HostRefresh = 1 << 21,
+    /// Router replay: an emit step read rows back from the row store.
+    RowsFromStore = 1 << 22,
+    /// Router replay: a local hit was cut or an external hit refused because of rows.
+    RowsCut = 1 << 23,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]

@@ -41,6 +41,9 @@ pub struct GpuPool {
     num_free: u32,
     /// The cached map: hash -> blocks carrying it, in insertion order (duplicates allowed).
     cached: BTreeMap<BlockHash, Vec<BlockId>>,
+    /// prime-rl's scheduler-side marks (`_track_externally_loaded_blocks`): blocks an external
+    /// load filled; cleared when `get_new_blocks` hands the block out again.
+    pub loaded: Vec<bool>,
 }
 
 impl GpuPool {
@@ -61,6 +64,7 @@ impl GpuPool {
             ref_cnt: vec![0; n],
             hash: vec![None; n],
             content: vec![ContentTag::Empty; n],
+            loaded: vec![false; n],
             prev: vec![OUT; n],
             next: vec![OUT; n],
             head: NIL,
@@ -201,6 +205,7 @@ impl GpuPool {
                 ghost.breach(self.bad_ref());
             }
             self.ref_cnt[b as usize] = 1;
+            self.loaded[b as usize] = false;
             out.push(b);
         }
         out

@@ -24,12 +24,13 @@ pub struct KvCtx<'a> {
 
 /// `get_computed_blocks`: the longest cached prefix, capped at `num_tokens - 1` (the last
 /// token is always recomputed to produce logits). Pure: no reference counts change.
-pub fn get_computed_blocks(pool: &GpuPool, req: &ReqState, k: &KvCtx) -> (Vec<BlockId>, u32) {
+/// `max_cache_hit_length` (router replay, 0.33) caps the hit further.
+pub fn get_computed_blocks(pool: &GpuPool, req: &ReqState, k: &KvCtx, cap: Option<u32>) -> (Vec<BlockId>, u32) {
     if !k.caching {
         return (Vec::new(), 0);
     }
     let hashes = req.block_hashes(k.spec, k.block_size);
-    let max_len = req.num_tokens(k.spec).saturating_sub(1);
+    let max_len = req.num_tokens(k.spec).saturating_sub(1).min(cap.unwrap_or(u32::MAX));
     let hits = pool.find_longest_cache_hit(hashes, max_len, k.block_size);
     let n = hits.len() as u32 * k.block_size;
     (hits, n)

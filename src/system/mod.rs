@@ -6,6 +6,7 @@ pub mod config;
 pub mod connector;
 pub mod engine;
 pub mod events;
+pub mod expert_rows;
 pub mod ghost;
 pub mod gpu_pool;
 pub mod host_order;

@@ -31,6 +31,33 @@ pub enum HostLru {
     RequestRank,
 }
 
+/// Router replay: where a request's rows start (`AuxOutputSchedulerConnector`, R3).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum EmitStart {
+    /// ≈0.31: `max(s, 0 if no output else num_tokens - 1)`.
+    V031,
+    /// 0.33: `max(min(s, num_prompt_tokens), ...)`.
+    V033,
+}
+
+/// prime-rl's load clamp: external loads stop at this multiple of the block size below `s`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Clamp {
+    /// `block_floor(s)` (the fix).
+    Floor,
+    /// `block_ceil(s)` (a plausible bug: loads the block holding `s`).
+    Ceil,
+}
+
+/// prime-rl's loaded-block cut: where the scan for the first loaded hit block starts.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Cut {
+    /// From `blk(s)` (the fix).
+    FromStart,
+    /// From `blk(s) + 1` (off by one).
+    AfterStart,
+}
+
 /// Every switch on which profiles and variants differ.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Rules {
@@ -106,6 +133,25 @@ pub struct Rules {
     pub scpu_register_at_prep: bool,
     /// A completed store frees its CPU blocks in transfer order, head (prefix) first.
     pub scpu_release_head_first: bool,
+    /// Router replay: the emit-start rule.
+    pub aux_emit: EmitStart,
+    /// Router replay, 0.33: the scheduler retains rows of GPU-cached blocks, caps local hits at
+    /// `max_cache_hit` and refuses external hits whose rows are not retained.
+    pub aux_retain: bool,
+    /// Router replay, prime-rl: the load clamp.
+    pub aux_clamp: Option<Clamp>,
+    /// The clamp exempts requests resumed after preemption (the PR text says so; the code at
+    /// prime-rl 8052d448 does not).
+    pub aux_clamp_exempts_resumed: bool,
+    /// Router replay, prime-rl: the loaded-block cut of local prefix hits.
+    pub aux_cut: Option<Cut>,
+    /// Router replay, prime-rl: a first capture that starts mid-block is not buffered
+    /// (`skip_remote_prefill_partial_block`).
+    pub aux_partial_skip: bool,
+    /// Variant: the row store evicts referenced rows too.
+    pub aux_store_evicts_live: bool,
+    /// Mutation: the worker also emits the row of the last sampled token.
+    pub aux_emit_last_token: bool,
 }
 
 /// A released rule set.
@@ -156,6 +202,14 @@ fn vllm_033() -> Rules {
         scpu_store_pins_gpu: true,
         scpu_register_at_prep: false,
         scpu_release_head_first: true,
+        aux_emit: EmitStart::V033,
+        aux_retain: true,
+        aux_clamp: None,
+        aux_clamp_exempts_resumed: false,
+        aux_cut: None,
+        aux_partial_skip: false,
+        aux_store_evicts_live: false,
+        aux_emit_last_token: false,
     }
 }
 
@@ -171,8 +225,18 @@ fn vllm_032() -> Rules {
         full_table_resets_mirror: false,
         host_lru: HostLru::InsertRank,
         sync_loads: false,
+        aux_emit: EmitStart::V031,
+        aux_retain: false,
         ..vllm_033()
     }
+}
+
+/// prime-rl's patched engine (router replay with KV offload): vLLM ≈0.31's AuxOutput rows
+/// (no retention, the 0.31 emit start) plus the load clamp at `block_floor(s)`, the
+/// loaded-block cut and the partial-block skip; the engine rules of the closest release kvmc
+/// models (0.32).
+fn prime_rl() -> Rules {
+    Rules { aux_clamp: Some(Clamp::Floor), aux_cut: Some(Cut::FromStart), aux_partial_skip: true, ..vllm_032() }
 }
 
 /// 0.24.0's connector and host tier on the 0.32/0.33 core scheduler: release-order LRU with
@@ -208,10 +272,15 @@ pub const PROFILES: &[Profile] = &[
         summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 still present",
         rules: vllm_033,
     },
-    Profile {
+        Profile {
         name: "vllm-main",
         summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit)",
         rules: vllm_main,
+    },
+    Profile {
+        name: "prime-rl",
+        summary: "router replay with KV offload as prime-rl patches vLLM ≈0.31: load clamp at block_floor(start), loaded-block cut, partial-block skip (engine rules of 0.32)",
+        rules: prime_rl,
     },
 ];
 
@@ -311,7 +380,60 @@ pub const VARIANTS: &[Variant] = &[
         upstream: "mutation",
         apply: |r| r.reserve_for_async_loads = false,
     },
-        Variant {
+            Variant {
+        name: "no-load-clamp",
+        summary: "router replay without the load clamp and without the cut (vLLM 0.31 with the offload guard removed)",
+        upstream: "prime-rl router replay x KV offload",
+        apply: |r| {
+            r.aux_clamp = None;
+            r.aux_cut = None;
+        },
+    },
+    Variant {
+        name: "clamp-only",
+        summary: "the load clamp without the loaded-block cut (the PR's negative control)",
+        upstream: "prime-rl router replay x KV offload",
+        apply: |r| r.aux_cut = None,
+    },
+    Variant {
+        name: "cut-only",
+        summary: "the loaded-block cut without the load clamp",
+        upstream: "prime-rl router replay x KV offload",
+        apply: |r| r.aux_clamp = None,
+    },
+    Variant {
+        name: "ceil-clamp",
+        summary: "the clamp rounds start up to a block boundary (loads the block holding start)",
+        upstream: "mutation",
+        apply: |r| {
+            if r.aux_clamp.is_some() {
+                r.aux_clamp = Some(Clamp::Ceil)
+            }
+        },
+    },
+    Variant {
+        name: "cut-off-by-one",
+        summary: "the cut scans from blk(start) + 1",
+        upstream: "mutation",
+        apply: |r| {
+            if r.aux_cut.is_some() {
+                r.aux_cut = Some(Cut::AfterStart)
+            }
+        },
+    },
+    Variant {
+        name: "store-evicts-live-rows",
+        summary: "the row store evicts rows that live requests reference (the A-store assumption broken)",
+        upstream: "RE V13",
+        apply: |r| r.aux_store_evicts_live = true,
+    },
+    Variant {
+        name: "mut-emit-last-token",
+        summary: "the worker emits a row for the last sampled token too",
+        upstream: "mutation",
+        apply: |r| r.aux_emit_last_token = true,
+    },
+    Variant {
         name: "mut-evict-mru",
         summary: "prepare_store evicts the most recently used evictable keys instead of the least",
         upstream: "mutation",
@@ -546,6 +668,53 @@ pub const RULE_ROWS: &[RuleRow] = &[
         what: "host hits within the budget load synchronously",
         upstream: "_reserve_sync_load",
         value: |r| r.sync_loads.to_string(),
+    },
+    RuleRow {
+        name: "aux_emit",
+        what: "router replay: emit start",
+        upstream: "AuxOutputSchedulerConnector",
+        value: |r| match r.aux_emit {
+            EmitStart::V031 => "max(s, ...)".into(),
+            EmitStart::V033 => "max(min(s, prompt), ...)".into(),
+        },
+    },
+    RuleRow {
+        name: "aux_retain",
+        what: "router replay: rows retained, external hits gated",
+        upstream: "max_cache_hit / cap_external_hit",
+        value: |r| r.aux_retain.to_string(),
+    },
+    RuleRow {
+        name: "aux_clamp",
+        what: "router replay: external loads clamped below start",
+        upstream: "prime-rl _routed_experts_load_limit",
+        value: |r| match r.aux_clamp {
+            None => "none".into(),
+            Some(Clamp::Floor) => "block_floor(s)".into(),
+            Some(Clamp::Ceil) => "block_ceil(s)".into(),
+        },
+    },
+    RuleRow {
+        name: "aux_cut",
+        what: "router replay: local hits cut at the first loaded block",
+        upstream: "prime-rl _first_loaded_block",
+        value: |r| match r.aux_cut {
+            None => "none".into(),
+            Some(Cut::FromStart) => "from blk(s)".into(),
+            Some(Cut::AfterStart) => "from blk(s)+1".into(),
+        },
+    },
+    RuleRow {
+        name: "aux_partial_skip",
+        what: "router replay: mid-block first capture not buffered",
+        upstream: "prime-rl skip_remote_prefill_partial_block",
+        value: |r| r.aux_partial_skip.to_string(),
+    },
+    RuleRow {
+        name: "aux_store_evicts_live",
+        what: "row store evicts referenced rows",
+        upstream: "(variant)",
+        value: |r| r.aux_store_evicts_live.to_string(),
     },
     RuleRow {
         name: "evict_mru",

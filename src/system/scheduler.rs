@@ -6,6 +6,7 @@
 use super::connector::{ConnCtx, SchedOut, Scheduled, StepScratch};
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
+use super::expert_rows::scheduler as rows_sched;
 use super::ghost::Mark;
 use super::kv_manager::{self, Alloc, KvCtx};
 use super::types::{ReqId, Status};
@@ -68,6 +69,12 @@ pub(crate) fn free_request_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId) -> Vec<cr
 /// the request's counters.
 fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
     debug_assert_eq!(e.reqs[r as usize].status, Status::Running);
+    if let Some(a) = e.aux.as_mut() {
+        // Preemption is a teardown for the rows worker (vLLM calls request_finished).
+        let q = &e.reqs[r as usize];
+        let spec = ctx.wl.spec(r, q.turn);
+        a.sched.request_finished(r, spec, q, &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size);
+    }
     free_request_blocks(e, ctx, r);
     let q = &mut e.reqs[r as usize];
     q.inflight_prefill = false;
@@ -186,6 +193,14 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     }
 
     e.conn.build_connector_meta(&out, &e.reqs, ctx.wl, &mut e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
+    if let Some(a) = e.aux.as_mut() {
+        let reqs = &e.reqs;
+        let sched = out
+            .scheduled
+            .iter()
+            .map(|s| (s.req, s.tokens, ctx.wl.spec(s.req, reqs[s.req as usize].turn), &reqs[s.req as usize]));
+        scratch.aux = Some(a.sched.build_meta(sched, ctx.rules, cfg.block_size));
+    }
 
     if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
         e.sched_seq += 1;
@@ -282,9 +297,59 @@ fn schedule_waiting(
         let nt = q.num_tokens(k.spec);
         let (hits, local, ext, load_async, num_computed);
         if q.num_computed == 0 {
-            let (h, l) = kv_manager::get_computed_blocks(&e.pool, q, &k);
-            let (x, la) =
-                e.conn.get_num_new_matched_tokens(r, &e.reqs[r as usize], k.spec, l, &cc, scratch, &mut e.ghost);
+            let b = cfg.block_size;
+            let hashes = q.block_hashes(k.spec, b);
+            // Router replay, 0.33: local hits only as far as every block's rows are retained.
+            let cap = match e.aux.as_mut() {
+                Some(a) if ctx.rules.aux_retain => Some(a.sched.max_cache_hit(hashes, nt, &e.pool, b)),
+                _ => None,
+            };
+            let (mut h, mut l) = kv_manager::get_computed_blocks(&e.pool, q, &k, cap);
+            let mut max_new = None;
+            if e.aux.is_some() {
+                // prime-rl: cut local hits at the first externally loaded block from blk(s) on,
+                // and clamp external loads at block_floor(s).
+                let keep = rows_sched::cut_hits(ctx.rules, k.spec, q, &h, &e.pool, b);
+                if keep < h.len() {
+                    let was = l;
+                    h.truncate(keep);
+                    l = keep as u32 * b;
+                    e.ghost.mark(Mark::RowsCut);
+                    ev.emit(|| Event::RowsCut { req: r, from: was, to: l });
+                }
+                max_new = rows_sched::load_limit(ctx.rules, k.spec, q, l, b);
+            }
+            let (x, mut la) = e.conn.get_num_new_matched_tokens(
+                r,
+                &e.reqs[r as usize],
+                k.spec,
+                l,
+                max_new,
+                &cc,
+                scratch,
+                &mut e.ghost,
+            );
+            let mut x = x;
+            if let (Some(_), Some(ext), Some(oc)) = (max_new, x, e.conn.offloading()) {
+                // prime-rl's clamp: report the external hit it gave up.
+                if let Some(full) = oc.peek_unbounded_hit(r, nt, k.spec, &cc).filter(|&f| f > ext) {
+                    e.ghost.mark(Mark::RowsCut);
+                    ev.emit(|| Event::RowsCut { req: r, from: l + full, to: l + ext });
+                }
+            }
+            if let (Some(a), Some(ext)) = (e.aux.as_mut(), x) {
+                if ctx.rules.aux_retain && ext > 0 {
+                    // 0.33 cap_external_hit: all or nothing.
+                    let capped =
+                        a.sched.cap_external_hit(e.reqs[r as usize].block_hashes(k.spec, b), nt, l, ext, &e.pool, b);
+                    if capped < ext {
+                        e.ghost.mark(Mark::RowsCut);
+                        ev.emit(|| Event::RowsCut { req: r, from: l + ext, to: l });
+                    }
+                    x = Some(capped);
+                    la &= capped > 0;
+                }
+            }
             if !matches!(e.conn, crate::system::connector::Connector::None) {
                 ev.emit(|| Event::Lookup { req: r, local: l, external: x, load_async: la });
             }
@@ -347,10 +412,16 @@ fn schedule_waiting(
             &mut e.ghost,
             ev,
         );
+        if ext > 0 && e.aux.is_some() {
+            rows_sched::mark_loaded(&mut e.pool, &e.reqs[r as usize], local, ext, cfg.block_size);
+        }
         let q = &mut e.reqs[r as usize];
         if load_async {
             q.status = Status::WaitingForRemoteKvs;
             q.num_computed = num_computed;
+            if let Some(a) = e.aux.as_mut().filter(|_| ctx.rules.aux_retain) {
+                a.sched.request_loading(r, q.block_hashes(k.spec, cfg.block_size), num_computed, cfg.block_size);
+            }
             q.inflight_prefill = true;
             let table = q.table.clone();
             ev.emit(|| Event::AsyncLoadWait { req: r, table, num_computed });

@@ -7,7 +7,7 @@ use super::config::LoadFailurePolicy;
 use super::connector::SchedOut;
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
-use super::ghost::Mark;
+use super::ghost::{Breach, Mark};
 use super::kv_manager;
 use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
@@ -52,6 +52,16 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         e.ghost.idle_steps = 0;
         ev.emit(|| Event::Sampled { req: r, position });
         let nt = q.num_tokens(spec);
+        if let Some(a) = e.aux.as_mut() {
+            // take_output: the rows up to num_tokens - 1 (the new token is never forwarded).
+            if let Some(o) = w.rows.iter().find(|o| o.req == r) {
+                let token_end = nt - 1;
+                if token_end >= o.start {
+                    let end = if ctx.rules.aux_emit_last_token { token_end + 1 } else { token_end.min(o.end) };
+                    a.rows[r as usize].append(o.start, end);
+                }
+            }
+        }
         // check_stop: EOS first, then max_model_len / max_tokens.
         let eos = spec.eos_at == Some(q.num_output - 1);
         let stop = eos || q.num_output >= spec.max_tokens || nt >= ctx.cfg.max_model_len;
@@ -67,6 +77,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
             let reason = if eos { FinishReason::Stopped } else { FinishReason::LengthCapped };
             stopped.push((r, status_before));
             if handle_stopped_request(e, ctx, r, reason, ev) {
+                check_rows(e, ctx, r, ev);
                 e.reqs[r as usize].status = Status::Finished(reason);
                 ev.emit(|| Event::Finished { req: r, reason });
                 free_request(e, ctx, r, false, ev);
@@ -190,6 +201,49 @@ fn rewind_requests(
     (affected, to_evict)
 }
 
+/// Router replay: a request that stopped returns rows `[start, T - 1)`, contiguous
+/// (rows-exact), and the end-anchored start `T - 1 - |rows|` is its first row (start-anchored).
+fn check_rows(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
+    let Some(a) = e.aux.as_ref() else { return };
+    let q = &e.reqs[r as usize];
+    let spec = ctx.wl.spec(r, q.turn);
+    let t1 = q.num_tokens(spec) - 1;
+    let start = match ctx.rules.aux_emit {
+        crate::system::rules::EmitStart::V031 => spec.rows_start,
+        crate::system::rules::EmitStart::V033 => spec.rows_start.min(spec.prompt_len),
+    };
+    let rec = a.rows[r as usize].clone();
+    let exact = !rec.gap && if start >= t1 { rec.is_empty() } else { rec.first == Some(start) && rec.end == t1 };
+    if !exact {
+        e.ghost.breach(Breach::RowsInexact);
+        ev.emit(|| Event::Violation {
+            property: "rows-exact",
+            detail: format!(
+                "{} returns rows {} for tokens up to {t1}; expected [{start},{t1})",
+                spec.name,
+                match rec.first {
+                    None => "none".to_string(),
+                    Some(f) => format!("[{f},{}){}", rec.end, if rec.gap { " with a gap" } else { "" }),
+                }
+            ),
+        });
+    }
+    if let Some(f) = rec.first {
+        let anchored = t1.checked_sub(rec.count);
+        if anchored != Some(f) {
+            e.ghost.breach(Breach::StartNotAnchored);
+            ev.emit(|| Event::Violation {
+                property: "start-anchored",
+                detail: format!(
+                    "{}: len(prompt) + len(completion) - 1 - len(rows) = {} but the first row is at {f}",
+                    spec.name,
+                    anchored.map_or("negative".to_string(), |x| x.to_string())
+                ),
+            });
+        }
+    }
+}
+
 /// `_handle_stopped_request`: true if the request is finished. A streaming session is not:
 /// it drops its in-flight work, then takes its next queued input, or finishes if the client
 /// already ended the session, or parks (WAITING_FOR_STREAMING_REQ) keeping its blocks.
@@ -271,6 +325,9 @@ pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishRe
 fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events) {
     e.ghost.idle_steps = 0;
     let spec = ctx.wl.spec(r, e.reqs[r as usize].turn);
+    if let Some(a) = e.aux.as_mut() {
+        a.sched.request_finished(r, spec, &e.reqs[r as usize], &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size);
+    }
     e.conn.request_finished(r, &e.reqs[r as usize], spec, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
     e.reqs[r as usize].inflight_prefill = false;
     e.finished_since.push(r);

@@ -12,6 +12,7 @@ use super::connector::worker as conn;
 use super::connector::{Connector, JobKind, Phase, SchedOut, StepScratch};
 use super::engine::{Ctx, Engine, StepInput};
 use super::events::{Event, Events};
+use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOutput};
 use super::ghost::Breach;
 use super::types::{cdiv, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
@@ -23,6 +24,8 @@ pub struct WorkerOut {
     pub completed: Vec<JobId>,
     pub finished_recving: Vec<ReqId>,
     pub invalid_blocks: BTreeSet<BlockId>,
+    /// Router replay: the rows each request emitted (`aux_output_connector_output`).
+    pub rows: Vec<RowsOutput>,
 }
 
 /// Run the worker side of one step.
@@ -44,14 +47,55 @@ pub fn execute(
             invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, Some(input), &mut e.ghost, ev);
         }
     }
+    if let (Some(a), Some(meta)) = (e.aux.as_mut(), scratch.aux.as_ref()) {
+        rows_sched::begin_step(a, meta, ctx.cfg.block_size);
+    }
     if let Some(sc) = e.conn.simple_cpu_mut() {
         sc_conn::handle_preemptions(sc, &mut e.pool, !out.preempted.is_empty(), &mut e.ghost, ev);
     }
     forward(e, ctx, out, &invalid, ev);
-    if let Some(sc) = e.conn.simple_cpu_mut() {
-        return sc_conn::after_forward(sc, &mut e.pool, ctx, input, &mut e.ghost, ev);
+    let mut w = match e.conn.simple_cpu_mut() {
+        Some(sc) => sc_conn::after_forward(sc, &mut e.pool, ctx, input, &mut e.ghost, ev),
+        None => WorkerOut::default(),
+    };
+    if let Some(a) = e.aux.as_mut() {
+        let steps: Vec<Forwarded> = out
+            .scheduled
+            .iter()
+            .filter(|s| s.tokens > 0)
+            .map(|s| Forwarded { req: s.req, token_start: s.start, n: s.tokens, samples: s.samples })
+            .collect();
+        match expert_rows::worker::commit_output(
+            &mut a.workers,
+            &mut a.store,
+            &steps,
+            ctx.cfg.block_size,
+            ctx.rules.aux_partial_skip,
+        ) {
+            Ok(rows) => {
+                for o in &rows {
+                    if o.from_store {
+                        e.ghost.mark(super::ghost::Mark::RowsFromStore);
+                    }
+                    ev.emit(|| Event::RowsEmitted { req: o.req, start: o.start, end: o.end, from_store: o.from_store });
+                }
+                w.rows = rows;
+            }
+            Err((r, crash)) => {
+                a.dead = true;
+                e.ghost.breach(Breach::RowsMissing);
+                let name = &ctx.wl.requests[r as usize].name;
+                let detail = match crash {
+                    Crash::MissingRows { block, key } => format!(
+                        "{name}'s rows need block {block} ({}) from the row store, which does not hold it: BlockObjectStoreError, the engine dies",
+                        ctx.wl.label(key)
+                    ),
+                    Crash::Buffer(why) => format!("{name}: routed-experts buffer assertion ({why}): the engine dies"),
+                };
+                ev.emit(|| Event::Violation { property: "rows-present", detail });
+            }
+        }
     }
-    let mut w = WorkerOut::default();
     if let Some(oc) = e.conn.offloading_mut() {
         if !has_sync {
             conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &mut e.ghost, ev);

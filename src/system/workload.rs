@@ -29,6 +29,8 @@ pub struct RequestSpec {
     pub hashes: Vec<BlockHash>,
     /// Which input of a streaming session this spec describes (0 for plain requests).
     pub turn: u8,
+    /// Router replay: `sampling_params.routed_experts_prompt_start` (s, 0..=prompt_len).
+    pub rows_start: u32,
 }
 
 impl RequestSpec {
@@ -56,7 +58,7 @@ impl RequestSpec {
         tokens.extend(output);
         tokens.extend((known..max_tokens).map(|i| u32::MAX - i));
         let hashes = chain_hashes(&tokens, block_size);
-        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, eos_at, hashes, turn: 0 }
+        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, eos_at, hashes, turn: 0, rows_start: 0 }
     }
 
     /// Parent hash of block `i` (`NONE_HASH` for block 0).

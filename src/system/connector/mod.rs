@@ -94,13 +94,18 @@ impl Connector {
         req: &ReqState,
         spec: &RequestSpec,
         num_local: u32,
+        max_new: Option<u32>,
         c: &ConnCtx,
         scratch: &mut StepScratch,
         ghost: &mut Ghost,
     ) -> (Option<u32>, bool) {
         match self {
             Connector::None => (Some(0), false),
-            Connector::Offloading(oc) => oc.get_num_new_matched_tokens(r, req, spec, num_local, c, scratch, ghost),
+            // `max_new`: `_max_loadable_tokens`, which prime-rl's clamp wraps (OffloadingConnector
+            // and Mooncake only; SimpleCPU is not wrapped).
+            Connector::Offloading(oc) => {
+                oc.get_num_new_matched_tokens(r, req, spec, num_local, max_new, c, scratch, ghost)
+            }
             Connector::SimpleCpu(sc) => sc.get_num_new_matched_tokens(r, req, spec, num_local, c, ghost),
         }
     }
@@ -286,6 +291,8 @@ pub struct StepScratch {
     pub sync_loads: Vec<ReqId>,
     pub sync_used: u32,
     pub flush: BTreeSet<JobId>,
+    /// Router replay: this step's `AuxOutputConnectorMetadata`.
+    pub aux: Option<crate::system::expert_rows::AuxMeta>,
 }
 
 /// A small growable bit set with a canonical representation (no trailing zero words).

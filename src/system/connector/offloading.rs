@@ -158,6 +158,7 @@ impl OcState {
         req: &ReqState,
         spec: &RequestSpec,
         num_local: u32,
+        max_new: Option<u32>,
         c: &ConnCtx,
         scratch: &mut StepScratch,
         ghost: &mut Ghost,
@@ -182,7 +183,7 @@ impl OcState {
         Self::update_offload_keys(st, req, spec, c);
         st.num_local = num_local;
         let st = self.reqs[r as usize].as_ref().expect("tracked request");
-        let hit = self.lookup_complete_chunks(st, req.num_tokens(spec), spec, c);
+        let hit = self.lookup_complete_chunks(st, req.num_tokens(spec), max_new, spec, c);
         // 0.24: `_touch(req)` after the lookup, whatever it found.
         if rules.host_lru == HostLru::ReleaseOrder {
             let keys = Self::keys_of(st, spec, c);
@@ -206,11 +207,26 @@ impl OcState {
         (hit, hit.is_some_and(|h| h > 0) && !sync)
     }
 
+    /// What the last lookup of `r` would have found without `max_num_new_tokens` (no side
+    /// effects; for reporting what a clamp gave up).
+    pub fn peek_unbounded_hit(&self, r: ReqId, num_tokens: u32, spec: &RequestSpec, c: &ConnCtx) -> Option<u32> {
+        let st = self.reqs[r as usize].as_ref()?;
+        self.lookup_complete_chunks(st, num_tokens, None, spec, c)
+    }
+
     /// `_lookup_complete_chunks` for one full-attention group.
-    fn lookup_complete_chunks(&self, st: &OcReq, num_tokens: u32, spec: &RequestSpec, c: &ConnCtx) -> Option<u32> {
+    /// `max_new` is `max_num_new_tokens` (`_max_loadable_tokens`, which prime-rl's clamp wraps).
+    fn lookup_complete_chunks(
+        &self,
+        st: &OcReq,
+        num_tokens: u32,
+        max_new: Option<u32>,
+        spec: &RequestSpec,
+        c: &ConnCtx,
+    ) -> Option<u32> {
         let tpc = c.tpc();
         let local = st.num_local;
-        let max_hit = num_tokens.min(st.num_keys * tpc);
+        let max_hit = num_tokens.min(local.saturating_add(max_new.unwrap_or(u32::MAX))).min(st.num_keys * tpc);
         if max_hit < local + tpc {
             return Some(0);
         }

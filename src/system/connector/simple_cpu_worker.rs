@@ -157,5 +157,5 @@ pub fn after_forward(
         }
     }
     let (completed, finished_recving) = get_finished(sc);
-    WorkerOut { completed, finished_recving, invalid_blocks: BTreeSet::new() }
+    WorkerOut { completed, finished_recving, invalid_blocks: BTreeSet::new(), ..Default::default() }
 }

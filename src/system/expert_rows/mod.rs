@@ -1,0 +1,81 @@
+//! Routed-expert rows for router replay (vLLM's AuxOutput connector, `aux_output_connector/*`,
+//! 0.31 and 0.33 forms, plus prime-rl's patches). See docs/router-replay.md.
+//!
+//! A row is what the MoE router chose for one *forwarded* position; positions covered by a
+//! prefix hit or an external load are not forwarded, so their rows can only come from the
+//! per-instance row store (`store`), keyed by block hash. The worker (`worker`) captures,
+//! publishes and emits rows; the scheduler side (`scheduler`) decides each request's emit
+//! start, sends block hashes as keys, retains rows (0.33) and gates or clamps hits so that no
+//! request needs rows the store lacks. The frontend concatenates each request's emitted rows
+//! (`RowsRecord`), which rows-exact and start-anchored check at finish.
+
+pub mod scheduler;
+pub mod store;
+pub mod worker;
+
+use crate::system::types::ReqId;
+pub use scheduler::{AuxMeta, AuxSched};
+pub use store::RowStore;
+pub use worker::{Crash, Forwarded, RowsOutput, WorkerReq};
+
+/// The rows a request's client has received so far (`routed_experts_chunks`).
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct RowsRecord {
+    /// Position of the first row, if any.
+    pub first: Option<u32>,
+    /// One past the last row.
+    pub end: u32,
+    /// A chunk did not continue where the previous one ended.
+    pub gap: bool,
+    /// Rows received.
+    pub count: u32,
+}
+
+impl RowsRecord {
+    pub fn append(&mut self, start: u32, end: u32) {
+        if start >= end {
+            return;
+        }
+        match self.first {
+            None => self.first = Some(start),
+            Some(_) if start != self.end => self.gap = true,
+            Some(_) => {}
+        }
+        self.end = end;
+        self.count += end - start;
+    }
+    pub fn len(&self) -> u32 {
+        self.count
+    }
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+}
+
+/// Everything router replay adds to one engine.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct AuxState {
+    pub sched: AuxSched,
+    pub store: RowStore,
+    pub workers: Vec<Option<WorkerReq>>,
+    pub rows: Vec<RowsRecord>,
+    /// The engine died (BlockObjectStoreError or a buffer assertion).
+    pub dead: bool,
+}
+
+impl AuxState {
+    pub fn new(num_reqs: usize, store_objects: u32, capacity_blocks: u32, evicts_live: bool) -> Self {
+        AuxState {
+            sched: AuxSched::new(num_reqs, capacity_blocks),
+            store: RowStore::new(store_objects, evicts_live),
+            workers: vec![None; num_reqs],
+            rows: vec![RowsRecord::default(); num_reqs],
+            dead: false,
+        }
+    }
+
+    /// Rows emitted for `r` so far.
+    pub fn record(&self, r: ReqId) -> &RowsRecord {
+        &self.rows[r as usize]
+    }
+}

@@ -1,0 +1,154 @@
+//! Router replay: the PR's GPU checks A, B and C as scripted runs (arrivals in order, every
+//! copy finishing within its step), their outcomes under the fix and its ablations, and the
+//! row store's reference semantics.
+
+use crate::common::*;
+use kvmc::model::{Action, KvModel};
+use kvmc::system::expert_rows::RowStore;
+use kvmc::system::types::BlockHash;
+use kvmc::system::{Direction, Engine, Event, Events};
+use stateright::Model;
+
+/// Run `m` along the eager path: arrive as soon as allowed, steps with copies finishing
+/// within them. Returns the events and the final engine.
+fn scripted(m: &KvModel) -> (Vec<Event>, Engine) {
+    let mut e = m.init().engine;
+    let mut all = Vec::new();
+    for _ in 0..200 {
+        let mut acts = Vec::new();
+        m.actions(&kvmc::model::KvState { engine: e.clone(), scope: m.scope.clone() }, &mut acts);
+        let pick = acts
+            .iter()
+            .find(|a| matches!(a, Action::Arrive(_)))
+            .or_else(|| acts.iter().find(|a| **a == Action::StepDrain))
+            .or_else(|| acts.iter().find(|a| **a == Action::Step))
+            .or_else(|| acts.iter().find(|a| **a == Action::TransferDone(Direction::Store)))
+            .or_else(|| acts.iter().find(|a| **a == Action::TransferDone(Direction::Load)))
+            .copied();
+        let Some(a) = pick else { break };
+        let mut ev = Events::on();
+        match m.apply(&e, a, &mut ev, false) {
+            Some(next) => {
+                e = next;
+                all.extend(ev.list);
+            }
+            None if a == Action::StepDrain => {
+                let mut ev = Events::on();
+                match m.apply(&e, Action::Step, &mut ev, false) {
+                    Some(next) => {
+                        e = next;
+                        all.extend(ev.list);
+                    }
+                    None => break,
+                }
+            }
+            None => break,
+        }
+    }
+    (all, e)
+}
+
+fn req(m: &KvModel, name: &str) -> u16 {
+    m.scope.workload.requests.iter().position(|r| r.name == name).unwrap() as u16
+}
+
+/// (local, external) of the request's last lookup.
+fn lookup(ev: &[Event], r: u16) -> (u32, Option<u32>) {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Lookup { req, local, external, .. } if *req == r => Some((*local, *external)),
+            _ => None,
+        })
+        .last()
+        .expect("the request was looked up")
+}
+
+fn died(ev: &[Event]) -> bool {
+    ev.iter().any(|e| matches!(e, Event::Violation { property: "rows-present", .. }))
+}
+
+#[test]
+fn check_a_the_clamp_stops_the_load_at_block_floor_of_start() {
+    // X = P + more, start 3 (mid-block 1), block size 2: floor(3) = 2 = its G1 hit.
+    let m = model("rows-a", None, None);
+    let (ev, e) = scripted(&m);
+    let x = req(&m, "X");
+    assert_eq!(lookup(&ev, x), (2, Some(0)), "the clamp leaves no external hit past block_floor(start)");
+    assert!(ev.iter().any(|e| matches!(e, Event::RowsCut { req, from: 4, to: 2 } if *req == x)), "P.1 was loadable");
+    assert!(!died(&ev));
+    // Rows exactly [3, 6): T = 7.
+    let r = e.aux.as_ref().unwrap().record(x);
+    assert_eq!((r.first, r.end, r.count, r.gap), (Some(3), 6, 3, false));
+    // Without the clamp X loads P.1 and needs its rows back: the engine dies.
+    let (ev, _) = scripted(&model("rows-a", None, Some("no-load-clamp")));
+    assert_eq!(lookup(&ev, x), (2, Some(2)));
+    assert!(died(&ev));
+}
+
+#[test]
+fn check_b_the_cut_stops_the_local_hit_on_loaded_blocks() {
+    let m = model("rows-b", None, None);
+    let (ev, e) = scripted(&m);
+    let (a, b) = (req(&m, "A"), req(&m, "B"));
+    assert_eq!(lookup(&ev, a), (0, Some(4)), "A (start 4) loads the shared prefix from the host tier");
+    assert!(ev.iter().any(|e| matches!(e, Event::RowsCut { req, from: 4, to: 0 } if *req == b)), "B's hit is cut to 0");
+    assert_eq!(lookup(&ev, b), (0, Some(0)), "and the clamp (start 0) loads nothing: B recomputes");
+    assert!(!died(&ev));
+    let r = e.aux.as_ref().unwrap().record(b);
+    assert_eq!((r.first, r.end, r.gap), (Some(0), 5, false), "B's rows [0, 5) as without offload");
+    // The PR's negative control: the clamp without the cut dies at the first B.
+    let (ev, _) = scripted(&model("rows-b", None, Some("clamp-only")));
+    assert_eq!(lookup(&ev, b), (4, Some(0)));
+    assert!(died(&ev));
+}
+
+#[test]
+fn check_c_start_zero_gets_no_external_hit() {
+    let m = model("rows-c", None, None);
+    let (ev, e) = scripted(&m);
+    let x = req(&m, "X");
+    assert_eq!(lookup(&ev, x).1, Some(0), "no external hits at start 0");
+    let r = e.aux.as_ref().unwrap().record(x);
+    assert_eq!((r.first, r.end, r.count), (Some(0), 6, 6), "rows [0, T-1) as a run without offload");
+}
+
+#[test]
+fn vllm_033_retains_rows_beyond_g1_and_loads_only_what_it_retains() {
+    // 0.33 retained P's rows when P finished (they outlive its G1 blocks): X may load P.1.
+    let m = model("rows-a", Some("vllm-0.33"), None);
+    let (ev, _) = scripted(&m);
+    let x = req(&m, "X");
+    assert_eq!(lookup(&ev, x), (2, Some(2)), "P.1's rows are retained: the load is allowed");
+    assert!(!died(&ev));
+    // With a row store smaller than G1, prime-rl dies on a plain local hit; 0.33 does not.
+    let (ev, _) = scripted(&model("rows-small-store", None, None));
+    assert!(died(&ev));
+    let (ev, _) = scripted(&model("rows-small-store", Some("vllm-0.33"), None));
+    assert!(!died(&ev));
+}
+
+fn h(i: u64) -> BlockHash {
+    BlockHash(i)
+}
+
+#[test]
+fn row_store_keeps_referenced_rows_and_evicts_released_ones_oldest_first() {
+    let mut s = RowStore::new(2, false);
+    // A request's keys are retained when sent, then its blocks are published.
+    s.put(&[], &[h(1), h(2)], &[]);
+    assert!(s.put(&[h(1), h(2)], &[], &[]).is_empty());
+    // A third referenced object: nothing is unreferenced, the store grows.
+    s.put(&[h(3)], &[h(3)], &[]);
+    assert_eq!((s.len(), s.capacity), (3, 4));
+    // Released keys (tail first, as the worker releases them) become evictable, head last.
+    s.put(&[], &[], &[h(2), h(1)]);
+    assert_eq!(s.get(&[h(1), h(2)]), Ok(()));
+    let mut small = RowStore::new(2, false);
+    small.put(&[h(1), h(2)], &[], &[]);
+    assert_eq!(small.put(&[h(5)], &[], &[]), vec![h(1)], "the least recently used goes first");
+    assert_eq!(small.get(&[h(1)]), Err(h(1)), "BlockObjectStoreError");
+    // The variant evicts referenced rows too.
+    let mut live = RowStore::new(1, true);
+    live.put(&[h(1)], &[h(1)], &[]);
+    assert_eq!(live.put(&[h(2)], &[h(2)], &[]), vec![h(1)]);
+}
