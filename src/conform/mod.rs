@@ -112,6 +112,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
         enable_prefix_caching: h.enable_prefix_caching,
         async_scheduling: h.async_scheduling,
         connector,
+        router_replay: None,
     };
     let n = specs.len();
     Ok(Scope {
@@ -225,7 +226,7 @@ fn replay(
     window: usize,
 ) -> Result<(Report, Vec<usize>)> {
     let scope = Arc::new(scope_of(path, h, lines, dropped)?);
-    let off = scope.cfg.offload().is_some();
+    let off = &scope.cfg;
     let safety: Vec<_> = props::CATALOGUE
         .iter()
         .filter(|p| p.kind == Kind::Always && props::applies(p, off) && p.name != "requests-finish")
