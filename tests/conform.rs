@@ -60,6 +60,9 @@ fn alter(line: &str) -> Option<String> {
         "flush" => v["jobs"].as_array_mut()?.push(serde_json::json!(999)),
         "schedule" => v["preempted"].as_array_mut()?.push(serde_json::json!("X")),
         "finish" => v["reason"] = serde_json::json!(if v["reason"] == "abort" { "error" } else { "abort" }),
+        "stream_queued" => bump(&mut v["queued"]),
+        "turn_end" => v["reason"] = serde_json::json!(if v["reason"] == "stop" { "length" } else { "stop" }),
+        "turn_start" => bump(&mut v["num_computed"]),
         "g1" => v["free"].as_array_mut()?.push(serde_json::json!(999)),
         "host" => v["order"].as_array_mut()?.push(serde_json::json!("X.9")),
         _ => return None,
@@ -77,6 +80,7 @@ fn diverges_at(path: &Path, text: &str) -> Option<usize> {
 #[test]
 fn deleting_or_altering_any_decision_line_is_caught_at_that_line() {
     let mut checked = 0;
+    let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
     for f in fixtures() {
         let text = std::fs::read_to_string(&f).unwrap();
         let lines: Vec<&str> = text.lines().collect();
@@ -90,9 +94,15 @@ fn deleting_or_altering_any_decision_line_is_caught_at_that_line() {
             d.remove(i);
             assert_eq!(diverges_at(&f, &(d.join("\n") + "\n")), Some(no), "{}: deleting line {no} ({l})", f.display());
             checked += 1;
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            *kinds.entry(v["ev"].as_str().unwrap().to_string()).or_default() += 1;
         }
     }
     assert!(checked > 500, "every decision line of every fixture ({checked})");
+    // The streaming-session decisions (parking, resuming, queueing) are among them.
+    for k in ["stream_queued", "turn_end", "turn_start", "finish", "schedule", "store", "load", "lookup"] {
+        assert!(kinds.get(k).copied().unwrap_or(0) > 0, "{k} lines are checked: {kinds:?}");
+    }
 }
 
 #[test]
@@ -140,6 +150,113 @@ fn bad_logs_exit_2_naming_file_and_line() {
         std::fs::write(&p, &body).unwrap();
         let o = kvmc(&["conform", p.to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(2), "{body}");
+        assert!(stderr(&o).contains(want), "{want} in {}", stderr(&o));
+    }
+}
+
+#[test]
+fn streaming_sessions_on_real_vllm_park_resume_and_queue() {
+    // What the session fixtures record (and the model reproduces, step by step).
+    let read = |n: &str| std::fs::read_to_string(root().join(format!("tests/conformance/fixtures/{n}.jsonl"))).unwrap();
+    let has = |text: &str, want: &[&str]| want.iter().all(|w| text.contains(w));
+    let resume = read("stream-resume");
+    assert!(has(
+        &resume,
+        &[
+            r#""resumable":true"#,
+            r#"{"ev":"turn_end","step":3,"req":"S","turn":1,"reason":"length"}"#,
+            r#"{"ev":"turn_start","step":4,"req":"S","turn":2,"num_computed":14,"num_prompt_tokens":20}"#,
+            r#"{"ev":"turn_start","step":7,"req":"S","turn":3"#,
+            r#"{"ev":"finish","step":9,"req":"S","reason":"abort"}"#,
+            r#""req":"C","keys":["S.2","S@2.3","S@2.4","S@3.5"]"#,
+        ]
+    ));
+    let queued = read("stream-queued");
+    assert!(has(
+        &queued,
+        &[
+            r#"{"ev":"stream_queued","step":2,"req":"S","queued":1}"#,
+            r#"{"ev":"turn_start","step":4,"req":"S","turn":2"#,
+            r#"{"ev":"stream_end","step":6,"req":"S"}"#,
+            r#"{"ev":"turn_end","step":7,"req":"S","turn":2,"reason":"length"}"#,
+            r#"{"ev":"finish","step":7,"req":"S","reason":"length"}"#,
+        ]
+    ));
+    for n in ["stream-resume", "stream-queued", "stream-parked-slot"] {
+        let r = conform::check(&root().join(format!("tests/conformance/fixtures/{n}.jsonl")), "vllm-0.33", None, 8)
+            .unwrap();
+        assert!(r.divergence.is_none(), "{n}: {:?}", r.divergence);
+        assert!(r.findings.is_empty(), "{n}: {:?}", r.findings);
+    }
+    // An idle step (only the parked session is left): no schedule line, and the model idles too.
+    let parked = read("stream-parked-slot");
+    assert!(!parked.contains(r#""ev":"schedule","step":10,"#) && parked.contains(r#""ev":"g1","step":10,"#));
+}
+
+#[test]
+fn bad_session_lines_exit_2_naming_file_and_line() {
+    let d = tempdir("conform-bad-session");
+    let text = std::fs::read_to_string(root().join("tests/conformance/fixtures/stream-queued.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let head = lines[0];
+    let arrive_s = lines[1];
+    assert!(arrive_s.contains(r#""resumable":true"#), "{arrive_s}");
+    let arrive_plain = arrive_s.replace(r#","resumable":true"#, "");
+    let input = |step: u32| {
+        format!(r#"{{"ev":"stream_input","step":{step},"req":"S","prompt":[5,6],"max_tokens":2,"eos_token_id":null}}"#)
+    };
+    let end = |step: u32| format!(r#"{{"ev":"stream_end","step":{step},"req":"S"}}"#);
+    for (body, want) in [
+        (vec![head.to_string(), input(1)], "log.jsonl:2: request S is used before it arrives"),
+        (vec![head.to_string(), arrive_plain.clone(), input(2)], "log.jsonl:3: request S is not a streaming session"),
+        (vec![head.to_string(), arrive_plain, end(2)], "log.jsonl:3: request S is not a streaming session"),
+        (vec![head.to_string(), arrive_s.to_string(), end(2)], "log.jsonl:3: session S ends before its second input"),
+        (
+            vec![head.to_string(), arrive_s.to_string(), input(2), end(3), input(4)],
+            "log.jsonl:5: session S was already ended",
+        ),
+        (vec![head.to_string(), arrive_s.to_string()], "log.jsonl:2: session S is sent no second input"),
+        (
+            vec![head.to_string(), arrive_s.to_string(), input(2).replace("[5,6]", "[]")],
+            "log.jsonl:3: session S: an input with an empty prompt",
+        ),
+        (
+            vec![head.to_string(), arrive_s.to_string(), input(2).replace(r#""max_tokens":2"#, r#""max_tokens":0"#)],
+            "log.jsonl:3: session S: an input with an empty prompt or max_tokens 0",
+        ),
+        (
+            vec![
+                head.to_string(),
+                arrive_s.to_string(),
+                input(2),
+                r#"{"ev":"turn_end","step":2,"req":"S","turn":0,"reason":"stop"}"#.into(),
+            ],
+            "log.jsonl:4: request S: turns count from 1",
+        ),
+        (
+            vec![
+                head.to_string(),
+                arrive_s.to_string(),
+                input(2),
+                r#"{"ev":"stream_queued","step":2,"req":"S"}"#.into(),
+            ],
+            "log.jsonl:4: not a valid event",
+        ),
+        (
+            vec![
+                head.to_string(),
+                arrive_s.to_string(),
+                input(2),
+                r#"{"ev":"turn_start","step":2,"req":"Z","turn":2,"num_computed":1,"num_prompt_tokens":3}"#.into(),
+            ],
+            "log.jsonl:4: request Z is used before it arrives",
+        ),
+        (vec![head.to_string(), arrive_s.replace("true", "7")], "log.jsonl:2: not a valid event"),
+    ] {
+        let p = d.join("log.jsonl");
+        std::fs::write(&p, body.join("\n") + "\n").unwrap();
+        let o = kvmc(&["conform", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{body:?}");
         assert!(stderr(&o).contains(want), "{want} in {}", stderr(&o));
     }
 }
@@ -225,4 +342,60 @@ fn bad_kv_event_streams_exit_2_naming_the_file() {
         assert_eq!(o.status.code(), Some(2), "{body:?}");
         assert!(stderr(&o).contains("bad.kvevents") && stderr(&o).contains(want), "{want} in {}", stderr(&o));
     }
+}
+
+/// Logs whose inputs were changed (a session input deleted, moved a step, another
+/// `max_tokens`, EOS sampled elsewhere) give a verdict or an input error, never a crash.
+#[test]
+fn changed_session_inputs_never_crash_the_driver() {
+    let mut verdicts = 0;
+    for n in ["stream-resume", "stream-queued", "stream-parked-slot"] {
+        let f = root().join(format!("tests/conformance/fixtures/{n}.jsonl"));
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let ev = v["ev"].as_str().unwrap();
+            if !["stream_input", "stream_end", "sampled", "arrive", "transfer_done"].contains(&ev) {
+                continue;
+            }
+            let mut variants: Vec<Vec<String>> = Vec::new();
+            let mut d: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+            d.remove(i);
+            variants.push(d);
+            for m in [1u64, 2, 7] {
+                let mut v2 = v.clone();
+                if v2.get("max_tokens").is_some() {
+                    v2["max_tokens"] = serde_json::json!(m);
+                    let mut a: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+                    a[i] = v2.to_string();
+                    variants.push(a);
+                }
+                if v2.get("token").is_some() {
+                    v2["token"] = serde_json::json!(2);
+                    let mut a: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+                    a[i] = v2.to_string();
+                    variants.push(a);
+                }
+            }
+            // Move the line one step earlier and later.
+            for delta in [-1i64, 1] {
+                let mut v2 = v.clone();
+                let s = v2["step"].as_i64().unwrap() + delta;
+                if s >= 1 {
+                    v2["step"] = serde_json::json!(s);
+                    let mut a: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+                    a[i] = v2.to_string();
+                    variants.push(a);
+                }
+            }
+            for a in variants {
+                let t = a.join("\n") + "\n";
+                let r = std::panic::catch_unwind(|| conform::check_text(&f, &t, "vllm-0.33", None, 2));
+                assert!(r.is_ok(), "{n}: line {} ({l}) changed: the driver panics", i + 1);
+                verdicts += usize::from(matches!(r, Ok(Ok(_))));
+            }
+        }
+    }
+    assert!(verdicts > 100, "most changed logs still parse and are replayed ({verdicts})");
 }

@@ -109,6 +109,27 @@ proptest! {
             Err(e) => prop_assert!(e.to_string().starts_with("x.kvevents:"), "{}", e),
         }
     }
+
+    #[test]
+    fn conform_log_parser_never_panics_on_mutated_session_logs(
+        pos in 0usize..100_000,
+        del in 0usize..8,
+        ins in "[a-z0-9:,\"{}\\[\\] _.@-]{0,8}",
+    ) {
+        // The session lines (resumable arrive, stream_input / stream_end, stream_queued,
+        // turn_end / turn_start) are all in the first steps of this fixture.
+        let p = Path::new("x.jsonl");
+        let good = std::fs::read_to_string(crate::common::root().join("tests/conformance/fixtures/stream-queued.jsonl")).unwrap();
+        let cut = good.match_indices('\n').nth(40).map_or(good.len(), |(i, _)| i + 1);
+        let mut t = good[..cut].to_string();
+        let at = pos % t.len();
+        let end = (at + del).min(t.len());
+        t.replace_range(at..end, &ins);
+        match kvmc::conform::log::parse(p, &t) {
+            Ok(_) => {}
+            Err(e) => prop_assert!(e.to_string().starts_with("x.jsonl:"), "{}", e),
+        }
+    }
 }
 
 /// SimpleCPU scopes: the `[simple_cpu]` table, and what kvmc does not model, named in the error.

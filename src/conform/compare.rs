@@ -27,14 +27,17 @@ fn sorted(v: &[String]) -> Vec<String> {
 fn rank(kind: &str) -> usize {
     match kind {
         "lookup" | "load" | "evict" | "store" | "store_refused" | "flush" => 10,
+        // Queued at input time, right after its `stream_input` / `stream_end` line.
+        "stream_queued" => 0,
         "schedule" => 20,
         "sampled" => 40,
-        "finish" => 50,
+        // In update_from_output (turn_start also at input time, for a parked session).
+        "finish" | "turn_end" | "turn_start" => 50,
         _ => 60,
     }
 }
 
-/// Where input lines sit: arrivals, aborts and errors before the step's decisions, reported
+/// Where input lines sit: arrivals, aborts, errors and stream inputs before the step's decisions, reported
 /// transfers after `schedule`, sampled tokens after those.
 fn input_rank(ev: &Ev) -> usize {
     match ev {
@@ -44,30 +47,46 @@ fn input_rank(ev: &Ev) -> usize {
     }
 }
 
-/// Compare step `step`; None when every decision matches. `snapshots` are the snapshot kinds
-/// the log records (then every step must have them).
+/// Compare step `step`; None when every decision matches. `queued` is the model's
+/// `streaming_queue` length after each input it queued this step, in order. `snapshots` are
+/// the snapshot kinds the log records (then every step must have them).
 pub fn step(
     scope: &Scope,
     e: &Engine,
     step: u32,
     lines: &[&Line],
     events: &[Event],
+    queued: &[u32],
     snapshots: &[&str],
 ) -> Option<Divergence> {
     let wl = &scope.workload;
     let name = |r: &u16| wl.requests[*r as usize].name.clone();
     let label = |h: &BlockHash| wl.label(*h);
     let names = |v: &[u16]| v.iter().map(name).collect::<Vec<_>>();
-    let mut kinds: Vec<Kind> =
-        ["lookup", "load", "store", "store_refused", "evict", "flush", "schedule", "finish", "sampled", "g1", "host"]
-            .iter()
-            .map(|&n| Kind {
-                name: n,
-                logged: Vec::new(),
-                model: Vec::new(),
-                optional: matches!(n, "g1" | "host" | "schedule") && !snapshots.contains(&n),
-            })
-            .collect();
+    let mut kinds: Vec<Kind> = [
+        "lookup",
+        "load",
+        "store",
+        "store_refused",
+        "evict",
+        "flush",
+        "schedule",
+        "finish",
+        "sampled",
+        "stream_queued",
+        "turn_end",
+        "turn_start",
+        "g1",
+        "host",
+    ]
+    .iter()
+    .map(|&n| Kind {
+        name: n,
+        logged: Vec::new(),
+        model: Vec::new(),
+        optional: matches!(n, "g1" | "host" | "schedule") && !snapshots.contains(&n),
+    })
+    .collect();
     let mut push_log =
         |k: &str, no: usize, s: String| kinds.iter_mut().find(|x| x.name == k).unwrap().logged.push((no, s));
     for l in lines {
@@ -95,6 +114,13 @@ pub fn step(
             ),
             Ev::Finish { req, reason, .. } => push_log("finish", l.no, format!("{req} {reason}")),
             Ev::Sampled { req, .. } => push_log("sampled", l.no, req.clone()),
+            Ev::StreamQueued { req, queued, .. } => push_log("stream_queued", l.no, format!("{req} queued={queued}")),
+            Ev::TurnEnd { req, turn, reason, .. } => push_log("turn_end", l.no, format!("{req} turn={turn} {reason}")),
+            Ev::TurnStart { req, turn, num_computed, num_prompt_tokens, .. } => push_log(
+                "turn_start",
+                l.no,
+                format!("{req} turn={turn} num_computed={num_computed} num_prompt_tokens={num_prompt_tokens}"),
+            ),
             Ev::G1 { free, cached, .. } => push_log("g1", l.no, format!("free={free:?} cached={cached:?}")),
             Ev::Host { entries, order, .. } => {
                 let mut es: Vec<String> = entries.iter().map(|x| format!("{} slot={} ref={}", x.key, x.slot, x.ref_cnt)).collect();
@@ -111,6 +137,7 @@ pub fn step(
         seq.push((kind.name, kind.model.len()));
         kind.model.push(s);
     };
+    let mut nq = 0;
     for ev in events {
         match ev {
             Event::Lookup { req, local, external, load_async } => {
@@ -154,6 +181,23 @@ pub fn step(
             }
             Event::Finished { req, reason } => push_model("finish", format!("{} {}", name(req), reason_str(*reason))),
             Event::Sampled { req, .. } => push_model("sampled", name(req)),
+            Event::StreamQueued { req } => {
+                let n = queued.get(nq).map_or_else(|| "?".to_string(), |q| q.to_string());
+                nq += 1;
+                push_model("stream_queued", format!("{} queued={n}", name(req)))
+            }
+            Event::TurnEnded { req, turn, reason } => {
+                push_model("turn_end", format!("{} turn={} {}", name(req), turn + 1, reason_str(*reason)))
+            }
+            Event::SessionResumed { req, turn, num_computed } => push_model(
+                "turn_start",
+                format!(
+                    "{} turn={} num_computed={num_computed} num_prompt_tokens={}",
+                    name(req),
+                    turn + 1,
+                    wl.spec(*req, *turn).prompt_len
+                ),
+            ),
             _ => {}
         }
     }
@@ -192,10 +236,12 @@ pub fn step(
                 let line = if !missing {
                     lg.unwrap().0
                 } else {
-                    // It belongs after the last decision the model made before it that the log
-                    // has, past the inputs the implementation logs before this kind.
+                    // It belongs after the decisions the model made before it that the log has
+                    // (the latest of their lines: the log may order kinds differently, e.g. a
+                    // session's turn_end after every sampled line), past the inputs the
+                    // implementation logs before this kind.
                     let pos = seq.iter().position(|&(kk, ii)| kk == k.name && ii == i).unwrap_or(seq.len());
-                    let before = seq[..pos].iter().rev().find_map(|&(kk, ii)| matched(kk, ii));
+                    let before = seq[..pos].iter().filter_map(|&(kk, ii)| matched(kk, ii)).max();
                     let start = before.unwrap_or(lines.first().map_or(0, |l| l.no.saturating_sub(1)));
                     lines
                         .iter()

@@ -64,6 +64,44 @@ pub enum Ev {
         max_tokens: u32,
         #[serde(default)]
         eos_token_id: Option<u32>,
+        /// A streaming-input session (vLLM `Request.resumable`): `stream_input` lines follow.
+        #[serde(default)]
+        resumable: bool,
+    },
+    /// A session's next input (`Scheduler.add_request` with the session's id).
+    StreamInput {
+        step: u32,
+        req: String,
+        prompt: Vec<u32>,
+        max_tokens: u32,
+        #[serde(default)]
+        eos_token_id: Option<u32>,
+    },
+    /// The end-of-session sentinel (`add_request` with a non-resumable request of that id).
+    StreamEnd {
+        step: u32,
+        req: String,
+    },
+    /// The input (or sentinel) just sent waits in `streaming_queue`; `queued` is its length.
+    StreamQueued {
+        step: u32,
+        req: String,
+        queued: u32,
+    },
+    /// `_handle_stopped_request` on a session: its input `turn` (1-based) stopped.
+    TurnEnd {
+        step: u32,
+        req: String,
+        turn: u32,
+        reason: String,
+    },
+    /// `_update_request_as_session`: the session takes its input `turn` (2, 3, ...).
+    TurnStart {
+        step: u32,
+        req: String,
+        turn: u32,
+        num_computed: u32,
+        num_prompt_tokens: u32,
     },
     Abort {
         step: u32,
@@ -159,6 +197,11 @@ impl Ev {
             Ev::Arrive { step, .. }
             | Ev::Abort { step, .. }
             | Ev::Error { step, .. }
+            | Ev::StreamInput { step, .. }
+            | Ev::StreamEnd { step, .. }
+            | Ev::StreamQueued { step, .. }
+            | Ev::TurnEnd { step, .. }
+            | Ev::TurnStart { step, .. }
             | Ev::Sampled { step, .. }
             | Ev::TransferDone { step, .. }
             | Ev::TransferFailed { step, .. }
@@ -183,6 +226,8 @@ impl Ev {
                 | Ev::Arrive { .. }
                 | Ev::Abort { .. }
                 | Ev::Error { .. }
+                | Ev::StreamInput { .. }
+                | Ev::StreamEnd { .. }
                 | Ev::Sampled { .. }
                 | Ev::TransferDone { .. }
                 | Ev::TransferFailed { .. }
@@ -199,12 +244,16 @@ pub struct Line {
 }
 
 /// Parse a whole log; the first line must be the header, steps never decrease, and every
-/// request is named by an arrival before it is used.
+/// request is named by an arrival before it is used. Only a session (`"resumable": true`)
+/// gets further inputs, none after its end-of-session sentinel, and every session gets at
+/// least one (kvmc models a session by its inputs).
 pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
     let mut lines = Vec::new();
     let mut header = None;
     let mut last_step = 0;
     let mut known: Vec<String> = Vec::new();
+    // Sessions: (name, arrive line, inputs sent, ended).
+    let mut sessions: Vec<(String, usize, u32, bool)> = Vec::new();
     for (i, raw) in text.lines().enumerate() {
         let no = i + 1;
         if raw.trim().is_empty() {
@@ -271,7 +320,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                 }
                 last_step = s;
                 match ev {
-                    Ev::Arrive { req, prompt, max_tokens, .. } => {
+                    Ev::Arrive { req, prompt, max_tokens, resumable, .. } => {
                         if known.contains(req) {
                             return Err(KvmcError::input(path, no, format!("request {req} arrives twice")));
                         }
@@ -283,15 +332,62 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                             ));
                         }
                         known.push(req.clone());
+                        if *resumable {
+                            sessions.push((req.clone(), no, 0, false));
+                        }
                     }
                     Ev::Abort { req, .. }
                     | Ev::Error { req, .. }
                     | Ev::Sampled { req, .. }
                     | Ev::Finish { req, .. }
                     | Ev::Lookup { req, .. }
+                    | Ev::StreamInput { req, .. }
+                    | Ev::StreamEnd { req, .. }
+                    | Ev::StreamQueued { req, .. }
+                    | Ev::TurnEnd { req, .. }
+                    | Ev::TurnStart { req, .. }
                         if !known.contains(req) =>
                     {
                         return Err(KvmcError::input(path, no, format!("request {req} is used before it arrives")));
+                    }
+                    Ev::StreamInput { req, .. } | Ev::StreamEnd { req, .. } => {
+                        let Some(s) = sessions.iter_mut().find(|s| &s.0 == req) else {
+                            return Err(KvmcError::input(
+                                path,
+                                no,
+                                format!(
+                                    "request {req} is not a streaming session (its arrive has no \"resumable\": true)"
+                                ),
+                            ));
+                        };
+                        if s.3 {
+                            return Err(KvmcError::input(path, no, format!("session {req} was already ended")));
+                        }
+                        if let Ev::StreamInput { prompt, max_tokens, .. } = ev {
+                            if prompt.is_empty() || *max_tokens == 0 {
+                                return Err(KvmcError::input(
+                                    path,
+                                    no,
+                                    format!("session {req}: an input with an empty prompt or max_tokens 0"),
+                                ));
+                            }
+                            if s.2 >= 8 {
+                                return Err(KvmcError::input(path, no, format!("session {req}: at most 9 inputs")));
+                            }
+                            s.2 += 1;
+                        } else {
+                            if s.2 == 0 {
+                                return Err(KvmcError::input(
+                                    path,
+                                    no,
+                                    format!("session {req} ends before its second input (not modelled)"),
+                                ));
+                            }
+                            s.3 = true;
+                        }
+                    }
+                    Ev::TurnEnd { req, turn, .. } | Ev::TurnStart { req, turn, .. } if *turn == 0 => {
+                        return Err(KvmcError::input(path, no, format!("request {req}: turns count from 1")));
                     }
                     _ => {}
                 }
@@ -300,5 +396,12 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
         lines.push(Line { no, text: raw.to_string(), ev });
     }
     let header = header.ok_or_else(|| KvmcError::input(path, 1, "empty log: no header"))?;
+    if let Some((req, no, _, _)) = sessions.iter().find(|s| s.2 == 0) {
+        return Err(KvmcError::input(
+            path,
+            *no,
+            format!("session {req} is sent no second input (kvmc models a session by its further inputs)"),
+        ));
+    }
     Ok((header, lines))
 }

@@ -11,6 +11,8 @@ use crate::model::scope::{Arrivals, Faults, Scope};
 use crate::model::{KvModel, KvState};
 use crate::props::{self, Kind};
 use crate::system::engine::StepInput;
+use crate::system::types::Status;
+use crate::system::workload::{next_turn_spec, EndKind, TurnInput};
 use crate::system::{ConnectorConfig, EngineConfig, Events, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload};
 use log::{Ev, Header, Line};
 use std::path::Path;
@@ -45,10 +47,16 @@ pub struct Report {
 /// are the prompt followed by every token the log says the request sampled.
 /// `dropped` are the log lines of `sampled` events whose token the implementation discarded
 /// (a request whose load failed in that step): they are not part of the request's tokens.
+///
+/// A streaming session (`"resumable": true`) gets one spec per input: its `sampled` tokens are
+/// split where an input stops (`check_stop`: EOS, `max_tokens` of that input, or
+/// `max_model_len`), and each later input's prompt is the previous one's tokens but the last
+/// sampled one, followed by the `stream_input` tokens (`_update_request_as_session`).
 pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> Result<Scope> {
     let mut specs: Vec<RequestSpec> = Vec::new();
+    let mut sessions: Vec<Vec<RequestSpec>> = Vec::new();
     for l in lines {
-        if let Ev::Arrive { req, prompt, max_tokens, eos_token_id, .. } = &l.ev {
+        if let Ev::Arrive { req, prompt, max_tokens, eos_token_id, resumable, .. } = &l.ev {
             let out: Vec<u32> = lines
                 .iter()
                 .filter_map(|x| match &x.ev {
@@ -56,10 +64,27 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
                     _ => None,
                 })
                 .collect();
-            let eos_at = eos_token_id.and_then(|eos| out.iter().position(|&t| t == eos)).map(|i| i as u32);
-            // More samples than max_tokens: some were dropped (found by replaying); the extra
-            // tokens stay in the script but are never appended.
-            specs.push(RequestSpec::with_limits(req, prompt.clone(), out, *max_tokens, eos_at, h.block_size));
+            if !*resumable {
+                let eos_at = eos_token_id.and_then(|eos| out.iter().position(|&t| t == eos)).map(|i| i as u32);
+                // More samples than max_tokens: some were dropped (found by replaying); the extra
+                // tokens stay in the script but are never appended.
+                specs.push(RequestSpec::with_limits(req, prompt.clone(), out, *max_tokens, eos_at, h.block_size));
+                sessions.push(Vec::new());
+                continue;
+            }
+            let inputs: Vec<(&Vec<u32>, u32, Option<u32>)> = lines
+                .iter()
+                .filter_map(|x| match &x.ev {
+                    Ev::StreamInput { req: r, prompt, max_tokens, eos_token_id, .. } if r == req => {
+                        Some((prompt, *max_tokens, *eos_token_id))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let (first, turns) =
+                session_specs(req, (prompt, *max_tokens, *eos_token_id), &inputs, &out, h.block_size, h.max_model_len);
+            specs.push(first);
+            sessions.push(turns);
         }
     }
     let connector = if h.connector == "offloading" {
@@ -96,13 +121,72 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
         description: format!("{} {} event log", h.implementation, h.version),
         profile: "vllm-0.33".into(),
         cfg,
-        workload: Workload::new(h.block_size, specs),
+        workload: Workload::with_sessions(h.block_size, specs, sessions),
         after: vec![None; n],
         faults: Faults::default(),
         arrivals: Arrivals::Any,
         stream_input: crate::model::scope::StreamInput::Any,
         progress_steps: u32::MAX,
     })
+}
+
+/// The specs of a session's first input and of its later ones, from its inputs (prompt,
+/// `max_tokens`, EOS id) and everything it sampled, in order.
+fn session_specs(
+    name: &str,
+    first: (&Vec<u32>, u32, Option<u32>),
+    inputs: &[(&Vec<u32>, u32, Option<u32>)],
+    sampled: &[u32],
+    block_size: u32,
+    max_model_len: u32,
+) -> (RequestSpec, Vec<RequestSpec>) {
+    let mut rest = sampled;
+    // The outputs of one input: up to and including the token that stops it.
+    let take = |rest: &mut &[u32], prompt_len: u32, max_tokens: u32, eos: Option<u32>| -> Vec<u32> {
+        let mut n = 0;
+        while n < rest.len() {
+            let t = rest[n];
+            n += 1;
+            if Some(t) == eos || n as u32 >= max_tokens || prompt_len + n as u32 >= max_model_len {
+                break;
+            }
+        }
+        let (out, tail) = rest.split_at(n);
+        *rest = tail;
+        out.to_vec()
+    };
+    let spec_of = |prompt: Vec<u32>, out: Vec<u32>, max_tokens: u32, eos: Option<u32>, turn: usize| {
+        let eos_at = eos.and_then(|e| out.iter().position(|&t| t == e)).map(|i| i as u32);
+        let mut s = RequestSpec::with_limits(name, prompt, out, max_tokens, eos_at, block_size);
+        s.turn = turn as u8;
+        s
+    };
+    let (p, m, e) = first;
+    let out = take(&mut rest, p.len() as u32, m, e);
+    let mut prev_out = out.len() as u32;
+    let spec = spec_of(p.clone(), out, m, e, 0);
+    let mut turns: Vec<RequestSpec> = Vec::new();
+    for (i, &(input, m, e)) in inputs.iter().enumerate() {
+        let prev = turns.last().unwrap_or(&spec);
+        // The model's rule for the kept tokens (all but the last sampled one).
+        let tin = TurnInput { input: input.clone(), output: Vec::new(), end: EndKind::Length };
+        let prompt = next_turn_spec(prev, prev_out, &tin, i + 1, block_size).tokens;
+        let out = if i + 1 == inputs.len() { rest.to_vec() } else { take(&mut rest, prompt.len() as u32, m, e) };
+        prev_out = out.len() as u32;
+        turns.push(spec_of(prompt, out, m, e, i + 1));
+    }
+    (spec, turns)
+}
+
+/// `Scheduler.has_requests` as vLLM counts: a parked session (WAITING_FOR_STREAMING_REQ) is not
+/// an unfinished request (`get_num_unfinished_requests` subtracts them), so a step in which
+/// nothing else is live is idle: `EngineCore` does not schedule.
+fn vllm_has_requests(e: &crate::system::Engine) -> bool {
+    e.reqs
+        .iter()
+        .any(|r| (r.status.is_live() && r.status != Status::Parked) || (r.status.is_finished() && !r.table.is_empty()))
+        || !e.finished_since.is_empty()
+        || e.conn.has_pending_work()
 }
 
 /// Check the log at `path` against profile `profile` (and `variant`).
@@ -167,9 +251,24 @@ fn replay(
         let this: Vec<&Line> = lines.iter().filter(|l| l.ev.step() == step && !dropped.contains(&l.no)).collect();
         let mut ev = Events::on();
         let mut input = StepInput::default();
+        // Length of the session's streaming_queue after each input the model queued.
+        let mut queued: Vec<u32> = Vec::new();
         for l in &this {
             match &l.ev {
                 Ev::Arrive { req, .. } => engine.arrive(ctx, idx(req), &mut ev),
+                Ev::StreamInput { req, .. } | Ev::StreamEnd { req, .. } => {
+                    let r = idx(req);
+                    // An input the model's session cannot take (it already finished) shows as
+                    // a difference in this step's decisions.
+                    if engine.stream_input_enabled(ctx, r) {
+                        let before = ev.list.len();
+                        engine.stream_input(ctx, r, &mut ev);
+                        if ev.list[before..].iter().any(|e| matches!(e, crate::system::Event::StreamQueued { .. })) {
+                            let q = &engine.reqs[r as usize];
+                            queued.push(u32::from(q.sent - q.turn));
+                        }
+                    }
+                }
                 Ev::Abort { req, .. } => engine.abort(ctx, idx(req), &mut ev),
                 Ev::Error { req, .. } => engine.error(ctx, idx(req), &mut ev),
                 Ev::TransferDone { job, .. } => input.complete.push(*job),
@@ -179,7 +278,9 @@ fn replay(
                 _ => {}
             }
         }
-        engine.step(ctx, &input, &mut ev);
+        if vllm_has_requests(&engine) {
+            engine.step(ctx, &input, &mut ev);
+        }
         decisions += this.iter().filter(|l| !l.ev.is_input()).count();
         let appended: Vec<String> = ev
             .list
@@ -197,7 +298,7 @@ fn replay(
         if !newly.is_empty() {
             return Ok((Report { steps: step, decisions, divergence: None, findings, kv_counts: Vec::new() }, newly));
         }
-        if let Some(mut d) = compare::step(&scope, &engine, step, &this, &ev.list, &snapshots) {
+        if let Some(mut d) = compare::step(&scope, &engine, step, &this, &ev.list, &queued, &snapshots) {
             let first = d.line;
             d.window = lines
                 .iter()

@@ -200,7 +200,12 @@ def _plan_kv_cache(vllm_config, spec):
 
 
 def make_request(eng: Engine, name: str, prompt: list[int], max_tokens: int,
-                 eos: bool):
+                 eos: bool, resumable: bool = False):
+    """A ``Request`` as ``EngineCore.preprocess_add_request`` builds it. A streaming-input
+    session's inputs are all ``resumable`` requests with the session's id
+    (``AsyncLLM._add_streaming_input_request``); its end-of-session sentinel is a
+    non-resumable one (prompt ``[0]``), which ``StreamingUpdate.from_request`` turns
+    into None."""
     from vllm import SamplingParams
     from vllm.v1.request import Request
 
@@ -208,4 +213,4 @@ def make_request(eng: Engine, name: str, prompt: list[int], max_tokens: int,
     # What the input processor does: eos_token_id is only kept without ignore_eos.
     params.update_from_generation_config({}, EOS_TOKEN_ID)
     return Request(name, list(prompt), params, pooling_params=None,
-                   block_hasher=eng.hasher, resumable=False)
+                   block_hasher=eng.hasher, resumable=resumable)

@@ -167,9 +167,12 @@ class FakeWorker:
             invalid_block_ids=invalid,
         )
 
-    def model_output(self, so, requests: dict, kv_out, eos_of: dict[str, int | None]):
+    def model_output(self, so, requests: dict, kv_out, eos_of: dict[str, int | None],
+                     sample_name: dict[str, str] | None = None):
         """Build the ModelRunnerOutput for SchedulerOutput `so`. Returns (mro, sampled)
-        where sampled is [(req_id, token)] in num_scheduled_tokens order."""
+        where sampled is [(req_id, token)] in num_scheduled_tokens order. `eos_of` is the
+        EOS position of each request's current input; `sample_name` renames a streaming
+        session in its later inputs (``S@2``) for the token ids."""
         from vllm.v1.outputs import ModelRunnerOutput
 
         if so.total_num_scheduled_tokens == 0:
@@ -185,7 +188,8 @@ class FakeWorker:
             if req.is_prefill_chunk:
                 sampled_ids.append([])
                 continue
-            tok = sampled_token(rid, len(req.output_token_ids), eos_of.get(rid))
+            name = (sample_name or {}).get(rid, rid)
+            tok = sampled_token(name, len(req.output_token_ids), eos_of.get(rid))
             sampled_ids.append([tok])
             sampled.append((rid, tok))
         mro = ModelRunnerOutput(

@@ -8,7 +8,10 @@ Wraps (instance attributes shadowing the class methods; nothing in vLLM is patch
 * ``OffloadingConnector.build_connector_meta`` (``OffloadingConnectorMetadata``
   ``store_jobs`` / ``jobs_to_flush``) and ``CPUOffloadingManager.prepare_store`` ->
   ``store``, ``store_refused``, ``evict``, ``flush``;
-* ``Scheduler._free_request`` -> ``finish``.
+* ``Scheduler._free_request`` -> ``finish``;
+* ``Scheduler._handle_stopped_request`` (a resumable request's input stopped) ->
+  ``turn_end``; ``Scheduler._update_request_as_session`` (a session takes its next
+  input) -> ``turn_start``.
 Reads read-only: ``BlockPool.free_block_queue.get_all_free_blocks()``,
 ``BlockPool.cached_block_hash_to_block._cache``, ``LRUCachePolicy.chunks`` / ``_ranks`` /
 ``_evictable`` (eviction order = ascending (rank, key) among evictable keys, which is the
@@ -60,6 +63,17 @@ class Recorder:
         self.finished_at: dict[str, int] = {}
         self._store_keys: dict[int, list[bytes]] = {}   # id(store_spec) -> keys
         self._load_calls: list[tuple[list[bytes], list[int]]] = []
+        # Streaming-input sessions. turn_of: the input (1-based) a session is serving;
+        # turn_hashes: its block_hashes at the end of each earlier input (labels);
+        # parked_at: step in which it parked (WAITING_FOR_STREAMING_REQ), until resumed;
+        # sent: the inputs (StreamInputSpec) the client has sent. eos_of / sample_name:
+        # what the fake model runner samples for a request's current input.
+        self.turn_of: dict[str, int] = {}
+        self.turn_hashes: dict[str, list[list[bytes]]] = {}
+        self.parked_at: dict[str, int] = {}
+        self.sent: dict[str, list] = {}
+        self.eos_of: dict[str, int | None] = {r.name: r.eos_at for r in sc.requests}
+        self.sample_name: dict[str, str] = {}
         self._install()
 
     # -- emission ---------------------------------------------------------------------
@@ -85,10 +99,14 @@ class Recorder:
         self.out.write(dumps(hdr) + "\n")
 
     def _labels(self) -> dict[bytes, str]:
+        """Arrival order; a session's inputs in order: "S.i" for its first input's block
+        hashes, "S@k.i" for those of input k that no earlier one has."""
         labels: dict[bytes, str] = {}
         for req in self.arrivals:
-            for i, h in enumerate(req.block_hashes):
-                labels.setdefault(bytes(h), f"{req.request_id}.{i}")
+            rid = req.request_id
+            for t, hashes in enumerate([*self.turn_hashes.get(rid, []), req.block_hashes]):
+                for i, h in enumerate(hashes):
+                    labels.setdefault(bytes(h), f"{rid}.{i}" if t == 0 else f"{rid}@{t + 1}.{i}")
         return labels
 
     def flush_step(self) -> None:
@@ -133,6 +151,7 @@ class Recorder:
             self.emit("finish", req=request.request_id,
                       reason=_REASONS.get(request.status.name, request.status.name.lower()))
             self.finished_at[request.request_id] = self.step
+            self.parked_at.pop(request.request_id, None)
             if self.debug:
                 print(f"[debug] step {self.step}: finish {request.request_id} "
                       f"{request.status.name} num_computed_tokens="
@@ -141,6 +160,39 @@ class Recorder:
             return orig_free(request, *a, **kw)
 
         sched._free_request = free_request
+
+        orig_stopped = sched._handle_stopped_request
+
+        def handle_stopped_request(request, *a, **kw):
+            rid = request.request_id
+            if request.resumable:
+                self.emit("turn_end", req=rid, turn=self.turn_of[rid],
+                          reason=_REASONS.get(request.status.name, request.status.name.lower()))
+            finished = orig_stopped(request, *a, **kw)
+            if not finished and request.status.name == "WAITING_FOR_STREAMING_REQ":
+                self.parked_at[rid] = self.step
+            return finished
+
+        sched._handle_stopped_request = handle_stopped_request
+
+        orig_session = sched._update_request_as_session
+
+        def update_request_as_session(session, update, *a, **kw):
+            rid = session.request_id
+            self.turn_hashes.setdefault(rid, []).append(list(session.block_hashes))
+            res = orig_session(session, update, *a, **kw)
+            turn = self.turn_of[rid] = self.turn_of[rid] + 1
+            self.parked_at.pop(rid, None)
+            spec = self.sent[rid][turn - 2]
+            assert not spec.end and spec.index == turn
+            self.eos_of[rid] = spec.eos_at
+            self.sample_name[rid] = f"{rid}@{turn}"
+            self.emit("turn_start", req=rid, turn=turn,
+                      num_computed=session.num_computed_tokens,
+                      num_prompt_tokens=session.num_prompt_tokens)
+            return res
+
+        sched._update_request_as_session = update_request_as_session
 
         conn = self.eng.connector
         if conn is None:

@@ -11,7 +11,9 @@ Drives ``vllm.v1.core.sched.scheduler.Scheduler`` in synchronous mode, mirroring
 False), ``schedule()``, the fake worker's ``ModelRunnerOutput`` (fakeworker.py), then
 ``update_from_output()``. Arrivals go in through ``Scheduler.add_request``, aborts and
 errors through ``Scheduler.finish_requests(..., FINISHED_ABORTED | FINISHED_ERROR)``,
-all before the step's ``schedule()``. The log format is docs/conformance-format.md.
+a streaming session's further inputs and its end-of-session sentinel through
+``Scheduler.add_request`` with the session's id (as ``AsyncLLM`` sends them), all before
+the step's ``schedule()``. The log format is docs/conformance-format.md.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Timeline:
         self.arrived_at: dict[str, int] = {}
         self.pending_requests = list(sc.requests)
         self.pending_events = list(sc.events)
+        # Streaming sessions: the inputs their clients have not sent yet, in order.
+        self.pending_inputs = {r.name: list(r.inputs) for r in sc.requests if r.inputs}
 
     def due(self, when: When, step: int, finished_at: dict[str, int]) -> bool:
         if when.step is not None:
@@ -62,8 +66,21 @@ class Timeline:
         a = self.arrived_at.get(when.after_arrival)
         return a is not None and a + when.delay < step
 
+    def input_due(self, inp, name: str, step: int, parked_at: dict[str, int]) -> bool:
+        if inp.step is not None:
+            return inp.step == step
+        p = parked_at.get(name)
+        return p is not None and p + inp.delay == step
+
+    def input_overdue(self, inp, name: str, step: int, parked_at: dict[str, int]) -> bool:
+        if inp.step is not None:
+            return inp.step < step
+        p = parked_at.get(name)
+        return p is not None and p + inp.delay < step
+
     def idle(self) -> bool:
-        return not self.pending_requests and not self.pending_events
+        return (not self.pending_requests and not self.pending_events
+                and not any(self.pending_inputs.values()))
 
 
 def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) -> dict:
@@ -87,7 +104,6 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
     sched = eng.scheduler
     tl = Timeline(sc)
     tokens_of: dict[str, list[int]] = {}
-    eos_of = {r.name: r.eos_at for r in sc.requests}
     rec.header()
 
     step = 0
@@ -120,13 +136,49 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
                     tokens_of[r.request_id] = list(r.all_token_ids)
                 prompt = build_prompt(spec, tokens_of)
                 req = make_request(eng, spec.name, prompt, spec.max_tokens,
-                                   eos=spec.eos_at is not None)
+                                   eos=spec.eos_at is not None, resumable=spec.resumable)
                 rec.arrivals.append(req)
                 tl.arrived_at[spec.name] = step
+                extra = {"resumable": True} if spec.resumable else {}
+                if spec.resumable:
+                    rec.turn_of[spec.name] = 1
+                    rec.sent[spec.name] = []
                 rec.emit("arrive", req=spec.name, prompt=prompt, max_tokens=spec.max_tokens,
-                         eos_token_id=EOS_TOKEN_ID if spec.eos_at is not None else None)
+                         eos_token_id=EOS_TOKEN_ID if spec.eos_at is not None else None,
+                         **extra)
                 sched.add_request(req)
                 progress = True
+        # Streaming sessions' next inputs / end-of-session sentinels (after arrivals).
+        for name, pending in tl.pending_inputs.items():
+            if not pending or name not in tl.arrived_at:
+                continue
+            inp = pending[0]
+            if name in rec.finished_at:
+                raise ScenarioError(f"{name}: {inp.describe()} never sent (the session finished)")
+            if tl.input_overdue(inp, name, step, rec.parked_at):
+                raise ScenarioError(f"{name}: {inp.describe()} missed its step")
+            if not tl.input_due(inp, name, step, rec.parked_at):
+                continue
+            pending.pop(0)
+            session = sched.requests.get(name)
+            if session is None or session.is_finished():
+                raise ScenarioError(f"{name}: {inp.describe()} sent after the session finished")
+            rec.sent[name].append(inp)
+            if inp.end:
+                req = make_request(eng, name, [0], 1, eos=False, resumable=False)
+                rec.emit("stream_end", req=name)
+            else:
+                for r in rec.arrivals:
+                    tokens_of[r.request_id] = list(r.all_token_ids)
+                prompt = build_prompt(inp, tokens_of, name)
+                req = make_request(eng, name, prompt, inp.max_tokens,
+                                   eos=inp.eos_at is not None, resumable=True)
+                rec.emit("stream_input", req=name, prompt=prompt, max_tokens=inp.max_tokens,
+                         eos_token_id=EOS_TOKEN_ID if inp.eos_at is not None else None)
+            queued = len(session.streaming_queue)
+            sched.add_request(req)
+            if len(session.streaming_queue) > queued:
+                rec.emit("stream_queued", req=name, queued=len(session.streaming_queue))
 
         if not sched.has_requests():
             if tl.idle():
@@ -151,7 +203,8 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
                 else:
                     rec.emit("transfer_done", job=pj.job_id)
             kv_out = worker.kv_output(done)
-        mro, sampled = worker.model_output(so, sched.requests, kv_out, eos_of)
+        mro, sampled = worker.model_output(so, sched.requests, kv_out, rec.eos_of,
+                                           rec.sample_name)
         for rid, tok in sampled:
             rec.emit("sampled", req=rid, token=tok)
         sched.update_from_output(so, mro)

@@ -8,7 +8,8 @@ TOML into plain dataclasses and defines the deterministic token ids:
 
 * token ``i`` of prompt segment ``NAME`` is ``3 + fnv1a64(f"{NAME}:{i}") % 997``;
 * output token ``n`` (0-based) of request ``R`` is ``3 + fnv1a64(f"{R}#{n}") % 997``,
-  except at ``eos_at`` where it is the EOS id 2.
+  except at ``eos_at`` where it is the EOS id 2. In input ``k`` >= 2 of a streaming
+  session ``S`` (``[[request.input]]``) the name is ``S@k`` (``n`` counts from 0 again).
 
 Both land in [3, 999], so they never hit bos (1) or eos (2) of the tiny model.
 """
@@ -73,6 +74,33 @@ class RequestSpec:
     max_tokens: int
     when: When
     eos_at: int | None = None
+    # Streaming-input session (vLLM resumable request): its further inputs, in order.
+    inputs: list[StreamInputSpec] = field(default_factory=list)
+
+    @property
+    def resumable(self) -> bool:
+        return bool(self.inputs)
+
+
+@dataclass
+class StreamInputSpec:
+    """A further input of a streaming-input session (``[[request.input]]``): the client
+    sends it with the session's request id (``Scheduler.add_request`` with an existing id).
+    ``end`` = the end-of-session sentinel (no prompt)."""
+
+    index: int                       # 2, 3, ... (the session's first input is 1)
+    end: bool
+    prompt: list[str]
+    max_tokens: int
+    eos_at: int | None
+    step: int | None = None          # send before this step, or
+    delay: int = 1                   # ... `delay` steps after the session parked (step None)
+
+    def describe(self) -> str:
+        what = "end-of-session sentinel" if self.end else f"input {self.index}"
+        when = (f"step {self.step}" if self.step is not None
+                else f"{self.delay} step(s) after the session parks")
+        return f"{what} ({when})"
 
 
 @dataclass
@@ -145,7 +173,8 @@ _OFFLOAD_KEYS = {
 }
 _WORKER_KEYS = {"store_delay", "load_delay", "max_steps"}
 _REQUEST_KEYS = {"name", "prompt", "max_tokens", "eos_at", "arrive", "after",
-                 "after_arrival", "delay"}
+                 "after_arrival", "delay", "input"}
+_INPUT_KEYS = {"prompt", "max_tokens", "eos_at", "end", "send", "delay"}
 _EVENT_KEYS = {"abort", "error", "step", "after", "after_arrival", "delay"}
 _TOP_KEYS = {"name", "description", "engine", "offload", "worker", "request",
              "event", "load_failure", "transfer_delay"}
@@ -176,6 +205,59 @@ def _parse_when(t: dict, where: str, step_key: str) -> When:
             raise ScenarioError(f"{where}: steps start at 1")
         return When(step=int(fixed))
     return When(after=after, after_arrival=after_arrival, delay=delay)
+
+
+def _parse_inputs(raw: list, where: str) -> list[StreamInputSpec]:
+    """``[[request.input]]``: a streaming session's further inputs, then (optionally, last)
+    the end-of-session sentinel (``end = true``). ``send`` is a step number (sent before
+    that step's ``schedule()``, queued in ``streaming_queue`` if the session is still
+    running) or ``"parked"`` (``delay`` steps, default 1, after the session's previous
+    input stopped and it parked in WAITING_FOR_STREAMING_REQ)."""
+    out: list[StreamInputSpec] = []
+    last_step = 0
+    for i, t in enumerate(raw):
+        w = f"{where}: [[request.input]] #{i + 1}"
+        _check_keys(t, _INPUT_KEYS, w)
+        end = bool(t.get("end", False))
+        if out and out[-1].end:
+            raise ScenarioError(f"{w}: nothing may follow the end-of-session sentinel")
+        if end:
+            extra = {"prompt", "max_tokens", "eos_at"} & set(t)
+            if extra:
+                raise ScenarioError(f"{w}: the sentinel has no {sorted(extra)}")
+            prompt: list[str] = []
+            max_tokens = 0
+        else:
+            prompt = t["prompt"]
+            if isinstance(prompt, str):
+                prompt = [prompt]
+            for seg in prompt:
+                parse_segment(seg)
+            max_tokens = int(t["max_tokens"])
+            if max_tokens < 1:
+                raise ScenarioError(f"{w}: max_tokens must be >= 1")
+        send = t["send"]
+        delay = int(t.get("delay", 1))
+        if send == "parked":
+            if delay < 1:
+                raise ScenarioError(f"{w}: delay must be >= 1 (a session parks inside a step)")
+            step = None
+        elif isinstance(send, int) and not isinstance(send, bool):
+            if "delay" in t:
+                raise ScenarioError(f"{w}: delay goes with send = \"parked\"")
+            if send <= last_step:
+                raise ScenarioError(f"{w}: inputs are sent in order (step {send} <= {last_step})")
+            step = last_step = send
+        else:
+            raise ScenarioError(f"{w}: send must be a step number or \"parked\"")
+        eos_at = t.get("eos_at")
+        out.append(StreamInputSpec(index=i + 2, end=end, prompt=list(prompt),
+                                   max_tokens=max_tokens,
+                                   eos_at=int(eos_at) if eos_at is not None else None,
+                                   step=step, delay=delay))
+    if out and out[0].end:
+        raise ScenarioError(f"{where}: a session needs an input before its sentinel")
+    return out
 
 
 def parse_segment(seg: str) -> tuple[bool, str, int | None]:
@@ -264,7 +346,8 @@ def _load_scenario(path: Path) -> Scenario:
         sc.requests.append(RequestSpec(
             name=name, prompt=list(prompt), max_tokens=int(r["max_tokens"]),
             when=_parse_when(r, where, "arrive"),
-            eos_at=int(eos_at) if eos_at is not None else None))
+            eos_at=int(eos_at) if eos_at is not None else None,
+            inputs=_parse_inputs(r.get("input", []), f"request {name}")))
         names.add(name)
 
     for i, e in enumerate(doc.get("event", [])):
@@ -294,7 +377,7 @@ def _load_scenario(path: Path) -> Scenario:
         for ref in (r.when.after, r.when.after_arrival):
             if ref is not None and ref not in names:
                 raise ScenarioError(f"request {r.name}: unknown request {ref!r}")
-        for seg in r.prompt:
+        for seg in [*r.prompt, *(x for t in r.inputs for x in t.prompt)]:
             is_ref, seg_name, _ = parse_segment(seg)
             if is_ref and seg_name not in names:
                 raise ScenarioError(f"request {r.name}: unknown request {seg_name!r}")
@@ -307,16 +390,18 @@ def _load_scenario(path: Path) -> Scenario:
     return sc
 
 
-def build_prompt(spec: RequestSpec, tokens_of: dict[str, list[int]]) -> list[int]:
+def build_prompt(spec: RequestSpec | StreamInputSpec, tokens_of: dict[str, list[int]],
+                 name: str | None = None) -> list[int]:
     """Prompt token ids; `tokens_of` maps an arrived request to its current tokens
-    (prompt + outputs) for '@NAME' segments."""
+    (prompt + outputs) for '@NAME' segments. `name` names the request of an input."""
+    who = name or spec.name
     out: list[int] = []
     for seg in spec.prompt:
         is_ref, name, count = parse_segment(seg)
         if is_ref:
             if name not in tokens_of:
                 raise ScenarioError(
-                    f"request {spec.name}: '@{name}' used before {name} arrived")
+                    f"request {who}: '@{name}' used before {name} arrived")
             toks = tokens_of[name]
             out.extend(toks if count is None else toks[:count])
         else:
