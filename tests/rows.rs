@@ -152,3 +152,51 @@ fn row_store_keeps_referenced_rows_and_evicts_released_ones_oldest_first() {
     live.put(&[h(1)], &[h(1)], &[]);
     assert_eq!(live.put(&[h(2)], &[h(2)], &[]), vec![h(1)]);
 }
+
+/// Reuse on the eager path: (forward positions needed without any reuse, positions served
+/// from G1 prefix hits, positions loaded from the host tier, positions computed, engine died).
+fn reuse(name: &str, profile: Option<&str>, variant: Option<&str>) -> (u32, u32, u32, u32, bool) {
+    let m = model(name, profile, variant);
+    let (ev, e) = scripted(&m);
+    let b = m.scope.cfg.block_size;
+    let mut computed = 0;
+    let mut loaded = 0;
+    for x in &ev {
+        match x {
+            Event::Scheduled { tokens, .. } => computed += tokens,
+            Event::LoadJob { keys, .. } => loaded += keys.len() as u32 * b,
+            _ => {}
+        }
+    }
+    let died = died(&ev);
+    let needed: u32 = if died {
+        0
+    } else {
+        m.scope.workload.requests.iter().enumerate().map(|(i, s)| s.prompt_len + e.reqs[i].num_output - 1).sum()
+    };
+    (needed, needed.saturating_sub(computed + loaded), loaded, computed, died)
+}
+
+/// The numbers docs/router-replay.md quotes (what the clamp and the cut give up).
+#[test]
+fn reuse_under_each_rule_set_is_pinned() {
+    let table = [
+        ("rows-a", None, None, (16, 2, 0, 14, false)),
+        ("rows-a", Some("vllm-0.33"), None, (16, 2, 2, 12, false)),
+        ("rows-a", None, Some("no-load-clamp"), (0, 0, 2, 12, true)),
+        ("rows-b", None, None, (23, 0, 4, 19, false)),
+        ("rows-b", Some("vllm-0.33"), None, (23, 4, 4, 15, false)),
+        ("rows-b", None, Some("clamp-only"), (0, 0, 4, 15, true)),
+        ("rows-c", None, None, (18, 0, 0, 18, false)),
+        ("rows-c", Some("vllm-0.33"), None, (18, 0, 4, 14, false)),
+        ("rows-c", None, Some("no-load-clamp"), (0, 0, 4, 14, true)),
+    ];
+    let mut got = Vec::new();
+    for (m, p, v, want) in table {
+        let r = reuse(m, p, v);
+        if r != want {
+            got.push(format!("{m} {p:?} {v:?}: {r:?} (pinned {want:?})"));
+        }
+    }
+    assert!(got.is_empty(), "reuse numbers changed (update docs/router-replay.md):\n{}", got.join("\n"));
+}
