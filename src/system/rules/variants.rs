@@ -1,0 +1,233 @@
+//! Every named variant: one upstream fix undone (`pre-NNNNN`, `no-*`), one fix applied early
+//! (`fix-*`), or a mutation no upstream code had (`mut-*`, a negative control).
+
+use super::{Clamp, Cut, FinishWatermark, Variant};
+
+pub const VARIANTS: &[Variant] = &[
+    Variant {
+        name: "pre-60810",
+        summary: "a resumed streaming session's full block table is appended to the connector's mirror",
+        upstream: "vllm #60810",
+        apply: |r| r.full_table_resets_mirror = false,
+    },
+    Variant {
+        name: "pre-63010",
+        summary: "the store cursor is not reset when a request restarts from token 0",
+        upstream: "vllm #63010",
+        apply: |r| r.cursor_reset_on_lookup = false,
+    },
+    Variant {
+        name: "pre-29870",
+        summary: "stores of a preempted request are not flushed before its blocks are reused",
+        upstream: "vllm #29870",
+        apply: |r| r.flush_preempted_stores = false,
+    },
+    Variant {
+        name: "pre-46014",
+        summary: "lookup proceeds while the request has transfers in flight, and stops at (rather than waits for) write-pending keys",
+        upstream: "vllm #46014",
+        apply: |r| {
+            r.inflight_lookup_guard = false;
+            r.pending_lookup_defers = false;
+        },
+    },
+    Variant {
+        name: "mut-no-inflight-guard",
+        summary: "only the #46014 guard removed; 0.33's lookup still defers on write-pending keys",
+        upstream: "mutation",
+        apply: |r| r.inflight_lookup_guard = false,
+    },
+    Variant {
+        name: "mut-pending-stops-lookup",
+        summary: "only the lookup change: a write-pending key stops the scan instead of deferring",
+        upstream: "mutation",
+        apply: |r| r.pending_lookup_defers = false,
+    },
+    Variant {
+        name: "pre-54193",
+        summary:
+            "a finished request's store watermark is num_tokens (includes the unwritten last token)",
+        upstream: "vllm #54288 (issue #54193)",
+        apply: |r| r.finish_watermark = FinishWatermark::NumTokens,
+    },
+    Variant {
+        name: "pre-27697",
+        summary: "the store cursor advances even when prepare_store returns None",
+        upstream: "vllm #27697",
+        apply: |r| r.cursor_advance_on_store_failure = true,
+    },
+    Variant {
+        name: "fix-63937",
+        summary: "an error finish stores only computed tokens (what vllm-main does)",
+        upstream: "vllm #63937",
+        apply: |r| r.error_watermark_computed = true,
+    },
+    Variant {
+        name: "fix-s10",
+        summary:
+            "not in vLLM: the recompute load-failure policy also evicts invalid blocks' hashes",
+        upstream: "none (proposed fix for GP S10)",
+        apply: |r| r.evict_invalid_on_recompute = true,
+    },
+    Variant {
+        name: "mut-no-touch-dequeue",
+        summary: "a prefix hit on a free block does not remove it from the free queue",
+        upstream: "mutation",
+        apply: |r| r.touch_dequeues = false,
+    },
+    Variant {
+        name: "mut-cache-unscheduled",
+        summary: "allocate_slots caches every full block whose hash is known, scheduled or not",
+        upstream: "mutation",
+        apply: |r| r.cache_scheduled_only = false,
+    },
+    Variant {
+        name: "mut-no-delay-cache-async-load",
+        summary: "blocks of an async load are cached at admission, before the load lands",
+        upstream: "mutation",
+        apply: |r| r.delay_cache_async_loads = false,
+    },
+    Variant {
+        name: "mut-admit-after-preempt",
+        summary: "waiting requests are admitted in a step that preempted",
+        upstream: "mutation",
+        apply: |r| r.no_admission_after_preempt = false,
+    },
+    Variant {
+        name: "mut-no-load-reservation",
+        summary: "an async load may take the blocks an in-flight prefill still needs",
+        upstream: "mutation",
+        apply: |r| r.reserve_for_async_loads = false,
+    },
+            Variant {
+        name: "no-load-clamp",
+        summary: "router replay without the load clamp and without the cut (vLLM 0.31 with the offload guard removed)",
+        upstream: "prime-rl router replay x KV offload",
+        apply: |r| {
+            r.aux_clamp = None;
+            r.aux_cut = None;
+        },
+    },
+    Variant {
+        name: "clamp-only",
+        summary: "the load clamp without the loaded-block cut (the PR's negative control)",
+        upstream: "prime-rl router replay x KV offload",
+        apply: |r| r.aux_cut = None,
+    },
+    Variant {
+        name: "cut-only",
+        summary: "the loaded-block cut without the load clamp",
+        upstream: "prime-rl router replay x KV offload",
+        apply: |r| r.aux_clamp = None,
+    },
+    Variant {
+        name: "ceil-clamp",
+        summary: "the clamp rounds start up to a block boundary (loads the block holding start)",
+        upstream: "mutation",
+        apply: |r| {
+            if r.aux_clamp.is_some() {
+                r.aux_clamp = Some(Clamp::Ceil)
+            }
+        },
+    },
+    Variant {
+        name: "cut-off-by-one",
+        summary: "the cut scans from blk(start) + 1",
+        upstream: "mutation",
+        apply: |r| {
+            if r.aux_cut.is_some() {
+                r.aux_cut = Some(Cut::AfterStart)
+            }
+        },
+    },
+    Variant {
+        name: "store-evicts-live-rows",
+        summary: "the row store evicts rows that live requests reference (the A-store assumption broken)",
+        upstream: "RE V13",
+        apply: |r| r.aux_store_evicts_live = true,
+    },
+    Variant {
+        name: "mut-emit-last-token",
+        summary: "the worker emits a row for the last sampled token too",
+        upstream: "mutation",
+        apply: |r| r.aux_emit_last_token = true,
+    },
+    Variant {
+        name: "mut-evict-mru",
+        summary: "prepare_store evicts the most recently used evictable keys instead of the least",
+        upstream: "mutation",
+        apply: |r| r.evict_mru = true,
+    },
+    Variant {
+        name: "mut-double-complete",
+        summary: "a job completion is processed twice",
+        upstream: "mutation",
+        apply: |r| r.double_complete = true,
+    },
+    Variant {
+        name: "pre-preempt-reset",
+        summary: "SimpleCPU keeps a preempted request's store cursor (0.24 under Model Runner V2): blocks below it are never offered again after the restart",
+        upstream: "vLLM 0.32 (reset on preempted_req_ids)",
+        apply: |r| r.scpu_reset_on_preempt = false,
+    },
+    Variant {
+        name: "pre-finish-flush",
+        summary: "SimpleCPU without the finish-time store (0.24): a finishing request's last confirmed blocks are never stored",
+        upstream: "vLLM 0.32 (_queue_finished_eager_store)",
+        apply: |r| r.scpu_finish_flush = false,
+    },
+    Variant {
+        name: "pre-hash-at-completion",
+        summary: "SimpleCPU registers the hash stamped on the CPU block at store prep (0.24), not the GPU block's at completion",
+        upstream: "vLLM 0.32 (_process_store_completion)",
+        apply: |r| r.scpu_hash_at_prep = true,
+    },
+    Variant {
+        name: "fix-62444",
+        summary: "SimpleCPU moves a CPU block found already cached by the eager scan to the MRU end (what vllm-main does)",
+        upstream: "vllm #62444",
+        apply: |r| r.scpu_refresh_on_gpu_hit = true,
+    },
+    Variant {
+        name: "pre-62444",
+        summary: "SimpleCPU leaves the FIFO position of a CPU block found already cached unchanged (0.33)",
+        upstream: "vllm #62444",
+        apply: |r| r.scpu_refresh_on_gpu_hit = false,
+    },
+    Variant {
+        name: "mut-scpu-lookup-no-pin",
+        summary: "SimpleCPU's lookup does not pin its CPU hit blocks until update_state_after_alloc",
+        upstream: "mutation",
+        apply: |r| r.scpu_lookup_pins = false,
+    },
+    Variant {
+        name: "mut-scpu-pin-leak",
+        summary: "a repeated SimpleCPU lookup replaces the earlier pin without releasing it",
+        upstream: "mutation",
+        apply: |r| r.scpu_drop_stale_pin = false,
+    },
+    Variant {
+        name: "mut-scpu-load-no-pin",
+        summary: "SimpleCPU does not pin the CPU blocks of an in-flight load",
+        upstream: "mutation",
+        apply: |r| r.scpu_load_pins = false,
+    },
+    Variant {
+        name: "mut-scpu-no-gpu-pin",
+        summary: "SimpleCPU stores do not pin their GPU source blocks (a finished request's blocks are reused at once)",
+        upstream: "mutation",
+        apply: |r| r.scpu_store_pins_gpu = false,
+    },
+    Variant {
+        name: "mut-scpu-register-at-prep",
+        summary: "a SimpleCPU store registers its CPU block under the hash at prep, before the copy lands",
+        upstream: "mutation",
+        apply: |r| r.scpu_register_at_prep = true,
+    },
+    Variant {
+        name: "mut-scpu-release-tail-first",
+        summary: "a completed SimpleCPU store frees its CPU blocks tail first (as the GPU manager frees a table)",
+        upstream: "mutation",
+        apply: |r| r.scpu_release_head_first = false,
+    },
+];
