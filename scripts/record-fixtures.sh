@@ -7,6 +7,10 @@
 #                                         # committed fixtures (exit 1 on any difference)
 #   scripts/record-fixtures.sh main.toml  # only the named scenarios
 #
+# Without scenario arguments it also re-records (or checks) the logs of
+# tests/conformance/known-divergences/ (scenarios the model does not reproduce yet; kept
+# beside their TOML, never in fixtures/).
+#
 # The venv lives outside the repository (VLLM_VENV, default /work/venv-vllm); it is
 # created and vllm==0.33.0 is installed (about 9 GB with torch) if it is missing.
 set -euo pipefail
@@ -21,12 +25,16 @@ scenarios=()
 for arg in "$@"; do
   case "$arg" in
     --check) check=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) scenarios+=("$CONF/scenarios/$(basename "$arg")") ;;
   esac
 done
+known=()
 if [ ${#scenarios[@]} -eq 0 ]; then
   scenarios=("$CONF"/scenarios/*.toml)
+  shopt -s nullglob
+  known=("$CONF"/known-divergences/*.toml)
+  shopt -u nullglob
 fi
 
 if [ ! -x "$PY" ]; then
@@ -45,16 +53,23 @@ unset VLLM_USE_V2_MODEL_RUNNER   # record.py pins the 0.33 default (V2)
 
 if [ $check -eq 1 ]; then
   out="$(mktemp -d)"
+  out_known="$out/known"
+  mkdir -p "$out_known"
   trap 'rm -rf "$out"' EXIT
 else
   out="$CONF/fixtures"
+  out_known="$CONF/known-divergences"
   mkdir -p "$out"
 fi
 
 start=$(date +%s)
 "$PY" "$CONF/vllm/record.py" "${scenarios[@]}" --out-dir "$out" 2> >(grep -v \
   -e 'is deprecated' -e 'FlashInfer kernels' -e 'vllm._C' -e 'Initializing KVConnectorBase' >&2)
-echo "recorded ${#scenarios[@]} scenario(s) in $(( $(date +%s) - start )) s" >&2
+if [ ${#known[@]} -gt 0 ]; then
+  "$PY" "$CONF/vllm/record.py" "${known[@]}" --out-dir "$out_known" 2> >(grep -v \
+    -e 'is deprecated' -e 'FlashInfer kernels' -e 'vllm._C' -e 'Initializing KVConnectorBase' >&2)
+fi
+echo "recorded $(( ${#scenarios[@]} + ${#known[@]} )) scenario(s) in $(( $(date +%s) - start )) s" >&2
 
 if [ $check -eq 1 ]; then
   status=0
@@ -63,6 +78,15 @@ if [ $check -eq 1 ]; then
     for f in "$name.jsonl" "$name.kvevents" "$name.kvevents.steps.json"; do
       if ! cmp -s "$out/$f" "$CONF/fixtures/$f"; then
         echo "DIFFERS: fixtures/$f" >&2
+        status=1
+      fi
+    done
+  done
+  for s in "${known[@]}"; do
+    name="$(basename "$s" .toml)"
+    for f in "$name.jsonl" "$name.kvevents" "$name.kvevents.steps.json"; do
+      if ! cmp -s "$out_known/$f" "$CONF/known-divergences/$f"; then
+        echo "DIFFERS: known-divergences/$f" >&2
         status=1
       fi
     done

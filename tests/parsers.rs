@@ -132,6 +132,28 @@ proptest! {
     }
 }
 
+proptest! {
+    #[test]
+    fn conform_log_parser_never_panics_on_mutated_simple_cpu_logs(
+        pos in 0usize..100_000,
+        del in 0usize..8,
+        ins in "[a-z0-9:,\"{}\\[\\] _.@-]{0,8}",
+    ) {
+        // SimpleCPU lines: lookups with pins, store / load events, transfer_done with a kind,
+        // store_completed / load_completed, cpu snapshots with string-keyed ref counts.
+        let p = Path::new("x.jsonl");
+        let good = std::fs::read_to_string(crate::common::root().join("tests/conformance/fixtures/scpu-pressure.jsonl")).unwrap();
+        let at = pos % good.len();
+        let end = (at + del).min(good.len());
+        let mut t = good.clone();
+        t.replace_range(at..end, &ins);
+        match kvmc::conform::log::parse(p, &t) {
+            Ok(_) => {}
+            Err(e) => prop_assert!(e.to_string().starts_with("x.jsonl:"), "{}", e),
+        }
+    }
+}
+
 /// SimpleCPU scopes: the `[simple_cpu]` table, and what kvmc does not model, named in the error.
 #[test]
 fn simple_cpu_scopes_parse_or_say_what_is_not_modelled() {

@@ -8,6 +8,13 @@ use crate::system::types::{BlockHash, FinishReason};
 use crate::system::{Engine, Event};
 use std::collections::BTreeMap;
 
+/// What the comparison carries from step to step: the CPU blocks of every SimpleCPU store
+/// event the model built (its `store_completed` names them).
+#[derive(Default)]
+pub struct Memo {
+    store_slots: BTreeMap<u32, Vec<u32>>,
+}
+
 struct Kind {
     name: &'static str,
     logged: Vec<(usize, String)>,
@@ -32,7 +39,7 @@ fn rank(kind: &str) -> usize {
         "schedule" => 20,
         "sampled" => 40,
         // In update_from_output (turn_start also at input time, for a parked session).
-        "finish" | "turn_end" | "turn_start" => 50,
+        "finish" | "turn_end" | "turn_start" | "store_completed" | "load_completed" => 50,
         _ => 60,
     }
 }
@@ -50,6 +57,7 @@ fn input_rank(ev: &Ev) -> usize {
 /// Compare step `step`; None when every decision matches. `queued` is the model's
 /// `streaming_queue` length after each input it queued this step, in order. `snapshots` are
 /// the snapshot kinds the log records (then every step must have them).
+#[allow(clippy::too_many_arguments)]
 pub fn step(
     scope: &Scope,
     e: &Engine,
@@ -58,6 +66,7 @@ pub fn step(
     events: &[Event],
     queued: &[u32],
     snapshots: &[&str],
+    memo: &mut Memo,
 ) -> Option<Divergence> {
     let wl = &scope.workload;
     let name = |r: &u16| wl.requests[*r as usize].name.clone();
@@ -76,22 +85,29 @@ pub fn step(
         "stream_queued",
         "turn_end",
         "turn_start",
+        "store_completed",
+        "load_completed",
         "g1",
         "host",
+        "cpu",
     ]
     .iter()
     .map(|&n| Kind {
         name: n,
         logged: Vec::new(),
         model: Vec::new(),
-        optional: matches!(n, "g1" | "host" | "schedule") && !snapshots.contains(&n),
+        optional: matches!(n, "g1" | "host" | "cpu" | "schedule") && !snapshots.contains(&n),
     })
     .collect();
     let mut push_log =
         |k: &str, no: usize, s: String| kinds.iter_mut().find(|x| x.name == k).unwrap().logged.push((no, s));
     for l in lines {
         match &l.ev {
-            Ev::Lookup { req, local, external, load_async, .. } => push_log("lookup", l.no, format!("{req} local={local} external={external:?} async={load_async}")),
+            Ev::Lookup { req, local, external, load_async, pins, .. } => push_log(
+                "lookup",
+                l.no,
+                format!("{req} local={local} external={external:?} async={load_async}{}", pins.as_ref().map_or(String::new(), |p| format!(" pins={p:?}"))),
+            ),
             Ev::Load { job, req, keys, blocks, slots, sync, .. } => {
                 push_log("load", l.no, format!("job {job} {req} keys={keys:?} blocks={blocks:?} slots={slots:?} sync={sync}"))
             }
@@ -122,6 +138,15 @@ pub fn step(
                 format!("{req} turn={turn} num_computed={num_computed} num_prompt_tokens={num_prompt_tokens}"),
             ),
             Ev::G1 { free, cached, .. } => push_log("g1", l.no, format!("free={free:?} cached={cached:?}")),
+            Ev::StoreCompleted { job, keys, slots, .. } => {
+                push_log("store_completed", l.no, format!("job {job} keys={keys:?} slots={slots:?}"))
+            }
+            Ev::LoadCompleted { req, job, .. } => push_log("load_completed", l.no, format!("{req} job {job}")),
+            Ev::Cpu { free, cached, refs, pins, .. } => {
+                // Block ids are validated numbers (log::parse).
+                let refs: BTreeMap<u32, u32> = refs.iter().map(|(k, v)| (k.parse().unwrap_or(u32::MAX), *v)).collect();
+                push_log("cpu", l.no, format!("free={free:?} cached={cached:?} refs={refs:?} pins={pins:?}"))
+            }
             Ev::Host { entries, order, .. } => {
                 let mut es: Vec<String> = entries.iter().map(|x| format!("{} slot={} ref={}", x.key, x.slot, x.ref_cnt)).collect();
                 es.sort();
@@ -138,11 +163,32 @@ pub fn step(
         kind.model.push(s);
     };
     let mut nq = 0;
+    let sc = e.conn.simple_cpu();
+    // SimpleCPU: the CPU blocks a lookup pinned are the ones its load copies (a hit is always
+    // loaded whole), or, when the request did not fit, the pin it still holds at the end of
+    // the step (a request is looked up at most once per step).
+    let pins = |r: u16| -> Vec<u32> {
+        events
+            .iter()
+            .find_map(|x| match x {
+                Event::LoadJob { req, slots, .. } if *req == r => Some(slots.clone()),
+                _ => None,
+            })
+            .or_else(|| sc.and_then(|sc| sc.reqs[r as usize].pending.as_ref()).map(|p| p.blocks.clone()))
+            .unwrap_or_default()
+    };
+    let mut last_stored: Vec<BlockHash> = Vec::new();
+    let mut loads_done: Vec<(String, String)> = Vec::new();
     for ev in events {
         match ev {
-            Event::Lookup { req, local, external, load_async } => {
-                push_model("lookup", format!("{} local={local} external={external:?} async={load_async}", name(req)))
-            }
+            Event::Lookup { req, local, external, load_async } => push_model(
+                "lookup",
+                format!(
+                    "{} local={local} external={external:?} async={load_async}{}",
+                    name(req),
+                    if sc.is_some() { format!(" pins={:?}", pins(*req)) } else { String::new() }
+                ),
+            ),
             Event::LoadJob { job, req, keys, blocks, slots, sync } => push_model(
                 "load",
                 format!(
@@ -151,14 +197,27 @@ pub fn step(
                     keys.iter().map(label).collect::<Vec<_>>()
                 ),
             ),
-            Event::StoreJob { job, req, keys, blocks, slots } => push_model(
-                "store",
-                format!(
-                    "job {job} {} keys={:?} blocks={blocks:?} slots={slots:?}",
-                    name(req),
-                    keys.iter().map(label).collect::<Vec<_>>()
-                ),
-            ),
+            Event::StoreJob { job, req, keys, blocks, slots } => {
+                memo.store_slots.entry(*job).or_default().extend_from_slice(slots);
+                push_model(
+                    "store",
+                    format!(
+                        "job {job} {} keys={:?} blocks={blocks:?} slots={slots:?}",
+                        name(req),
+                        keys.iter().map(label).collect::<Vec<_>>()
+                    ),
+                )
+            }
+            // SimpleCPU's `_process_store_event`: the keys it registered (HostStored, just
+            // before) on the event's CPU blocks.
+            Event::HostStored { keys } if sc.is_some() => last_stored = keys.clone(),
+            Event::JobCompleted { job } if sc.is_some() => {
+                let keys: Vec<String> = std::mem::take(&mut last_stored).iter().map(label).collect();
+                let slots = memo.store_slots.remove(job).unwrap_or_default();
+                push_model("store_completed", format!("job {job} keys={keys:?} slots={slots:?}"))
+            }
+            // vLLM processes `finished_recving` (a set) in no fixed order: compared sorted by name.
+            Event::HostLoadDone { req, job } => loads_done.push((name(req), format!("{} job {job}", name(req)))),
             Event::StoreRefused { req, keys } => push_model(
                 "store_refused",
                 format!("{} keys={:?}", name(req), keys.iter().map(label).collect::<Vec<_>>()),
@@ -201,6 +260,10 @@ pub fn step(
             _ => {}
         }
     }
+    loads_done.sort();
+    for (_, s) in loads_done {
+        push_model("load_completed", s);
+    }
     // End-of-step snapshots.
     let cached: BTreeMap<String, Vec<u32>> = e.pool.cached().map(|(h, b)| (label(h), b.clone())).collect();
     push_model("g1", format!("free={:?} cached={cached:?}", e.pool.free_queue()));
@@ -210,6 +273,20 @@ pub fn step(
         es.sort();
         let order: Vec<String> = oc.host.eviction_order().iter().map(label).collect();
         push_model("host", format!("entries={es:?} order={order:?}"));
+    }
+    if let Some(sc) = sc {
+        let cached: BTreeMap<String, Vec<u32>> = sc.cpu.cached().map(|(h, b)| (label(h), b.clone())).collect();
+        let refs: BTreeMap<u32, u32> = (1..sc.cpu.num_blocks())
+            .filter(|&b| sc.cpu.ref_cnt[b as usize] > 0)
+            .map(|b| (b, u32::from(sc.cpu.ref_cnt[b as usize])))
+            .collect();
+        let pins: BTreeMap<String, Vec<u32>> = sc
+            .reqs
+            .iter()
+            .enumerate()
+            .filter_map(|(r, q)| q.pending.as_ref().map(|p| (name(&(r as u16)), p.blocks.clone())))
+            .collect();
+        push_model("cpu", format!("free={:?} cached={cached:?} refs={refs:?} pins={pins:?}", sc.cpu.free_queue()));
     }
     let last_line = lines.last().map_or(0, |l| l.no);
     let matched = |kind: &str, idx: usize| -> Option<usize> {

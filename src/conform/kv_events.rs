@@ -7,8 +7,10 @@
 //!
 //! Checks: per medium, a hash is removed only while stored (GPU counts duplicates: one entry
 //! per cached block); a GPU store's parent is stored; `AllBlocksCleared` empties the GPU medium;
-//! GPU stores carry `block_size * len(block_hashes)` tokens; offload placeholders carry
-//! `block_size` 0 and no tokens, and a host key is not stored twice without a removal between.
+//! GPU stores carry `block_size * len(block_hashes)` tokens, and so do offload stores with a
+//! block size and a payload (SimpleCPU's carry the block's tokens); offload placeholders
+//! (OffloadingConnector) carry `block_size` 0 and no tokens, and a host key is not stored twice
+//! without a removal between.
 //! With a conformance log, every batch's counts of stored and removed blocks per medium must
 //! equal what the model cached, evicted, stored and evicted in the same step.
 
@@ -130,6 +132,17 @@ pub fn consistency(batches: &[Batch]) -> Option<(usize, String)> {
                     }
                     if !gpu && *block_size == 0 && *tokens != 0 {
                         return Some((b.index, "an offload placeholder (block_size 0) carries tokens".into()));
+                    }
+                    // SimpleCPU's CPU events carry the block's tokens (BlockStoreMeta), or none
+                    // when it has no payload for the block (`_process_store_completion`).
+                    if !gpu && *block_size > 0 && *tokens != 0 && *tokens as u64 != block_size * hashes.len() as u64 {
+                        return Some((
+                            b.index,
+                            format!(
+                                "{medium} BlockStored carries {tokens} tokens for {} blocks of {block_size}",
+                                hashes.len()
+                            ),
+                        ));
                     }
                     let m = resident.entry(medium.clone()).or_default();
                     if gpu {

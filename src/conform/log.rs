@@ -35,6 +35,9 @@ pub struct Header {
     pub sync_load_budget_tokens: u32,
     #[serde(default = "yes")]
     pub enable_prefix_caching: bool,
+    /// SimpleCPU's `num_cpu_blocks` (its CPU `BlockPool`, null block 0 included).
+    #[serde(default)]
+    pub cpu_blocks: u32,
 }
 
 fn one() -> u32 {
@@ -119,6 +122,9 @@ pub enum Ev {
     TransferDone {
         step: u32,
         job: u32,
+        /// SimpleCPU: which stream's event (`"store"` or `"load"`; separate counters).
+        #[serde(default)]
+        kind: Option<String>,
     },
     TransferFailed {
         step: u32,
@@ -132,6 +138,9 @@ pub enum Ev {
         external: Option<u32>,
         #[serde(rename = "async")]
         load_async: bool,
+        /// SimpleCPU: the CPU blocks this lookup pinned (`_pending_cpu_hits`).
+        #[serde(default)]
+        pins: Option<Vec<u32>>,
     },
     Load {
         step: u32,
@@ -188,6 +197,29 @@ pub enum Ev {
         entries: Vec<HostEntry>,
         order: Vec<String>,
     },
+    /// SimpleCPU: `_process_store_event`: store event `job`'s CPU blocks registered under keys.
+    StoreCompleted {
+        step: u32,
+        job: u32,
+        keys: Vec<String>,
+        slots: Vec<u32>,
+    },
+    /// SimpleCPU: `_cleanup_load_request` for a request in `finished_recving` (load event `job`).
+    LoadCompleted {
+        step: u32,
+        req: String,
+        job: u32,
+    },
+    /// SimpleCPU, end of step: the CPU `BlockPool` (free queue head first, cached map, ref
+    /// counts of referenced blocks) and the lookup pins still held, per request.
+    Cpu {
+        step: u32,
+        free: Vec<u32>,
+        cached: BTreeMap<String, Vec<u32>>,
+        /// Block id (a JSON object key, so a string) -> ref count.
+        refs: BTreeMap<String, u32>,
+        pins: BTreeMap<String, Vec<u32>>,
+    },
 }
 
 impl Ev {
@@ -214,7 +246,10 @@ impl Ev {
             | Ev::Schedule { step, .. }
             | Ev::Finish { step, .. }
             | Ev::G1 { step, .. }
-            | Ev::Host { step, .. } => *step,
+            | Ev::Host { step, .. }
+            | Ev::StoreCompleted { step, .. }
+            | Ev::LoadCompleted { step, .. }
+            | Ev::Cpu { step, .. } => *step,
         }
     }
 
@@ -232,6 +267,33 @@ impl Ev {
                 | Ev::TransferDone { .. }
                 | Ev::TransferFailed { .. }
         )
+    }
+}
+
+/// A line that does not fit the header's connector: SimpleCPU logs name each completion's
+/// stream and the pins of every lookup, and have `cpu` snapshots; the other connectors none
+/// of these.
+fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
+    let scpu = h.connector == "simple-cpu";
+    match ev {
+        Ev::TransferDone { kind: None, .. } if scpu => {
+            Some("a SimpleCPU transfer_done names its stream (\"kind\": \"store\" or \"load\")".into())
+        }
+        Ev::TransferDone { kind: Some(k), .. } if !scpu || !["store", "load"].contains(&k.as_str()) => {
+            Some(format!("transfer_done kind {k:?}: only SimpleCPU logs name a stream (\"store\" or \"load\")"))
+        }
+        Ev::TransferFailed { .. } if scpu => Some("SimpleCPU never reports a failed load".into()),
+        Ev::Lookup { pins: None, .. } if scpu => {
+            Some("a SimpleCPU lookup lists the CPU blocks it pinned (\"pins\")".into())
+        }
+        Ev::Lookup { pins: Some(_), .. } if !scpu => Some("\"pins\" goes with the simple-cpu connector".into()),
+        Ev::StoreCompleted { .. } | Ev::LoadCompleted { .. } | Ev::Cpu { .. } if !scpu => {
+            Some("store_completed, load_completed and cpu lines go with the simple-cpu connector".into())
+        }
+        Ev::Host { .. } | Ev::StoreRefused { .. } | Ev::Flush { .. } if scpu => {
+            Some("host, store_refused and flush lines are the OffloadingConnector's (this log is simple-cpu)".into())
+        }
+        _ => None,
     }
 }
 
@@ -270,11 +332,25 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                         format!("unsupported log format {} (kvmc reads format 1)", h.format),
                     ));
                 }
-                if !["offloading", "none"].contains(&h.connector.as_str()) {
+                if !["offloading", "none", "simple-cpu"].contains(&h.connector.as_str()) {
                     return Err(KvmcError::input(
                         path,
                         no,
-                        format!("connector {:?} is not modelled (offloading, none)", h.connector),
+                        format!("connector {:?} is not modelled (offloading, simple-cpu, none)", h.connector),
+                    ));
+                }
+                if h.connector == "simple-cpu" && !h.enable_prefix_caching {
+                    return Err(KvmcError::input(
+                        path,
+                        no,
+                        "the simple-cpu connector needs GPU prefix caching (vLLM disables it otherwise)",
+                    ));
+                }
+                if h.connector == "simple-cpu" && h.cpu_blocks < 2 {
+                    return Err(KvmcError::input(
+                        path,
+                        no,
+                        "cpu_blocks must be at least 2 with the simple-cpu connector (block 0 is the null block)",
                     ));
                 }
                 if !["fail", "recompute"].contains(&h.load_failure_policy.as_str()) {
@@ -346,6 +422,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                     | Ev::StreamQueued { req, .. }
                     | Ev::TurnEnd { req, .. }
                     | Ev::TurnStart { req, .. }
+                    | Ev::LoadCompleted { req, .. }
                         if !known.contains(req) =>
                     {
                         return Err(KvmcError::input(path, no, format!("request {req} is used before it arrives")));
@@ -389,7 +466,16 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                     Ev::TurnEnd { req, turn, .. } | Ev::TurnStart { req, turn, .. } if *turn == 0 => {
                         return Err(KvmcError::input(path, no, format!("request {req}: turns count from 1")));
                     }
+                    Ev::Cpu { refs, .. } => {
+                        if let Some(k) = refs.keys().find(|k| k.parse::<u32>().is_err()) {
+                            return Err(KvmcError::input(path, no, format!("refs key {k:?} is not a block id")));
+                        }
+                    }
                     _ => {}
+                }
+                let h = header.as_ref().expect("checked");
+                if let Some(why) = connector_mismatch(h, ev) {
+                    return Err(KvmcError::input(path, no, why));
                 }
             }
         }

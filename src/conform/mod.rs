@@ -10,10 +10,13 @@ use crate::error::{KvmcError, Result};
 use crate::model::scope::{Arrivals, Faults, Scope};
 use crate::model::{KvModel, KvState};
 use crate::props::{self, Kind};
+use crate::system::connector::simple_cpu_worker::LOAD_EVENT;
 use crate::system::engine::StepInput;
 use crate::system::types::Status;
 use crate::system::workload::{next_turn_spec, EndKind, TurnInput};
-use crate::system::{ConnectorConfig, EngineConfig, Events, LoadFailurePolicy, OffloadConfig, RequestSpec, Workload};
+use crate::system::{
+    ConnectorConfig, EngineConfig, Events, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
+};
 use log::{Ev, Header, Line};
 use std::path::Path;
 use std::sync::Arc;
@@ -87,15 +90,15 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
             sessions.push(turns);
         }
     }
-    let connector = if h.connector == "offloading" {
-        ConnectorConfig::Offloading(OffloadConfig {
+    let connector = match h.connector.as_str() {
+        "offloading" => ConnectorConfig::Offloading(OffloadConfig {
             host_chunks: h.host_chunks,
             blocks_per_chunk: h.blocks_per_chunk,
             offload_prompt_only: h.offload_prompt_only,
             sync_load_budget_tokens: h.sync_load_budget_tokens,
-        })
-    } else {
-        ConnectorConfig::None
+        }),
+        "simple-cpu" => ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: h.cpu_blocks }),
+        _ => ConnectorConfig::None,
     };
     let cfg = EngineConfig {
         block_size: h.block_size,
@@ -239,6 +242,7 @@ fn replay(
         ("schedule", lines.iter().any(|l| matches!(l.ev, Ev::Schedule { .. }))),
         ("g1", lines.iter().any(|l| matches!(l.ev, Ev::G1 { .. }))),
         ("host", lines.iter().any(|l| matches!(l.ev, Ev::Host { .. }))),
+        ("cpu", lines.iter().any(|l| matches!(l.ev, Ev::Cpu { .. }))),
     ]
     .iter()
     .filter(|(_, on)| *on)
@@ -247,6 +251,7 @@ fn replay(
     let mut findings: Vec<(String, u32)> = Vec::new();
     let mut kv_counts: Vec<(u32, kv_events::Counts)> = Vec::new();
     let mut decisions = 0;
+    let mut memo = compare::Memo::default();
     for step in 1..=last {
         let this: Vec<&Line> = lines.iter().filter(|l| l.ev.step() == step && !dropped.contains(&l.no)).collect();
         let mut ev = Events::on();
@@ -271,6 +276,10 @@ fn replay(
                 }
                 Ev::Abort { req, .. } => engine.abort(ctx, idx(req), &mut ev),
                 Ev::Error { req, .. } => engine.error(ctx, idx(req), &mut ev),
+                // SimpleCPU's store and load events have separate counters.
+                Ev::TransferDone { job, kind, .. } if kind.as_deref() == Some("load") => {
+                    input.complete.push(*job | LOAD_EVENT)
+                }
                 Ev::TransferDone { job, .. } => input.complete.push(*job),
                 Ev::TransferFailed { job, invalid_blocks, .. } => {
                     input.fail_blocks.push((*job, invalid_blocks.clone()))
@@ -298,7 +307,7 @@ fn replay(
         if !newly.is_empty() {
             return Ok((Report { steps: step, decisions, divergence: None, findings, kv_counts: Vec::new() }, newly));
         }
-        if let Some(mut d) = compare::step(&scope, &engine, step, &this, &ev.list, &queued, &snapshots) {
+        if let Some(mut d) = compare::step(&scope, &engine, step, &this, &ev.list, &queued, &snapshots, &mut memo) {
             let first = d.line;
             d.window = lines
                 .iter()

@@ -100,6 +100,7 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
             format!("job {job} failed: blocks {invalid:?} invalid")
         }
         Event::JobCompleted { job } => format!("job {job} completed"),
+        Event::HostLoadDone { req, job } => format!("{}'s load event {job} landed (pins released)", n(req)),
         Event::Sampled { req, position } => format!("{} samples token {position}", n(req)),
         Event::TurnEnded { req, turn, reason } => {
             format!("{} ends input {} ({}), keeps its blocks", n(req), turn + 1, reason.as_str())

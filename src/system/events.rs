@@ -114,6 +114,12 @@ pub enum Event {
     JobCompleted {
         job: JobId,
     },
+    /// SimpleCPU: `_cleanup_load_request` for a request in `finished_recving`: its load
+    /// event `job` landed and its CPU and GPU pins are released.
+    HostLoadDone {
+        req: ReqId,
+        job: JobId,
+    },
     Sampled {
         req: ReqId,
         position: u32,

@@ -396,6 +396,9 @@ impl ScState {
         ev: &mut Events,
     ) {
         for &r in recving {
+            if let Some(job) = self.reqs[r as usize].load.as_ref().and_then(|l| l.event) {
+                ev.emit(|| Event::HostLoadDone { req: r, job });
+            }
             self.cleanup_load(r, pool, c.rules, ghost);
         }
         for &id in completed {

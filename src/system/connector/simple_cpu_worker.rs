@@ -23,6 +23,10 @@ use super::simple_cpu::ScState;
 use super::Phase;
 use std::collections::BTreeSet;
 
+/// `StepInput::complete` names store events by id and load events by `id | LOAD_EVENT`
+/// (vLLM counts them separately; conformance logs say which copies finished in a step).
+pub const LOAD_EVENT: JobId = 1 << 31;
+
 /// The event a stream completes next: the oldest launched one of that direction.
 pub fn next_transfer(sc: &ScState, d: Direction) -> Option<JobId> {
     match d {
@@ -154,6 +158,19 @@ pub fn after_forward(
                 ghost.mark(Mark::Drained);
                 complete(sc, pool, d, id, ev);
             }
+        }
+    }
+    // Copies a conformance log reports finished in this step (if launched and not done yet).
+    for &named in &input.complete {
+        let (d, id) =
+            if named & LOAD_EVENT != 0 { (Direction::Load, named & !LOAD_EVENT) } else { (Direction::Store, named) };
+        let launched = match d {
+            Direction::Store => sc.stores.iter().any(|e| e.id == id && e.phase == Phase::Submitted),
+            Direction::Load => sc.loads.iter().any(|e| e.id == id && e.phase == Phase::Submitted),
+        };
+        if launched {
+            ghost.mark(Mark::Drained);
+            complete(sc, pool, d, id, ev);
         }
     }
     let (completed, finished_recving) = get_finished(sc);

@@ -6,7 +6,8 @@ Drives, in the order of ``vllm.v1.engine.core.EngineCore._initialize_kv_caches``
 * config objects from ``vllm.config``: ``ModelConfig`` (offline tiny llama, see
   ``tiny-llama/config.json``), ``SchedulerConfig`` (``async_scheduling=False`` always),
   ``CacheConfig`` (prefix caching on, ``num_gpu_blocks_override``), ``KVTransferConfig``
-  (``OffloadingConnector``, ``kv_both``), ``KVEventsConfig`` (events on, "null"
+  (``OffloadingConnector`` or ``SimpleCPUOffloadConnector`` with ``num_cpu_blocks``,
+  ``kv_both``), ``KVEventsConfig`` (events on, "null"
   publisher; kvevents.py captures the batches), ``DeviceConfig("cpu")``, ``VllmConfig``;
 * the KV-cache planning path: ``register_all_kvcache_specs``, a hand-written worker spec
   ``FullAttentionSpec`` (one layer), ``resolve_kv_cache_layout``,
@@ -16,7 +17,9 @@ Drives, in the order of ``vllm.v1.engine.core.EngineCore._initialize_kv_caches``
 * ``SchedulerConfig.get_scheduler_cls()`` -> ``vllm.v1.core.sched.scheduler.Scheduler``,
   which creates the ``OffloadingConnector`` (role SCHEDULER) through
   ``KVConnectorFactory``; the CPU tier is its ``CPUOffloadingManager`` with the
-  ``LRUCachePolicy``;
+  ``LRUCachePolicy``; or the ``SimpleCPUOffloadConnector``, whose
+  ``SimpleCPUOffloadScheduler`` (eager) keeps a CPU ``BlockPool`` (``Scheduler.__init__``
+  binds it to the GPU block pool through ``bind_kv_cache_manager``);
 * the block hasher: ``get_hash_fn_by_name("sha256")``, ``init_none_hash``,
   ``get_request_block_hasher``;
 * ``vllm.v1.request.Request`` objects with ``SamplingParams``.
@@ -62,10 +65,17 @@ class Engine:
 
     @property
     def manager(self):
-        """The OffloadingConnector's CPUOffloadingManager (None without connector)."""
-        if self.scheduler.connector is None:
+        """The OffloadingConnector's CPUOffloadingManager (None without it)."""
+        conn = self.scheduler.connector
+        if conn is None or not hasattr(conn, "connector_scheduler"):
             return None
-        return self.scheduler.connector.connector_scheduler.manager
+        return conn.connector_scheduler.manager
+
+    @property
+    def scpu(self):
+        """The SimpleCPUOffloadConnector's SimpleCPUOffloadScheduler (None without it)."""
+        conn = self.scheduler.connector
+        return getattr(conn, "scheduler_manager", None) if conn is not None else None
 
     @property
     def block_pool(self):
@@ -124,6 +134,15 @@ def build_engine(sc: Scenario) -> Engine:
             kv_connector="OffloadingConnector", kv_role="kv_both",
             kv_connector_extra_config=extra,
             kv_load_failure_policy=sc.load_failure_policy)
+    elif sc.connector == "simple-cpu":
+        # num_cpu_blocks sizes the CPU BlockPool exactly (null block 0 included); it must not
+        # exceed the local capacity num_gpu_blocks * cpu_bytes // gpu_total_bytes
+        # (SimpleCPUOffloadScheduler._derive_cpu_config), i.e. cpu_bytes // page_bytes here.
+        extra = {"num_cpu_blocks": sc.cpu_blocks, "cpu_bytes_to_use": sc.cpu_blocks * page_bytes}
+        kv_transfer_config = KVTransferConfig(
+            kv_connector="SimpleCPUOffloadConnector", kv_role="kv_both",
+            kv_connector_extra_config=extra,
+            kv_load_failure_policy=sc.load_failure_policy)
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config,
                              kv_transfer_config=kv_transfer_config,
@@ -163,6 +182,11 @@ def build_engine(sc: Scenario) -> Engine:
         if eng.num_host_chunks != sc.host_chunks:
             raise RuntimeError(f"CPU tier got {eng.num_host_chunks} chunks, "
                                f"scenario asked for {sc.host_chunks}")
+    if eng.scpu is not None:
+        got = eng.scpu.cpu_block_pool.num_gpu_blocks
+        if got != sc.cpu_blocks or eng.scpu._lazy_mode:
+            raise RuntimeError(f"SimpleCPU got {got} CPU blocks (lazy={eng.scpu._lazy_mode}), "
+                               f"scenario asked for {sc.cpu_blocks} (eager)")
     return eng
 
 

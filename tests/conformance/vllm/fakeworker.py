@@ -1,6 +1,7 @@
-"""Fake worker: decides when each OffloadingConnector transfer job completes and builds
-the per-step ``ModelRunnerOutput`` / ``KVConnectorOutput`` that vLLM's model runner
-would return.
+"""Fake worker: decides when each OffloadingConnector transfer job (``FakeWorker``) or
+SimpleCPUOffloadConnector store / load event (``ScpuFakeWorker``, at the end of this file)
+completes and builds the per-step ``ModelRunnerOutput`` / ``KVConnectorOutput`` that vLLM's
+model runner would return.
 
 Drives (builds) these vLLM 0.33 objects:
 ``vllm.v1.outputs.ModelRunnerOutput`` (and ``ModelRunnerOutput.with_kv_conn_output_only``
@@ -45,6 +46,8 @@ class PendingJob:
 
 
 class FakeWorker:
+    tagged = False   # transfer_done lines carry no "kind" (one job counter)
+
     def __init__(self, sc: Scenario):
         self.sc = sc
         self.pending: dict[int, PendingJob] = {}
@@ -145,7 +148,7 @@ class FakeWorker:
         return sorted(done, key=lambda pj: pj.job_id)
 
     # -- outputs ----------------------------------------------------------------------
-    def kv_output(self, done: list[PendingJob]):
+    def kv_output(self, done: list[PendingJob], meta=None):
         from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
             OffloadingWorkerMetadata,
         )
@@ -199,3 +202,98 @@ class FakeWorker:
             kv_connector_output=kv_out,
         )
         return mro, sampled
+
+
+class ScpuFakeWorker:
+    """The fake worker for the SimpleCPUOffloadConnector (``SimpleCPUOffloadWorker``): no
+    memory is copied; only when each event is reported is decided.
+
+    Reads ``SimpleCPUOffloadMetadata`` (``load_event``, ``load_event_to_reqs``,
+    ``store_event``, ``need_flush``) and builds ``KVConnectorOutput`` with
+    ``finished_recving`` (the requests of each completed load event, looked up in the
+    step's ``load_event_to_reqs`` as ``SimpleCPUOffloadWorker.get_finished`` does) and
+    ``SimpleCPUOffloadWorkerMetadata(completed_store_events={event: 1})`` (one worker).
+
+    Rules (README "Fake-worker rules"): both events of step k are launched in step k
+    (loads in ``start_load_kv``, stores in ``wait_for_save``); a store event is due at
+    k + store_delay, a load event at k + load_delay (``[[transfer_delay]]`` overrides
+    apply to the nth event holding a part of that request); each stream reports in
+    launch order (``_poll_stream_events`` keeps a high-water mark); ``need_flush``
+    (``handle_preemptions`` -> ``_flush_and_sync_all``, before this step's launches)
+    completes every event launched in an earlier step.
+    """
+
+    tagged = True    # transfer_done lines name the stream ("kind")
+
+    def __init__(self, sc: Scenario):
+        self.sc = sc
+        self.pending: dict[tuple[str, int], PendingJob] = {}
+        self._count: dict[tuple[str, str], int] = {}
+        self.used: set[int] = set()
+        self.store_reqs: list[str] = []    # set by the recorder: requests of the store event
+
+    def unused(self) -> list[str]:
+        return [f"[[transfer_delay]] {d.req} {d.kind} #{d.nth}"
+                for d in self.sc.delay_overrides if id(d) not in self.used]
+
+    def _delay(self, reqs: list[str], kind: str, default: int) -> int:
+        delay = default
+        for rid in dict.fromkeys(reqs):
+            nth = self._count.get((rid, kind), 0) + 1
+            self._count[(rid, kind)] = nth
+            for d in self.sc.delay_overrides:
+                if d.req == rid and d.kind == kind and d.nth == nth:
+                    self.used.add(id(d))
+                    delay = d.delay
+        return delay
+
+    def register(self, step: int, meta) -> None:
+        if meta.load_event >= 0:
+            reqs = list(meta.load_event_to_reqs.get(meta.load_event, []))
+            delay = self._delay(reqs, "load", self.sc.load_delay)
+            self.pending[("load", meta.load_event)] = PendingJob(
+                meta.load_event, ",".join(reqs), "load", False, step, step + delay,
+                list(meta.load_gpu_blocks))
+        if meta.store_event >= 0:
+            delay = self._delay(self.store_reqs, "store", self.sc.store_delay)
+            self.pending[("store", meta.store_event)] = PendingJob(
+                meta.store_event, ",".join(self.store_reqs), "store", False, step,
+                step + delay, list(meta.store_gpu_blocks))
+
+    def complete(self, step: int, meta) -> list[PendingJob]:
+        """Events reported in this step: loads first, then stores, each by event id."""
+        done: list[PendingJob] = []
+        for kind in ("load", "store"):
+            queue = sorted((pj for (k, _), pj in self.pending.items() if k == kind),
+                           key=lambda pj: pj.job_id)
+            blocked = False
+            for pj in queue:
+                flushed = meta.need_flush and pj.created < step
+                if flushed or (not blocked and pj.due <= step):
+                    done.append(pj)
+                else:
+                    blocked = True
+        for pj in done:
+            del self.pending[(pj.kind, pj.job_id)]
+        return done
+
+    def kv_output(self, done: list[PendingJob], meta):
+        from vllm.v1.outputs import KVConnectorOutput
+        from vllm.v1.simple_kv_offload.metadata import SimpleCPUOffloadWorkerMetadata
+
+        finished_recving: set[str] = set()
+        stores: dict[int, int] = {}
+        for pj in done:
+            if pj.kind == "load":
+                finished_recving.update(meta.load_event_to_reqs.get(pj.job_id) or ())
+            else:
+                stores[pj.job_id] = 1
+        return KVConnectorOutput(
+            finished_sending=None,
+            finished_recving=finished_recving or None,
+            kv_connector_worker_meta=(SimpleCPUOffloadWorkerMetadata(completed_store_events=stores)
+                                      if stores else None),
+            invalid_block_ids=set(),
+        )
+
+    model_output = FakeWorker.model_output

@@ -11,7 +11,15 @@ Wraps (instance attributes shadowing the class methods; nothing in vLLM is patch
 * ``Scheduler._free_request`` -> ``finish``;
 * ``Scheduler._handle_stopped_request`` (a resumable request's input stopped) ->
   ``turn_end``; ``Scheduler._update_request_as_session`` (a session takes its next
-  input) -> ``turn_start``.
+  input) -> ``turn_start``;
+* SimpleCPU (``_install_scpu``): ``SimpleCPUOffloadConnector.get_num_new_matched_tokens``
+  -> ``lookup`` with ``pins`` (``_pending_cpu_hits``); ``SimpleCPUOffloadScheduler.
+  build_connector_meta`` (with ``_select_eager_blocks_to_store`` and
+  ``_queue_finished_eager_store`` to split the store event per request) -> ``store``,
+  ``load``; the CPU ``BlockPool``'s ``get_new_blocks`` / ``_maybe_evict_cached_block`` ->
+  ``evict``; ``update_connector_output`` -> ``load_completed``; ``_process_store_event``
+  -> ``store_completed``; end of step: ``cpu`` (free queue, cached map, ref counts,
+  ``_pending_cpu_hits``).
 Reads read-only: ``BlockPool.free_block_queue.get_all_free_blocks()``,
 ``BlockPool.cached_block_hash_to_block._cache``, ``LRUCachePolicy.chunks`` / ``_ranks`` /
 ``_evictable`` (eviction order = ascending (rank, key) among evictable keys, which is the
@@ -96,6 +104,8 @@ class Recorder:
             "eviction_policy": sc.eviction_policy,
             "sync_load_budget_tokens": sc.sync_load_budget_tokens,
         }
+        if sc.connector == "simple-cpu":
+            hdr["cpu_blocks"] = sc.cpu_blocks
         self.out.write(dumps(hdr) + "\n")
 
     def _labels(self) -> dict[bytes, str]:
@@ -197,18 +207,27 @@ class Recorder:
         conn = self.eng.connector
         if conn is None:
             return
-        cs = conn.connector_scheduler
-        mgr = self.eng.manager
+        scpu = self.eng.scpu
 
         orig_lookup = conn.get_num_new_matched_tokens
 
         def lookup(request, num_computed_tokens, *a, **kw):
             ext, is_async = orig_lookup(request, num_computed_tokens, *a, **kw)
+            extra = {}
+            if scpu is not None:
+                # The CPU blocks this call pinned (_pending_cpu_hits; the stale pin of an
+                # earlier call was dropped first).
+                extra["pins"] = _pins(scpu._pending_cpu_hits.get(request.request_id))
             self.emit("lookup", req=request.request_id, local=num_computed_tokens,
-                      external=ext, **{"async": bool(is_async)})
+                      external=ext, **{"async": bool(is_async)}, **extra)
             return ext, is_async
 
         conn.get_num_new_matched_tokens = lookup
+        if scpu is not None:
+            self._install_scpu(scpu)
+            return
+        cs = conn.connector_scheduler
+        mgr = self.eng.manager
 
         orig_prepare_load = mgr.prepare_load
 
@@ -286,6 +305,126 @@ class Recorder:
 
         conn.build_connector_meta = build_connector_meta
 
+    def _install_scpu(self, mgr) -> None:
+        """SimpleCPUOffloadScheduler (eager): load and store lines from the step's
+        SimpleCPUOffloadMetadata, split per request; CPU evictions; the completions
+        update_connector_output processes."""
+        cpu_pool = mgr.cpu_block_pool
+        gpu_pool = self.eng.block_pool
+        self.store_event_reqs: list[str] = []
+        in_build = [False]
+        eager: list[tuple[str, list[int]]] = []
+        finish_req: dict[int, str] = {}      # id(TransferMeta) of a finish-time store -> req
+        evicted: list[H] = []
+
+        orig_evict = cpu_pool._maybe_evict_cached_block
+
+        def maybe_evict(block):
+            h = block.block_hash
+            res = orig_evict(block)
+            if res:
+                evicted.append(key_hash(h))
+            return res
+
+        cpu_pool._maybe_evict_cached_block = maybe_evict
+
+        orig_new = cpu_pool.get_new_blocks
+
+        def get_new_blocks(n):
+            evicted.clear()
+            res = orig_new(n)
+            if evicted:
+                self.emit("evict", medium="CPU", keys=list(evicted))
+            evicted.clear()
+            return res
+
+        cpu_pool.get_new_blocks = get_new_blocks
+
+        orig_select = mgr._select_eager_blocks_to_store
+
+        def select(state, block_ids_by_group):
+            res = orig_select(state, block_ids_by_group)
+            if in_build[0]:
+                eager.append((state.request.request_id, list(res[0])))
+            return res
+
+        mgr._select_eager_blocks_to_store = select
+
+        orig_queue = mgr._queue_finished_eager_store
+
+        def queue_finished(request, block_ids):
+            n = len(mgr._pending_finished_stores)
+            res = orig_queue(request, block_ids)
+            for t in mgr._pending_finished_stores[n:]:
+                finish_req[id(t)] = request.request_id
+            return res
+
+        mgr._queue_finished_eager_store = queue_finished
+
+        orig_build = mgr.build_connector_meta
+
+        def build_connector_meta(scheduler_output, *a, **kw):
+            eager.clear()
+            queued = list(mgr._pending_finished_stores)
+            in_build[0] = True
+            try:
+                meta = orig_build(scheduler_output, *a, **kw)
+            finally:
+                in_build[0] = False
+            # The store event: eager parts in yield_req_data order, then the finish-time
+            # transfers queued since the last step (_pending_finished_stores order).
+            parts = [(rid, g) for rid, g in eager if g]
+            parts += [(finish_req.pop(id(t)), list(t.gpu_block_ids)) for t in queued]
+            i = 0
+            for rid, g in parts:
+                assert list(meta.store_gpu_blocks[i:i + len(g)]) == g, "store event split"
+                cpu = [int(c) for c in meta.store_cpu_blocks[i:i + len(g)]]
+                self.emit("store", job=meta.store_event, req=rid,
+                          keys=[key_hash(gpu_pool.blocks[b].block_hash) for b in g],
+                          blocks=[int(b) for b in g], slots=cpu)
+                i += len(g)
+            assert i == len(meta.store_gpu_blocks), "store event blocks without a part"
+            self.store_event_reqs = [rid for rid, _ in parts]
+            if getattr(self, "worker", None) is not None:
+                self.worker.store_reqs = self.store_event_reqs
+            if meta.load_event >= 0:
+                for rid in meta.load_event_to_reqs[meta.load_event]:
+                    t = mgr._reqs_to_load[rid].transfer_meta
+                    self.emit("load", job=meta.load_event, req=rid,
+                              keys=[key_hash(cpu_pool.blocks[c].block_hash)
+                                    for c in t.cpu_block_ids],
+                              blocks=[int(b) for b in t.gpu_block_ids],
+                              slots=[int(c) for c in t.cpu_block_ids], sync=False)
+            return meta
+
+        mgr.build_connector_meta = build_connector_meta
+
+        orig_update = mgr.update_connector_output
+
+        def update_connector_output(connector_output, *a, **kw):
+            # Load completions are processed first (then store events, _process_store_event).
+            for rid in sorted(connector_output.finished_recving or ()):
+                st = mgr._reqs_to_load.get(rid) or mgr._abandoned_reqs_to_load.get(rid)
+                if st is not None:
+                    self.emit("load_completed", req=rid, job=st.load_event)
+            return orig_update(connector_output, *a, **kw)
+
+        mgr.update_connector_output = update_connector_output
+
+        orig_process = mgr._process_store_event
+
+        def process_store_event(event_idx, *a, **kw):
+            t = mgr._store_event_to_blocks.get(event_idx)
+            res = orig_process(event_idx, *a, **kw)
+            if t is not None:
+                self.emit("store_completed", job=event_idx,
+                          keys=[key_hash(cpu_pool.blocks[c].block_hash)
+                                for c in t.cpu_block_ids],
+                          slots=[int(c) for c in t.cpu_block_ids])
+            return res
+
+        mgr._process_store_event = process_store_event
+
     # -- snapshots --------------------------------------------------------------------
     def schedule_line(self, so) -> None:
         tables = {}
@@ -304,6 +443,26 @@ class Recorder:
                   finished=sorted(so.finished_req_ids or ()),
                   tables=tables)
 
+    def _cpu_snapshot(self, mgr, labels) -> None:
+        """SimpleCPU's CPU BlockPool at the end of the step: the free queue (head = next
+        to hand out), the cached map, the referenced blocks' ref counts, and the lookup
+        pins still held (_pending_cpu_hits)."""
+        pool = mgr.cpu_block_pool
+        free = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
+        cached: dict[str, list[int]] = {}
+        for key, val in pool.cached_block_hash_to_block._cache.items():
+            raw = bytes(key)[:-4]
+            lab = labels.get(raw, "?" + raw.hex()[:16])
+            ids = [val.block_id] if hasattr(val, "block_id") else [int(b) for b in val]
+            cached.setdefault(lab, []).extend(ids)
+        cached = {k: cached[k] for k in sorted(cached, key=self.label_order)}
+        refs = {str(b.block_id): b.ref_cnt for b in pool.blocks
+                if not b.is_null and b.ref_cnt > 0}
+        order = {r.request_id: i for i, r in enumerate(self.arrivals)}
+        pins = {rid: _pins(p) for rid, p in sorted(
+            mgr._pending_cpu_hits.items(), key=lambda kv: order.get(kv[0], len(order)))}
+        self.emit("cpu", free=free, cached=cached, refs=refs, pins=pins)
+
     def snapshots(self) -> None:
         pool = self.eng.block_pool
         free = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
@@ -316,6 +475,10 @@ class Recorder:
             cached.setdefault(lab, []).extend(ids)
         cached = {k: cached[k] for k in sorted(cached, key=self.label_order)}
         self.emit("g1", free=free, cached=cached)
+        scpu = self.eng.scpu
+        if scpu is not None:
+            self._cpu_snapshot(scpu, labels)
+            return
         mgr = self.eng.manager
         if mgr is None:
             return
@@ -326,6 +489,13 @@ class Recorder:
                   entries=[{"key": key_hash(k), "slot": c.chunk_id, "ref": c.ref_cnt}
                            for k, c in entries],
                   order=[key_hash(k) for k in evictable])
+
+
+def _pins(pending) -> list[int]:
+    """The non-null CPU blocks of a _pending_cpu_hits entry (or [])."""
+    if pending is None:
+        return []
+    return [b.block_id for grp in pending[0] for b in grp if not b.is_null]
 
 
 def _version() -> str:

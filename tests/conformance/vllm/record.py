@@ -89,7 +89,7 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
     from vllm.v1.request import RequestStatus
 
     from engine import build_engine, make_request
-    from fakeworker import FakeWorker
+    from fakeworker import FakeWorker, ScpuFakeWorker
     from kvevents import KVEventCapture
     from observe import Recorder
 
@@ -100,7 +100,8 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
     cap = KVEventCapture(eng.scheduler, lambda: rec.step)
     if kvevents is not None:
         kvevents.append(cap)
-    worker = FakeWorker(sc)
+    worker = ScpuFakeWorker(sc) if sc.connector == "simple-cpu" else FakeWorker(sc)
+    rec.worker = worker
     sched = eng.scheduler
     tl = Timeline(sc)
     tokens_of: dict[str, list[int]] = {}
@@ -200,9 +201,11 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
             for pj in done:
                 if pj.invalid:
                     rec.emit("transfer_failed", job=pj.job_id, invalid_blocks=pj.invalid)
+                elif worker.tagged:
+                    rec.emit("transfer_done", job=pj.job_id, kind=pj.kind)
                 else:
                     rec.emit("transfer_done", job=pj.job_id)
-            kv_out = worker.kv_output(done)
+            kv_out = worker.kv_output(done, meta)
         mro, sampled = worker.model_output(so, sched.requests, kv_out, rec.eos_of,
                                            rec.sample_name)
         for rid, tok in sampled:

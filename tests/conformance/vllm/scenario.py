@@ -152,6 +152,8 @@ class Scenario:
     events: list[InputEvent] = field(default_factory=list)
     load_failures: list[LoadFailure] = field(default_factory=list)
     delay_overrides: list[DelayOverride] = field(default_factory=list)
+    # [simple_cpu] (connector = "simple-cpu"): num_cpu_blocks, incl. the CPU pool's null block
+    cpu_blocks: int = 0
 
     def request(self, name: str) -> RequestSpec:
         for r in self.requests:
@@ -171,12 +173,13 @@ _OFFLOAD_KEYS = {
     "host_chunks", "blocks_per_chunk", "offload_prompt_only",
     "sync_load_budget_tokens", "eviction_policy",
 }
+_SIMPLE_CPU_KEYS = {"cpu_blocks"}
 _WORKER_KEYS = {"store_delay", "load_delay", "max_steps"}
 _REQUEST_KEYS = {"name", "prompt", "max_tokens", "eos_at", "arrive", "after",
                  "after_arrival", "delay", "input"}
 _INPUT_KEYS = {"prompt", "max_tokens", "eos_at", "end", "send", "delay"}
 _EVENT_KEYS = {"abort", "error", "step", "after", "after_arrival", "delay"}
-_TOP_KEYS = {"name", "description", "engine", "offload", "worker", "request",
+_TOP_KEYS = {"name", "description", "engine", "offload", "simple_cpu", "worker", "request",
              "event", "load_failure", "transfer_delay"}
 
 
@@ -287,15 +290,26 @@ def _load_scenario(path: Path) -> Scenario:
     eng = doc.get("engine", {})
     off = doc.get("offload", {})
     wrk = doc.get("worker", {})
+    scpu = doc.get("simple_cpu", {})
     _check_keys(eng, _ENGINE_KEYS, "[engine]")
     _check_keys(off, _OFFLOAD_KEYS, "[offload]")
+    _check_keys(scpu, _SIMPLE_CPU_KEYS, "[simple_cpu]")
     _check_keys(wrk, _WORKER_KEYS, "[worker]")
 
     block_size = int(eng["block_size"])
     gpu_blocks = int(eng["gpu_blocks"])
     connector = eng.get("connector", "offloading")
-    if connector not in ("offloading", "none"):
-        raise ScenarioError("[engine] connector must be 'offloading' or 'none'")
+    if connector not in ("offloading", "none", "simple-cpu"):
+        raise ScenarioError("[engine] connector must be 'offloading', 'simple-cpu' or 'none'")
+    if connector == "simple-cpu":
+        if "cpu_blocks" not in scpu:
+            raise ScenarioError("[simple_cpu] cpu_blocks is required with connector = 'simple-cpu'")
+        if off:
+            raise ScenarioError("[offload] goes with connector = 'offloading' ([simple_cpu] here)")
+        if doc.get("load_failure"):
+            raise ScenarioError("[[load_failure]]: SimpleCPU never reports a failed load")
+    elif scpu:
+        raise ScenarioError("[simple_cpu] goes with connector = 'simple-cpu'")
     policy = eng.get("load_failure_policy", "fail")
     if policy not in ("fail", "recompute"):
         raise ScenarioError("[engine] load_failure_policy must be 'fail' or 'recompute'")
@@ -324,8 +338,13 @@ def _load_scenario(path: Path) -> Scenario:
         store_delay=int(wrk.get("store_delay", 1)),
         load_delay=int(wrk.get("load_delay", 1)),
         max_steps=int(wrk.get("max_steps", 200)),
+        cpu_blocks=int(scpu.get("cpu_blocks", 0)),
     )
-    if sc.store_delay < 1:
+    if connector == "simple-cpu" and sc.cpu_blocks < 2:
+        raise ScenarioError("[simple_cpu] cpu_blocks must be >= 2 (block 0 is the null block)")
+    if sc.store_delay < (0 if connector == "simple-cpu" else 1):
+        # OffloadingConnector stores are submitted a step later; SimpleCPU launches its
+        # store event in the step that builds it (wait_for_save), so 0 is possible there.
         raise ScenarioError("[worker] store_delay must be >= 1 (stores are submitted a step later)")
     if sc.load_delay < 0:
         raise ScenarioError("[worker] load_delay must be >= 0")
