@@ -4,6 +4,7 @@ mod cli;
 mod common;
 mod conform;
 mod models;
+mod mooncake;
 mod parsers;
 mod roundtrip;
 mod rows;

@@ -11,7 +11,7 @@ use stateright::Model;
 
 /// Run `m` along the eager path: arrive as soon as allowed, steps with copies finishing
 /// within them. Returns the events and the final engine.
-fn scripted(m: &KvModel) -> (Vec<Event>, Engine) {
+pub fn scripted(m: &KvModel) -> (Vec<Event>, Engine) {
     let mut e = m.init().engine;
     let mut all = Vec::new();
     for _ in 0..200 {
@@ -48,22 +48,22 @@ fn scripted(m: &KvModel) -> (Vec<Event>, Engine) {
     (all, e)
 }
 
-fn req(m: &KvModel, name: &str) -> u16 {
+pub fn req(m: &KvModel, name: &str) -> u16 {
     m.scope.workload.requests.iter().position(|r| r.name == name).unwrap() as u16
 }
 
 /// (local, external) of the request's last lookup.
-fn lookup(ev: &[Event], r: u16) -> (u32, Option<u32>) {
+pub fn lookup(ev: &[Event], r: u16) -> (u32, Option<u32>) {
     ev.iter()
         .filter_map(|e| match e {
             Event::Lookup { req, local, external, .. } if *req == r => Some((*local, *external)),
             _ => None,
         })
-        .last()
+        .next_back()
         .expect("the request was looked up")
 }
 
-fn died(ev: &[Event]) -> bool {
+pub fn died(ev: &[Event]) -> bool {
     ev.iter().any(|e| matches!(e, Event::Violation { property: "rows-present", .. }))
 }
 

@@ -43,8 +43,9 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         Event::Lookup { req, local, external, load_async } => match external {
             None => format!("{} lookup: G1 hit {local}, host busy (retry)", n(req)),
             Some(x) => format!(
-                "{} lookup: G1 hit {local}, host hit {x}{}",
+                "{} lookup: G1 hit {local}, {} hit {x}{}",
                 n(req),
+                if scope.cfg.mooncake().is_some() { "pool" } else { "host" },
                 if *load_async {
                     " (async)"
                 } else if *x > 0 {
@@ -241,6 +242,9 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
     if let Some(sc) = e.conn.simple_cpu() {
         render_simple_cpu(&mut s, scope, sc);
     }
+    if let Some(mc) = e.conn.mooncake() {
+        render_mooncake(&mut s, scope, mc);
+    }
     if e.ghost.violations != 0 {
         let _ = writeln!(s, "violations flagged: {:#x}", e.ghost.violations);
     }
@@ -315,6 +319,75 @@ fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connecto
             s,
             "    finish-time store {} gpu {:?} -> cpu {:?} (next event)",
             wl.requests[t.req as usize].name, t.gpu, t.cpu
+        );
+    }
+}
+
+/// The Mooncake pool, the connector's per-request state and its jobs.
+fn render_mooncake(s: &mut String, scope: &Scope, mc: &crate::system::connector::McState) {
+    let wl = &scope.workload;
+    let pool: Vec<String> = mc
+        .pool
+        .iter()
+        .map(|(k, c)| {
+            let held = content(scope, *c);
+            let name = label(scope, *k);
+            if held == name {
+                name
+            } else {
+                format!("{name} (holds {held})")
+            }
+        })
+        .collect();
+    let _ = writeln!(s, "pool [{}]", pool.join(", "));
+    for (i, q) in mc.reqs.iter().enumerate() {
+        if q.load_spec.is_none() && q.tracker.is_none() && q.ledger.is_none() {
+            continue;
+        }
+        let mut line = format!("    conn {:<4}", wl.requests[i].name);
+        if let Some(ls) = &q.load_spec {
+            line.push_str(&format!(
+                " load spec [{},{}){}{}",
+                ls.vllm_cached,
+                ls.kvpool_cached,
+                if ls.can_load { " can load" } else { "" },
+                if ls.tail_key.is_none() { " (no tail key)" } else { "" }
+            ));
+        }
+        if let Some(t) = &q.tracker {
+            line.push_str(&format!(" tracker {} saved {} prefill {}", t.token_len, t.num_saved, t.prefill_end));
+        }
+        if let Some(l) = &q.ledger {
+            line.push_str(&format!(
+                " ledger jobs {:?} offset {}{}",
+                l.live,
+                l.saved_offset,
+                if q.closing { " (closing)" } else { "" }
+            ));
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    for j in &mc.saves {
+        let _ = writeln!(
+            s,
+            "    save job {} {} up to {} from blocks {:?} pins {:?} {}",
+            j.id,
+            wl.requests[j.req as usize].name,
+            j.token_len,
+            j.blocks,
+            j.pinned,
+            live_phase(j.phase)
+        );
+    }
+    for j in &mc.loads {
+        let _ = writeln!(
+            s,
+            "    load job {} {} [{}] into {:?} {}",
+            j.id,
+            wl.requests[j.req as usize].name,
+            j.keys.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(","),
+            j.blocks,
+            live_phase(j.phase)
         );
     }
 }
@@ -406,6 +479,17 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
         }
         if !d.is_empty() {
             parts.push(format!("CPU {}", d.join(", ")));
+        }
+    }
+    if let (Some(ma), Some(mb)) = (a.conn.mooncake(), b.conn.mooncake()) {
+        let added: Vec<String> = mb
+            .pool
+            .iter()
+            .filter(|(k, _)| !ma.pool.contains_key(*k))
+            .map(|(k, c)| format!("+{} ({})", label(scope, *k), content(scope, *c)))
+            .collect();
+        if !added.is_empty() {
+            parts.push(format!("pool {}", added.join(", ")));
         }
     }
     for (i, (qa, qb)) in a.reqs.iter().zip(&b.reqs).enumerate() {

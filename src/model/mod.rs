@@ -6,6 +6,7 @@
 pub mod display;
 pub mod scenario;
 pub mod scope;
+mod scope_mooncake;
 
 use crate::props::{self, PropDef};
 use crate::system::connector::Phase;
@@ -172,7 +173,7 @@ impl KvModel {
 
     /// True when work remains and nothing but a fault can move the engine (a deadlock).
     pub fn is_stuck(&self, s: &Engine) -> bool {
-        if !s.has_work() || s.aux.as_ref().is_some_and(|a| a.dead) {
+        if !s.has_work() || s.is_dead() {
             return false;
         }
         if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r) || self.stream_input_enabled(s, r as u16)) {
@@ -189,7 +190,7 @@ impl KvModel {
         let Some(id) = e.next_transfer(Direction::Load) else {
             return 0;
         };
-        e.conn.offloading().and_then(|oc| oc.job(id)).map_or(0, |j| j.blocks.len() as u32)
+        e.conn.load_job_blocks(id)
     }
 }
 
@@ -206,8 +207,8 @@ impl Model for KvModel {
         if u32::from(e.ghost.idle_steps) > self.scope.progress_steps {
             return; // a livelock was found; do not explore past it
         }
-        if e.aux.as_ref().is_some_and(|a| a.dead) {
-            return; // the engine died (rows-present)
+        if e.is_dead() {
+            return; // the engine died (rows-present, connector-assert)
         }
         for r in 0..e.reqs.len() {
             if self.arrival_enabled(e, r) {

@@ -4,7 +4,7 @@
 //! description = "two requests sharing a prefix, one host chunk"
 //! [engine]
 //! profile = "vllm-0.33"
-//! connector = "offloading"          # or "none"
+//! connector = "offloading"          # or "none", "simple-cpu", "mooncake"
 //! block_size = 2
 //! gpu_blocks = 4                    # num_gpu_blocks, including the null block 0
 //! max_num_batched_tokens = 4
@@ -13,6 +13,8 @@
 //! host_chunks = 2
 //! # [simple_cpu]                   # with connector = "simple-cpu"
 //! # cpu_blocks = 3                 # num_cpu_blocks, including the CPU pool's null block 0
+//! # [mooncake]                     # optional with connector = "mooncake"
+//! # preload = ["P", "ab|cd"]       # prefixes another instance already put into the pool
 //! [[request]]
 //! name = "A"
 //! prompt = "ab|cd"                  # one token per character; '|' and spaces are ignored
@@ -43,6 +45,8 @@ struct RawScope {
     offload: Option<RawOffload>,
     #[serde(default)]
     simple_cpu: Option<RawSimpleCpu>,
+    #[serde(default)]
+    mooncake: Option<super::scope_mooncake::RawMooncake>,
     router_replay: Option<RawRows>,
     #[serde(default, rename = "request")]
     requests: Vec<RawRequest>,
@@ -298,6 +302,9 @@ impl Scope {
         if raw.simple_cpu.is_some() && e.connector.get_ref() != "simple-cpu" {
             return Err(bad(e.connector.span(), "a [simple_cpu] table needs connector = \"simple-cpu\"".into()));
         }
+        if raw.mooncake.is_some() && e.connector.get_ref() != "mooncake" {
+            return Err(bad(e.connector.span(), "a [mooncake] table needs connector = \"mooncake\"".into()));
+        }
         let connector = match e.connector.get_ref().as_str() {
             "none" => ConnectorConfig::None,
             "simple-cpu" => {
@@ -334,6 +341,12 @@ impl Scope {
                 }
                 ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: n })
             }
+            "mooncake" => ConnectorConfig::Mooncake(super::scope_mooncake::config(
+                raw.mooncake.as_ref(),
+                e.async_scheduling,
+                e.connector.span(),
+                &bad,
+            )?),
             "offloading" => {
                 let Some(o) = &raw.offload else {
                     return Err(bad(
@@ -358,7 +371,9 @@ impl Scope {
             other => {
                 return Err(bad(
                     e.connector.span(),
-                    format!("connector must be \"none\", \"offloading\" or \"simple-cpu\", got \"{other}\""),
+                    format!(
+                        "connector must be \"none\", \"offloading\", \"simple-cpu\" or \"mooncake\", got \"{other}\""
+                    ),
                 ))
             }
         };
@@ -508,12 +523,17 @@ impl Scope {
             load_failure: raw.faults.load_failure,
             max_load_failures: raw.faults.max_load_failures,
         };
-        if faults.load_failure && cfg.offload().is_none() {
+        if faults.load_failure && cfg.offload().is_none() && cfg.mooncake().is_none() {
             return Err(KvmcError::input(
                 path,
                 1,
-                "faults.load_failure needs connector = \"offloading\" (SimpleCPU's worker never reports load failures)",
+                "faults.load_failure needs connector = \"offloading\" or \"mooncake\" (SimpleCPU's worker never reports load failures)",
             ));
+        }
+        let mut workload = Workload::with_sessions(b, specs, sessions);
+        let mut cfg = cfg;
+        if let (ConnectorConfig::Mooncake(m), Some(raw_mc)) = (&mut cfg.connector, &raw.mooncake) {
+            super::scope_mooncake::resolve_preload(m, raw_mc, &mut workload, &bad)?;
         }
         Ok(Scope {
             name: name.to_string(),
@@ -521,7 +541,7 @@ impl Scope {
             description: raw.description,
             profile,
             cfg,
-            workload: Workload::with_sessions(b, specs, sessions),
+            workload,
             after,
             faults,
             arrivals,

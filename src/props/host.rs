@@ -10,6 +10,11 @@ pub fn integrity(m: &KvModel, s: &KvState) -> bool {
     if let Some(sc) = s.engine.conn.simple_cpu() {
         return integrity_simple_cpu(m, sc);
     }
+    if let Some(mc) = s.engine.conn.mooncake() {
+        // The Mooncake pool: every key holds exactly the KV of the prefix it names.
+        let b = m.scope.cfg.block_size;
+        return mc.pool.iter().all(|(k, c)| *c == ContentTag::full(*k, b));
+    }
     let Some(oc) = s.engine.conn.offloading() else {
         return true;
     };

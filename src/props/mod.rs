@@ -138,6 +138,13 @@ pub const CATALOGUE: &[PropDef] = &[
         check: |_, s| !s.engine.ghost.has(Breach::StartNotAnchored),
     },
     PropDef {
+        name: "connector-assert",
+        kind: Kind::Always,
+        offload_only: true,
+        rows_only: false,
+        check: |_, s| !s.engine.ghost.has(Breach::ConnectorAssert),
+    },
+    PropDef {
         name: "requests-finish",
         kind: Kind::Always,
         offload_only: false,
@@ -217,23 +224,38 @@ pub fn to_stateright(p: &'static PropDef) -> Property<KvModel> {
     }
 }
 
-/// Properties and guards that speak about one connector only: checked (and listed) only on
-/// models that run it.
-pub const CONNECTOR_SCOPED: &[(&str, ConnectorKind)] = &[
-    ("reach-stale-pin", ConnectorKind::SimpleCpu),
-    ("reach-partial-store", ConnectorKind::SimpleCpu),
-    ("reach-host-refresh", ConnectorKind::SimpleCpu),
-    ("reach-sync-load", ConnectorKind::Offloading),
-    ("reach-lookup-inflight", ConnectorKind::Offloading),
-    ("reach-store-refused", ConnectorKind::Offloading),
-    ("reach-load-failure", ConnectorKind::Offloading),
+/// Properties and guards that speak about some connectors only: checked (and listed) only
+/// on models that run one of them.
+pub const CONNECTOR_SCOPED: &[(&str, &[ConnectorKind])] = &[
+    ("reach-stale-pin", &[ConnectorKind::SimpleCpu]),
+    ("reach-partial-store", &[ConnectorKind::SimpleCpu]),
+    ("reach-host-refresh", &[ConnectorKind::SimpleCpu]),
+    ("reach-sync-load", &[ConnectorKind::Offloading]),
+    ("reach-lookup-inflight", &[ConnectorKind::Offloading]),
+    ("reach-store-refused", &[ConnectorKind::Offloading]),
+    ("reach-load-failure", &[ConnectorKind::Offloading, ConnectorKind::Mooncake]),
+    // The Mooncake pool has no capacity, eviction order, cursor or mirror that kvmc models.
+    ("reach-host-eviction", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("reach-restart", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("reach-flush", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("reach-finish-store", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("reach-readmit-full-table", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("host-accounting", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("mirror-table", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("store-coverage", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("eviction-order", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    ("final-store-kept", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
+    // Only the Mooncake store asserts on the scheduler's external token count.
+    ("connector-assert", &[ConnectorKind::Mooncake]),
 ];
 
 /// Does `p` apply to a model with this engine configuration?
 pub fn applies(p: &PropDef, cfg: &EngineConfig) -> bool {
     let kind = cfg.connector_kind();
     if let Some((_, only)) = CONNECTOR_SCOPED.iter().find(|(n, _)| *n == p.name) {
-        return *only == kind;
+        if !only.contains(&kind) {
+            return false;
+        }
     }
     (kind != ConnectorKind::None || !p.offload_only) && (cfg.router_replay.is_some() || !p.rows_only)
 }

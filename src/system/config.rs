@@ -32,12 +32,37 @@ pub struct SimpleCpuConfig {
     pub cpu_blocks: u32,
 }
 
+/// `kv_transfer_config.kv_role` (decides what the Mooncake store connector saves).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum KvRole {
+    /// `kv_both` (an instance that loads and saves; the colocated default).
+    Both,
+    /// `kv_producer` (a P/D prefill instance: saves its prompt blocks).
+    Producer,
+    /// `kv_consumer` (a P/D decode instance: saves nothing unless `save_decode_cache`).
+    Consumer,
+}
+
+/// MooncakeStoreConnector's settings (`kv_connector_extra_config`) and the shared pool's
+/// contents at start.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct MooncakeConfig {
+    pub kv_role: KvRole,
+    /// `save_decode_cache` (default false): decode-phase blocks are saved too.
+    pub save_decode_cache: bool,
+    /// `enable_lookup` (default true): with it off the connector never reports a hit.
+    pub enable_lookup: bool,
+    /// Keys (block hashes) another instance already put into the pool, with their KV.
+    pub preload: Vec<crate::system::types::BlockHash>,
+}
+
 /// Which KV connector the engine runs.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum ConnectorConfig {
     None,
     Offloading(OffloadConfig),
     SimpleCpu(SimpleCpuConfig),
+    Mooncake(MooncakeConfig),
 }
 
 /// Which connector, without its settings (what a property or an action applies to).
@@ -46,6 +71,7 @@ pub enum ConnectorKind {
     None,
     Offloading,
     SimpleCpu,
+    Mooncake,
 }
 
 /// Router replay (`AuxOutputConfig` with routed experts enabled).
@@ -96,11 +122,18 @@ impl EngineConfig {
             _ => None,
         }
     }
+    pub fn mooncake(&self) -> Option<&MooncakeConfig> {
+        match &self.connector {
+            ConnectorConfig::Mooncake(c) => Some(c),
+            _ => None,
+        }
+    }
     pub fn connector_kind(&self) -> ConnectorKind {
         match &self.connector {
             ConnectorConfig::None => ConnectorKind::None,
             ConnectorConfig::Offloading(_) => ConnectorKind::Offloading,
             ConnectorConfig::SimpleCpu(_) => ConnectorKind::SimpleCpu,
+            ConnectorConfig::Mooncake(_) => ConnectorKind::Mooncake,
         }
     }
     /// The engine runs an offload connector (any kind).

@@ -6,10 +6,12 @@
 
 use super::config::EngineConfig;
 use super::connector::SchedOut;
-use super::connector::{simple_cpu_worker as sc_worker, worker as conn_worker, Connector, StepScratch};
+use super::connector::{
+    mooncake_worker as mc_worker, simple_cpu_worker as sc_worker, worker as conn_worker, Connector, StepScratch,
+};
 use super::events::{Event, Events};
 use super::expert_rows::AuxState;
-use super::ghost::{Ghost, Mark};
+use super::ghost::{Breach, Ghost, Mark};
 use super::gpu_pool::GpuPool;
 use super::request::{Queue, ReqState};
 use super::rules::Rules;
@@ -182,15 +184,29 @@ impl Engine {
         match &mut self.conn {
             Connector::Offloading(oc) => conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev),
             Connector::SimpleCpu(sc) => sc_worker::complete(sc, &mut self.pool, d, job, ev),
+            Connector::Mooncake(mc) => mc_worker::complete(mc, &mut self.pool, ctx, d, job, None, &mut self.ghost, ev),
             Connector::None => panic!("transfers need a connector"),
         }
     }
 
     /// A load failed: blocks from index `first_bad` of its destination were not written.
     pub fn transfer_failed(&mut self, ctx: Ctx, job: JobId, first_bad: u32, ev: &mut Events) {
-        let oc = self.conn.offloading_mut().expect("transfers need a connector");
         self.ghost.mark(Mark::LoadFailure);
-        conn_worker::complete(oc, &mut self.pool, ctx, job, Some(first_bad), &mut self.ghost, ev);
+        match &mut self.conn {
+            Connector::Offloading(oc) => {
+                conn_worker::complete(oc, &mut self.pool, ctx, job, Some(first_bad), &mut self.ghost, ev)
+            }
+            Connector::Mooncake(mc) => {
+                mc_worker::complete(mc, &mut self.pool, ctx, Direction::Load, job, Some(first_bad), &mut self.ghost, ev)
+            }
+            _ => panic!("only the OffloadingConnector and the Mooncake store report load failures"),
+        }
+    }
+
+    /// The engine is gone: the rows worker raised (rows-present) or the scheduler's connector
+    /// asserted (connector-assert). Nothing moves any more.
+    pub fn is_dead(&self) -> bool {
+        self.aux.as_ref().is_some_and(|a| a.dead) || self.ghost.has(Breach::ConnectorAssert)
     }
 
     /// One engine step. Synchronous scheduling: `schedule()`, the worker (connector hooks
@@ -201,8 +217,8 @@ impl Engine {
     pub fn step(&mut self, ctx: Ctx, input: &StepInput, ev: &mut Events) {
         if !ctx.cfg.async_scheduling {
             let b = self.schedule_and_execute(ctx, input, ev);
-            if self.aux.as_ref().is_some_and(|a| a.dead) {
-                return; // the worker raised: the engine step failed and the engine is gone
+            if self.is_dead() {
+                return; // the worker or the scheduler raised: the engine is gone
             }
             scheduler_output::update_from_output(self, ctx, &b.out, b.wout, ev);
             return;
@@ -224,6 +240,9 @@ impl Engine {
     fn schedule_and_execute(&mut self, ctx: Ctx, input: &StepInput, ev: &mut Events) -> Batch {
         let mut scratch = StepScratch::default();
         let out = scheduler::schedule(self, ctx, &mut scratch, ev);
+        if self.is_dead() {
+            return Batch { out, wout: WorkerOut::default() }; // schedule() raised
+        }
         let wout = worker::execute(self, ctx, &out, &scratch, input, ev);
         Batch { out, wout }
     }

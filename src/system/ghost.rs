@@ -42,6 +42,10 @@ pub enum Breach {
     /// Router replay: the end-anchored response start is not the first row's position
     /// (start-anchored).
     StartNotAnchored = 1 << 12,
+    /// MooncakeStoreConnector: `update_state_after_alloc` got an external token count other
+    /// than its LoadSpec's `kvpool_cached_tokens - vllm_cached_tokens`: the scheduler's
+    /// AssertionError kills the engine (connector-assert).
+    ConnectorAssert = 1 << 13,
 }
 
 /// What a transition did, for reachability guards.

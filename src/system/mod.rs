@@ -1,5 +1,5 @@
 //! The reference system: a pure, deterministic model of one vLLM engine (G1 pool, scheduler,
-//! OffloadingConnector or SimpleCPUOffloadConnector, host tier), following vLLM 0.33.0. All three drivers (the checker,
+//! OffloadingConnector, SimpleCPUOffloadConnector or MooncakeStoreConnector, host tier or shared pool), following vLLM 0.33.0. All three drivers (the checker,
 //! replay, conformance) run exactly this code.
 
 pub mod config;
@@ -20,7 +20,10 @@ pub mod types;
 pub mod worker;
 pub mod workload;
 
-pub use config::{ConnectorConfig, ConnectorKind, EngineConfig, LoadFailurePolicy, OffloadConfig, SimpleCpuConfig};
+pub use config::{
+    ConnectorConfig, ConnectorKind, EngineConfig, KvRole, LoadFailurePolicy, MooncakeConfig, OffloadConfig,
+    SimpleCpuConfig,
+};
 pub use engine::{Ctx, Direction, Engine};
 pub use events::{Event, Events};
 pub use rules::Rules;

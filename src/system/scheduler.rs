@@ -3,7 +3,7 @@
 //! when a block is missing), then waiting requests (KV-holding ones first) with the prefix
 //! lookup, the connector's answer and `allocate_slots`; no admission in a step that preempted.
 
-use super::connector::{ConnCtx, SchedOut, Scheduled, StepScratch};
+use super::connector::{ConnCtx, Connector, SchedOut, Scheduled, StepScratch};
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::expert_rows::scheduler as rows_sched;
@@ -34,6 +34,7 @@ pub(crate) fn conn_ctx<'a>(ctx: &Ctx<'a>) -> ConnCtx<'a> {
         offload_prompt_only: prompt_only,
         sync_budget: if ctx.rules.sync_loads { budget } else { 0 },
         caching: ctx.cfg.enable_prefix_caching,
+        mooncake: ctx.cfg.mooncake(),
     }
 }
 
@@ -319,38 +320,59 @@ fn schedule_waiting(
                 }
                 max_new = rows_sched::load_limit(ctx.rules, k.spec, q, l, b);
             }
+            // prime-rl's limit goes into the connector (OffloadingConnector's
+            // `_max_loadable_tokens`, the Mooncake store's wrapped lookup), unless the
+            // mutation trims the connector's answer afterwards.
+            let in_core = ctx.rules.aux_clamp_in_core;
             let (x, mut la) = e.conn.get_num_new_matched_tokens(
                 r,
                 &e.reqs[r as usize],
                 k.spec,
                 l,
-                max_new,
+                if in_core { None } else { max_new },
                 &cc,
                 scratch,
                 &mut e.ghost,
             );
             let mut x = x;
-            if let (Some(_), Some(ext), Some(oc)) = (max_new, x, e.conn.offloading()) {
+            if let (Some(limit), Some(ext)) = (max_new.filter(|_| in_core), x) {
+                x = Some(ext.min(limit));
+                la &= ext.min(limit) > 0;
+            }
+            if let (Some(_), Some(ext)) = (max_new, x) {
                 // prime-rl's clamp: report the external hit it gave up.
-                if let Some(full) = oc.peek_unbounded_hit(r, nt, k.spec, &cc).filter(|&f| f > ext) {
+                let q = &e.reqs[r as usize];
+                let full = match &e.conn {
+                    Connector::Offloading(oc) => oc.peek_unbounded_hit(r, nt, k.spec, &cc),
+                    Connector::Mooncake(mc) => Some(mc.peek_unbounded_hit(q, k.spec, l, &cc)),
+                    _ => None,
+                };
+                if let Some(full) = full.filter(|&f| f > ext) {
                     e.ghost.mark(Mark::RowsCut);
                     ev.emit(|| Event::RowsCut { req: r, from: l + full, to: l + ext });
                 }
             }
             if let (Some(a), Some(ext)) = (e.aux.as_mut(), x) {
                 if ctx.rules.aux_retain && ext > 0 {
-                    // 0.33 cap_external_hit: all or nothing.
-                    let capped =
-                        a.sched.cap_external_hit(e.reqs[r as usize].block_hashes(k.spec, b), nt, l, ext, &e.pool, b);
+                    // 0.33 cap_external_hit: all or nothing (after the connector answered).
+                    let capped = a.sched.cap_external_hit(
+                        e.reqs[r as usize].block_hashes(k.spec, b),
+                        nt,
+                        l,
+                        ext,
+                        &e.pool,
+                        b,
+                        ctx.rules.aux_cap_trims,
+                    );
                     if capped < ext {
                         e.ghost.mark(Mark::RowsCut);
-                        ev.emit(|| Event::RowsCut { req: r, from: l + ext, to: l });
+                        ev.emit(|| Event::RowsCut { req: r, from: l + ext, to: l + capped });
                     }
                     x = Some(capped);
                     la &= capped > 0;
                 }
             }
-            if !matches!(e.conn, crate::system::connector::Connector::None) {
+            if !matches!(e.conn, Connector::None) {
                 ev.emit(|| Event::Lookup { req: r, local: l, external: x, load_async: la });
             }
             let Some(x) = x else {
@@ -382,7 +404,10 @@ fn schedule_waiting(
             e.reqs
                 .iter()
                 .enumerate()
-                .filter(|(_, x)| x.inflight_prefill)
+                // vLLM 0.33 counts every member of `_inflight_prefills`, including a request
+                // whose async load failed from its first block and that is being admitted
+                // again: it then reserves its own blocks (fix-self-reservation leaves it out).
+                .filter(|(i, x)| x.inflight_prefill && !(ctx.rules.reserve_excludes_self && *i == r as usize))
                 .map(|(i, x)| kv_manager::remaining_blocks(x, &kv_ctx(&ctx, i as ReqId, x.turn)))
                 .sum()
         } else {

@@ -7,6 +7,7 @@
 //! read (per layer), so a request may read a block another request writes in the same pass.
 //! A request that reads wrong KV writes wrong KV (taint), and so does anyone who reads that.
 
+use super::connector::mooncake_worker as mc_conn;
 use super::connector::simple_cpu_worker as sc_conn;
 use super::connector::worker as conn;
 use super::connector::{Connector, JobKind, Phase, SchedOut, StepScratch};
@@ -54,9 +55,10 @@ pub fn execute(
         sc_conn::handle_preemptions(sc, &mut e.pool, !out.preempted.is_empty(), &mut e.ghost, ev);
     }
     forward(e, ctx, out, &invalid, ev);
-    let mut w = match e.conn.simple_cpu_mut() {
-        Some(sc) => sc_conn::after_forward(sc, &mut e.pool, ctx, input, &mut e.ghost, ev),
-        None => WorkerOut::default(),
+    let mut w = match &mut e.conn {
+        Connector::SimpleCpu(sc) => sc_conn::after_forward(sc, &mut e.pool, ctx, input, &mut e.ghost, ev),
+        Connector::Mooncake(mc) => mc_conn::after_forward(mc, &mut e.pool, ctx, out, input, &mut e.ghost, ev),
+        _ => WorkerOut::default(),
     };
     if let Some(a) = e.aux.as_mut() {
         let steps: Vec<Forwarded> = out

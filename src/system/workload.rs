@@ -160,6 +160,21 @@ impl Workload {
         Workload { block_size, requests, turns, registry }
     }
 
+    /// Name the blocks of a token sequence no request produces (a prefix another instance put
+    /// into the Mooncake pool): block i is labelled "NAME.i" unless a request already names it.
+    pub fn register_extra(&mut self, name: &str, tokens: &[Token]) -> Vec<BlockHash> {
+        let hashes = chain_hashes(tokens, self.block_size);
+        for (i, h) in hashes.iter().enumerate() {
+            let parent = if i == 0 { NONE_HASH } else { hashes[i - 1] };
+            self.registry.entry(*h).or_insert_with(|| BlockInfo {
+                parent,
+                label: format!("{name}.{i}"),
+                index: i as u32,
+            });
+        }
+        hashes
+    }
+
     /// The spec of request `r` in turn `turn` (0 = its first input).
     pub fn spec(&self, r: u16, turn: u8) -> &RequestSpec {
         if turn == 0 {

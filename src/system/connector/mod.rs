@@ -3,9 +3,11 @@
 //! The scheduler calls the same hooks vLLM's `KVConnectorBase_V1` defines, in the same order:
 //! `on_new_request`, `get_num_new_matched_tokens`, `update_state_after_alloc`,
 //! `build_connector_meta`, `request_finished`, `update_connector_output`. [`Connector`]
-//! dispatches each hook to the connector the engine runs (OffloadingConnector or
-//! SimpleCPUOffloadConnector).
+//! dispatches each hook to the connector the engine runs (OffloadingConnector,
+//! SimpleCPUOffloadConnector or MooncakeStoreConnector).
 
+pub mod mooncake;
+pub mod mooncake_worker;
 pub mod offloading;
 mod offloading_store;
 pub mod simple_cpu;
@@ -13,7 +15,7 @@ mod simple_cpu_store;
 pub mod simple_cpu_worker;
 pub mod worker;
 
-use super::config::{ConnectorConfig, EngineConfig};
+use super::config::{ConnectorConfig, EngineConfig, MooncakeConfig};
 use super::engine::Direction;
 use super::events::Events;
 use super::ghost::Ghost;
@@ -25,6 +27,7 @@ use super::worker::WorkerOut;
 use super::workload::{RequestSpec, Workload};
 use std::collections::BTreeSet;
 
+pub use mooncake::McState;
 pub use offloading::{Job, JobKind, OcReq, OcState, Phase};
 pub use simple_cpu::ScState;
 
@@ -34,6 +37,7 @@ pub enum Connector {
     None,
     Offloading(Box<OcState>),
     SimpleCpu(Box<ScState>),
+    Mooncake(Box<McState>),
 }
 
 impl Connector {
@@ -44,6 +48,19 @@ impl Connector {
                 Connector::Offloading(Box::new(OcState::new(num_reqs, o.host_chunks, rules)))
             }
             ConnectorConfig::SimpleCpu(s) => Connector::SimpleCpu(Box::new(ScState::new(num_reqs, s.cpu_blocks))),
+            ConnectorConfig::Mooncake(m) => Connector::Mooncake(Box::new(McState::new(num_reqs, m, cfg.block_size))),
+        }
+    }
+    pub fn mooncake(&self) -> Option<&McState> {
+        match self {
+            Connector::Mooncake(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn mooncake_mut(&mut self) -> Option<&mut McState> {
+        match self {
+            Connector::Mooncake(s) => Some(s),
+            _ => None,
         }
     }
     pub fn offloading(&self) -> Option<&OcState> {
@@ -76,6 +93,7 @@ impl Connector {
             Connector::None => false,
             Connector::Offloading(s) => s.has_pending_work(),
             Connector::SimpleCpu(s) => s.has_pending_work(),
+            Connector::Mooncake(s) => s.has_pending_work(),
         }
     }
 
@@ -101,12 +119,14 @@ impl Connector {
     ) -> (Option<u32>, bool) {
         match self {
             Connector::None => (Some(0), false),
-            // `max_new`: `_max_loadable_tokens`, which prime-rl's clamp wraps (OffloadingConnector
-            // and Mooncake only; SimpleCPU is not wrapped).
+            // `max_new`: prime-rl's load limit. It wraps `_max_loadable_tokens` of the
+            // OffloadingConnector and `get_num_new_matched_tokens` of the Mooncake store;
+            // SimpleCPU is not wrapped.
             Connector::Offloading(oc) => {
                 oc.get_num_new_matched_tokens(r, req, spec, num_local, max_new, c, scratch, ghost)
             }
             Connector::SimpleCpu(sc) => sc.get_num_new_matched_tokens(r, req, spec, num_local, c, ghost),
+            Connector::Mooncake(mc) => mc.get_num_new_matched_tokens(r, req, spec, num_local, max_new, c),
         }
     }
 
@@ -130,6 +150,7 @@ impl Connector {
                 oc.update_state_after_alloc(r, req, spec, pool, num_external, c, scratch, ghost, ev)
             }
             Connector::SimpleCpu(sc) => sc.update_state_after_alloc(r, req, pool, num_external, c, ghost, ev),
+            Connector::Mooncake(mc) => mc.update_state_after_alloc(r, req, &spec.name, num_external, ghost, ev),
         }
     }
 
@@ -150,6 +171,7 @@ impl Connector {
             Connector::None => {}
             Connector::Offloading(oc) => oc.build_connector_meta(out, reqs, wl, pool, c, scratch, ghost, ev),
             Connector::SimpleCpu(sc) => sc.build_connector_meta(out, reqs, wl, pool, c, ghost, ev),
+            Connector::Mooncake(mc) => mc.build_connector_meta(out, reqs, wl, pool, c, ev),
         }
     }
 
@@ -166,7 +188,9 @@ impl Connector {
         ev: &mut Events,
     ) {
         match self {
-            Connector::None => {}
+            // MooncakeStoreConnector returns (False, None) and keeps its state until the id
+            // comes back in `finished_req_ids`.
+            Connector::None | Connector::Mooncake(_) => {}
             Connector::Offloading(oc) => oc.request_finished(r, req, spec, c),
             Connector::SimpleCpu(sc) => sc.request_finished(r, req, spec, pool, c, ghost, ev),
         }
@@ -188,6 +212,7 @@ impl Connector {
             Connector::SimpleCpu(sc) => {
                 sc.update_connector_output(&w.completed, &w.finished_recving, pool, c, ghost, ev)
             }
+            Connector::Mooncake(mc) => mc.update_connector_output(&w.completed, pool, ghost, ev),
         }
     }
 
@@ -202,6 +227,7 @@ impl Connector {
                 .map(|j| j.id)
                 .min(),
             Connector::SimpleCpu(sc) => simple_cpu_worker::next_transfer(sc, d),
+            Connector::Mooncake(mc) => mooncake_worker::next_transfer(mc, d),
         }
     }
 
@@ -216,6 +242,7 @@ impl Connector {
                 .flat_map(|j| j.blocks.iter().copied())
                 .collect(),
             Connector::SimpleCpu(sc) => sc.loading_blocks().into_iter().collect(),
+            Connector::Mooncake(mc) => mc.loading_blocks().into_iter().collect(),
         }
     }
 
@@ -223,6 +250,7 @@ impl Connector {
     pub fn gpu_pins(&self, rules: &Rules) -> Vec<BlockId> {
         match self {
             Connector::SimpleCpu(sc) => sc.gpu_pins(rules),
+            Connector::Mooncake(mc) => mc.gpu_pins(),
             _ => Vec::new(),
         }
     }
@@ -233,6 +261,16 @@ impl Connector {
             Connector::None => {}
             Connector::Offloading(oc) => oc.canonicalize(outside),
             Connector::SimpleCpu(sc) => sc.canonicalize(outside),
+            Connector::Mooncake(mc) => mc.canonicalize(outside),
+        }
+    }
+
+    /// The GPU blocks of a queued load job (how many blocks a failure may start at).
+    pub fn load_job_blocks(&self, id: JobId) -> u32 {
+        match self {
+            Connector::Offloading(oc) => oc.job(id).map_or(0, |j| j.blocks.len() as u32),
+            Connector::Mooncake(mc) => mc.loads.iter().find(|j| j.id == id).map_or(0, |j| j.blocks.len() as u32),
+            _ => 0,
         }
     }
 }
@@ -246,6 +284,8 @@ pub struct ConnCtx<'a> {
     pub sync_budget: u32,
     /// GPU prefix caching on (`_chunks_being_loaded` is only kept then).
     pub caching: bool,
+    /// The Mooncake store's settings (with `connector = "mooncake"`).
+    pub mooncake: Option<&'a MooncakeConfig>,
 }
 
 impl ConnCtx<'_> {

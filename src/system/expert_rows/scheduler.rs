@@ -152,7 +152,9 @@ impl AuxSched {
         (n * b).min(num_tokens.saturating_sub(1))
     }
 
-    /// 0.33 `cap_external_hit`: all or nothing.
+    /// 0.33 `cap_external_hit`: all or nothing (`trims`: the mutation that keeps the
+    /// external hit's block-aligned part within `max_cache_hit` instead).
+    #[allow(clippy::too_many_arguments)]
     pub fn cap_external_hit(
         &mut self,
         hashes: &[BlockHash],
@@ -161,10 +163,14 @@ impl AuxSched {
         ext: u32,
         pool: &GpuPool,
         b: u32,
+        trims: bool,
     ) -> u32 {
         let hit = local + ext;
-        if hit % b == 0 && hit <= self.max_cache_hit(hashes, num_tokens, pool, b) {
+        let max = self.max_cache_hit(hashes, num_tokens, pool, b);
+        if hit.is_multiple_of(b) && hit <= max {
             ext
+        } else if trims {
+            (max / b * b).saturating_sub(local).min(ext)
         } else {
             0
         }

@@ -80,6 +80,10 @@ pub struct Rules {
     /// An async load is admitted only if it leaves the blocks in-flight prefills still need
     /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
     pub reserve_for_async_loads: bool,
+    /// The reservation leaves out the request being admitted (not in vLLM: a request whose
+    /// async load failed from its first block stays in `_inflight_prefills` and reserves its
+    /// own remaining blocks when it is admitted again).
+    pub reserve_excludes_self: bool,
     /// A full block table delivered as new-request data replaces the connector's mirror
     /// (`yield_req_data`'s `is_full_table`, #60810). Before 0.33 the flag meant "preempted"
     /// and was false for new-request entries, so a resumed streaming session's full table was
@@ -153,10 +157,20 @@ pub struct Rules {
     /// Router replay, prime-rl: a first capture that starts mid-block is not buffered
     /// (`skip_remote_prefill_partial_block`).
     pub aux_partial_skip: bool,
+    /// MooncakeStoreConnector: a save job references (touches) the request's blocks until
+    /// the worker reports it (`_reference_save_blocks`).
+    pub mc_save_pins: bool,
     /// Variant: the row store evicts referenced rows too.
     pub aux_store_evicts_live: bool,
     /// Mutation: the worker also emits the row of the last sampled token.
     pub aux_emit_last_token: bool,
+    /// Mutation: prime-rl's load limit trims the connector's answer in the scheduler, after
+    /// `get_num_new_matched_tokens` returned, instead of inside it (the Mooncake wrapper, C3,
+    /// rewrites the connector's LoadSpec; a trim from outside leaves it stale).
+    pub aux_clamp_in_core: bool,
+    /// Mutation: 0.33's `cap_external_hit` trims the external hit to the retained prefix
+    /// instead of refusing it (all or nothing).
+    pub aux_cap_trims: bool,
 }
 
 /// A released rule set.
@@ -183,6 +197,7 @@ fn vllm_033() -> Rules {
         no_admission_after_preempt: true,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
+        reserve_excludes_self: false,
         full_table_resets_mirror: true,
         cursor_reset_on_lookup: true,
         inflight_lookup_guard: true,
@@ -207,6 +222,7 @@ fn vllm_033() -> Rules {
         scpu_store_pins_gpu: true,
         scpu_register_at_prep: false,
         scpu_release_head_first: true,
+        mc_save_pins: true,
         aux_emit: EmitStart::V033,
         aux_retain: true,
         aux_clamp: None,
@@ -215,6 +231,8 @@ fn vllm_033() -> Rules {
         aux_partial_skip: false,
         aux_store_evicts_live: false,
         aux_emit_last_token: false,
+        aux_clamp_in_core: false,
+        aux_cap_trims: false,
     }
 }
 
@@ -277,7 +295,7 @@ pub const PROFILES: &[Profile] = &[
         summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 still present",
         rules: vllm_033,
     },
-        Profile {
+    Profile {
         name: "vllm-main",
         summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit)",
         rules: vllm_main,

@@ -42,6 +42,12 @@ pub const RULE_ROWS: &[RuleRow] = &[
         value: |r| r.reserve_for_async_loads.to_string(),
     },
     RuleRow {
+        name: "reserve_excludes_self",
+        what: "an async load's reservation leaves out the request itself",
+        upstream: "(proposed)",
+        value: |r| r.reserve_excludes_self.to_string(),
+    },
+    RuleRow {
         name: "evict_invalid_on_recompute",
         what: "recompute policy evicts invalid blocks' hashes",
         upstream: "(proposed)",
@@ -133,6 +139,12 @@ pub const RULE_ROWS: &[RuleRow] = &[
         value: |r| r.sync_loads.to_string(),
     },
     RuleRow {
+        name: "mc_save_pins",
+        what: "Mooncake save jobs reference their GPU blocks until done",
+        upstream: "MooncakeStoreScheduler._reference_save_blocks",
+        value: |r| r.mc_save_pins.to_string(),
+    },
+    RuleRow {
         name: "aux_emit",
         what: "router replay: emit start",
         upstream: "AuxOutputSchedulerConnector",
@@ -178,6 +190,18 @@ pub const RULE_ROWS: &[RuleRow] = &[
         what: "row store evicts referenced rows",
         upstream: "(variant)",
         value: |r| r.aux_store_evicts_live.to_string(),
+    },
+    RuleRow {
+        name: "aux_clamp_in_core",
+        what: "router replay: the load limit trims the connector's answer afterwards",
+        upstream: "(mutation)",
+        value: |r| r.aux_clamp_in_core.to_string(),
+    },
+    RuleRow {
+        name: "aux_cap_trims",
+        what: "router replay: cap_external_hit trims instead of refusing",
+        upstream: "(mutation)",
+        value: |r| r.aux_cap_trims.to_string(),
     },
     RuleRow {
         name: "evict_mru",

@@ -99,7 +99,19 @@ pub const VARIANTS: &[Variant] = &[
         upstream: "mutation",
         apply: |r| r.reserve_for_async_loads = false,
     },
-            Variant {
+    Variant {
+        name: "fix-self-reservation",
+        summary: "an async load's reservation leaves out the request being admitted (a request whose async load failed from its first block no longer reserves its own blocks)",
+        upstream: "(proposed)",
+        apply: |r| r.reserve_excludes_self = true,
+    },
+    Variant {
+        name: "mut-mc-no-save-pin",
+        summary: "Mooncake save jobs do not reference their GPU blocks (a finished or preempted request's blocks are reused before the put reads them)",
+        upstream: "mutation",
+        apply: |r| r.mc_save_pins = false,
+    },
+    Variant {
         name: "no-load-clamp",
         summary: "router replay without the load clamp and without the cut (vLLM 0.31 with the offload guard removed)",
         upstream: "prime-rl router replay x KV offload",
@@ -151,6 +163,18 @@ pub const VARIANTS: &[Variant] = &[
         summary: "the worker emits a row for the last sampled token too",
         upstream: "mutation",
         apply: |r| r.aux_emit_last_token = true,
+    },
+    Variant {
+        name: "mut-clamp-after-lookup",
+        summary: "prime-rl's load limit trims the connector's answer in the scheduler (as for the OffloadingConnector) instead of rewriting Mooncake's LoadSpec",
+        upstream: "mutation",
+        apply: |r| r.aux_clamp_in_core = true,
+    },
+    Variant {
+        name: "mut-cap-trims",
+        summary: "0.33's cap_external_hit trims an external hit to the retained prefix instead of refusing it",
+        upstream: "mutation",
+        apply: |r| r.aux_cap_trims = true,
     },
     Variant {
         name: "mut-evict-mru",
