@@ -719,16 +719,3 @@ fn simple_cpu_kv_events_carry_the_stored_blocks_and_match_the_log() {
     }];
     assert!(kv_events::consistency(&bad).is_some_and(|(_, why)| why.contains("CPU BlockStored carries 3 tokens")));
 }
-
-/// A gap found while recording (tests/conformance/known-divergences/): vLLM 0.33 admits a
-/// waiting request only if its whole sequence fits (`scheduler_reserve_full_isl`, default on);
-/// the model checks only the blocks of the first chunk. When the model learns the rule, this
-/// log conforms: move it (scenario and log) into scenarios/ and fixtures/.
-#[test]
-fn known_divergence_full_sequence_admission_is_still_open() {
-    let f = root().join("tests/conformance/known-divergences/full-isl-admission.jsonl");
-    let r = conform::check(&f, "vllm-0.33", None, 8).unwrap();
-    let d = r.divergence.expect("the model now admits like vLLM 0.33: move this log into fixtures/");
-    assert_eq!((d.step, d.line, d.what.as_str()), (2, 7, "schedule"), "{d:?}");
-    assert!(d.model.contains(r#"("B", 15)"#) && !d.logged.contains("\"B\""), "{d:?}");
-}

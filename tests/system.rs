@@ -71,6 +71,7 @@ fn allocate_slots_checks_capacity_before_any_mutation() {
         num_external: 0,
         delay_cache: false,
         reserved_blocks: 1,
+        full_sequence: false,
     };
     let before = p.clone();
     assert!(
@@ -86,6 +87,7 @@ fn allocate_slots_checks_capacity_before_any_mutation() {
         num_external: 0,
         delay_cache: false,
         reserved_blocks: 0,
+        full_sequence: false,
     };
     let new = kv_manager::allocate_slots(&mut p, &mut q, a, &k, &mut g, &mut ev).unwrap();
     assert_eq!(new, vec![2]);

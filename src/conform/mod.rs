@@ -113,6 +113,8 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
             LoadFailurePolicy::Fail
         },
         enable_prefix_caching: h.enable_prefix_caching,
+        // vLLM's default (the harness does not change it).
+        reserve_full_isl: true,
         async_scheduling: h.async_scheduling,
         connector,
         router_replay: None,

@@ -78,6 +78,8 @@ struct RawEngine {
     async_scheduling: bool,
     #[serde(default = "yes")]
     enable_prefix_caching: bool,
+    #[serde(default = "yes")]
+    scheduler_reserve_full_isl: bool,
 }
 
 fn no_faults() -> RawFaults {
@@ -387,6 +389,7 @@ impl Scope {
             load_failure_policy: policy,
             async_scheduling: e.async_scheduling,
             enable_prefix_caching: e.enable_prefix_caching,
+            reserve_full_isl: e.scheduler_reserve_full_isl,
             connector,
             router_replay: match &raw.router_replay {
                 None => None,

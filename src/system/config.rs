@@ -104,6 +104,9 @@ pub struct EngineConfig {
     /// `SchedulerConfig.async_scheduling` (vLLM 0.33's default is true): the engine keeps two
     /// batches in flight; step k+1 is scheduled before step k's output is processed.
     pub async_scheduling: bool,
+    /// `SchedulerConfig.scheduler_reserve_full_isl` (default true): a waiting request is
+    /// admitted only if its whole current sequence fits in the free blocks.
+    pub reserve_full_isl: bool,
     pub connector: ConnectorConfig,
     /// Router replay (routed-expert rows captured and returned), if on.
     pub router_replay: Option<RowsConfig>,

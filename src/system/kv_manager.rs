@@ -57,6 +57,9 @@ pub struct Alloc<'a> {
     pub num_external: u32,
     pub delay_cache: bool,
     pub reserved_blocks: u32,
+    /// `full_sequence_must_fit` (the scheduler passes `scheduler_reserve_full_isl`, default
+    /// true, for waiting requests): admit only if the whole current sequence fits.
+    pub full_sequence: bool,
 }
 
 /// `KVCacheManager.allocate_slots`: returns the newly allocated blocks, or None (nothing
@@ -73,6 +76,13 @@ pub fn allocate_slots(
     let local = req.num_computed + a.num_new_computed;
     let total = (local + a.num_external).min(k.max_model_len);
     let need_slots = (total + a.num_new_tokens).min(k.max_model_len);
+    if a.full_sequence {
+        // First check and fail if the full request sequence won't fit (no watermark: 0.0).
+        let full = req.num_tokens(k.spec).min(k.max_model_len);
+        if num_blocks_to_allocate(pool, req, full, a.hits, b) > pool.num_free() {
+            return None;
+        }
+    }
     let needed = num_blocks_to_allocate(pool, req, need_slots, a.hits, b);
     if needed > pool.num_free().saturating_sub(a.reserved_blocks) || pool.num_free() < a.reserved_blocks {
         return None;

@@ -157,6 +157,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
                 num_external: 0,
                 delay_cache: false,
                 reserved_blocks: 0,
+                full_sequence: false,
             };
             if let Some(nb) = kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev)
             {
@@ -420,6 +421,7 @@ fn schedule_waiting(
             num_external: ext,
             delay_cache: load_async,
             reserved_blocks: reserved,
+            full_sequence: cfg.reserve_full_isl,
         };
         if kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev).is_none() {
             let free = e.pool.num_free();
