@@ -4,5 +4,6 @@ pub mod conform;
 pub mod error;
 pub mod model;
 pub mod props;
+pub mod replay;
 pub mod report;
 pub mod system;

@@ -6,6 +6,7 @@ mod conform;
 mod models;
 mod mooncake;
 mod parsers;
+mod replay;
 mod roundtrip;
 mod rows;
 mod simple_cpu;

@@ -174,3 +174,112 @@ fn simple_cpu_scopes_parse_or_say_what_is_not_modelled() {
         base.replace("max_num_batched_tokens = 4\n", "max_num_batched_tokens = 4\nenable_prefix_caching = false\n");
     assert!(err(format!("{no_cache}[simple_cpu]\ncpu_blocks = 3\n{req}")).contains("prefix caching"));
 }
+
+mod traces {
+    //! The trace parser (src/replay/trace.rs): never panics; a bad row is an input error that
+    //! names the file and its line; valid rows round-trip.
+    use kvmc::replay::trace::{Format, Trace};
+    use proptest::prelude::*;
+    use std::path::Path;
+
+    /// A valid row: `input` tokens over `ceil(input / 512)` ids from `ids`.
+    fn row(ts: u64, input: u32, output: u32, ids: &[u64], session: Option<(u32, bool)>) -> String {
+        let n = input.div_ceil(512) as usize;
+        let hs: Vec<String> = (0..n).map(|i| ids[i % ids.len()].to_string()).collect();
+        let mut s = format!(
+            "{{\"timestamp\": {ts}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [{}]",
+            hs.join(", ")
+        );
+        if let Some((sid, later)) = session {
+            s.push_str(&format!(", \"session_id\": \"s{sid}\""));
+            if later {
+                s.push_str(", \"delay\": 5");
+            }
+        }
+        s.push('}');
+        s
+    }
+
+    fn valid_rows() -> impl Strategy<Value = Vec<(u64, u32, u32, Vec<u64>)>> {
+        prop::collection::vec(
+            (0u64..100_000, 1u32..5000, 1u32..600, prop::collection::vec(0u64..u64::MAX, 1..4)),
+            1..30,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn trace_parser_never_panics(s in "\\PC{0,300}") {
+            if let Err(e) = Trace::parse(Path::new("t.jsonl"), &s, 512, None) {
+                let m = e.to_string();
+                prop_assert!(m.starts_with("t.jsonl:"), "{}", m);
+                let line: usize = m["t.jsonl:".len()..].split(':').next().unwrap().parse().unwrap();
+                prop_assert!(line >= 1 && line <= s.lines().count().max(1), "{}", m);
+                prop_assert_eq!(e.exit_code(), 2);
+            }
+        }
+
+        #[test]
+        fn valid_rows_round_trip(rows in valid_rows()) {
+            let text: String = rows.iter().map(|(t, i, o, ids)| row(*t, *i, *o, ids, None) + "\n").collect();
+            let t = Trace::parse(Path::new("t.jsonl"), &text, 512, None).unwrap();
+            prop_assert_eq!(t.format, Format::Mooncake);
+            prop_assert_eq!(t.rows.len(), rows.len());
+            for (k, (r, (ts, i, o, ids))) in t.rows.iter().zip(&rows).enumerate() {
+                prop_assert_eq!(r.line as usize, k + 1);
+                prop_assert_eq!(r.timestamp_us, Some(ts * 1000));
+                prop_assert_eq!((r.input_len, r.output_len, r.prompt_len), (*i, *o, *i));
+                prop_assert_eq!(t.prompt(k as u32).len() as u32, *i);
+                // Equal raw ids, equal interned ids (and tokens).
+                let raw: Vec<u64> = (0..i.div_ceil(512) as usize).map(|x| ids[x % ids.len()]).collect();
+                let got = t.row_ids(k as u32);
+                for a in 0..raw.len() {
+                    for b in 0..raw.len() {
+                        prop_assert_eq!(raw[a] == raw[b], got[a] == got[b]);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn sessions_accumulate_prompt_and_answer(turns in prop::collection::vec((1u32..2000, 1u32..300), 1..6)) {
+            let text: String = turns
+                .iter()
+                .enumerate()
+                .map(|(k, (i, o))| row(0, *i, *o, &[k as u64 + 1], Some((7, k > 0))) + "\n")
+                .collect();
+            let t = Trace::parse(Path::new("t.jsonl"), &text, 512, None).unwrap();
+            prop_assert_eq!(t.format, Format::MooncakeDelta);
+            let mut want = 0u32;
+            for (k, (i, o)) in turns.iter().enumerate() {
+                want += i;
+                prop_assert_eq!(t.rows[k].prompt_len, want);
+                prop_assert_eq!(t.prompt(k as u32).len() as u32, want);
+                prop_assert_eq!(t.rows[k].turn, k as u32);
+                want += o;
+            }
+        }
+
+        /// One broken row among good ones: the error names its line.
+        #[test]
+        fn a_broken_row_is_named(rows in valid_rows(), at in 0usize..30, how in 0u8..7) {
+            let at = at % rows.len();
+            let mut lines: Vec<String> = rows.iter().map(|(t, i, o, ids)| row(*t, *i, *o, ids, None)).collect();
+            let (_, i, _, _) = rows[at];
+            lines[at] = match how {
+                0 => lines[at].replace("\"input_length\": ", "\"input_length\": -"),
+                1 => lines[at].replace("\"output_length\": ", "\"output_length\": -"),
+                2 => lines[at][..lines[at].len() / 2].to_string(),
+                3 => lines[at].replace("\"hash_ids\": [", "\"hash_ids\": [1, "),
+                4 => lines[at].replace(&format!("\"input_length\": {i}"), "\"input_length\": 99999999999"),
+                5 => lines[at].replace('}', ", \"delay\": 3}"),
+                _ => lines[at].replace("\"hash_ids\"", "\"hashes\""),
+            };
+            let text = lines.join("\n");
+            let e = Trace::parse(Path::new("t.jsonl"), &text, 512, None).unwrap_err();
+            prop_assert!(e.to_string().starts_with(&format!("t.jsonl:{}:", at + 1)), "{}", e);
+        }
+    }
+}

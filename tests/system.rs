@@ -106,7 +106,7 @@ fn last_token_rule_caps_prefix_hits() {
     let b = p.get_new_blocks(2, &mut g, &mut ev);
     p.cache_full_blocks(&b, &spec.hashes, 0, 2, &mut ev);
     let q = ReqState::new();
-    let (hits, n) = kv_manager::get_computed_blocks(&p, &q, &k, None);
+    let (hits, n) = kv_manager::get_computed_blocks(&mut p, &q, &k, None);
     assert_eq!((hits.len(), n), (1, 2), "a fully cached 4-token prompt recomputes its whole last block");
 }
 

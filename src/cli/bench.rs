@@ -28,6 +28,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         paths = rd
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .filter(|p| !crate::model::scope::is_replay_model(p))
             .collect();
         paths.sort();
     }

@@ -120,6 +120,13 @@ pub fn run(a: ListArgs) -> Result<i32> {
             .collect();
         paths.sort();
         for p in paths {
+            if crate::model::scope::is_replay_model(&p) {
+                match crate::replay::config::ReplayModel::load(&p) {
+                    Ok(m) => println!("  {:<28} {:<10} [replay] {}", m.name, m.profile, m.description),
+                    Err(e) => println!("  {:<28} INVALID: {e}", p.display()),
+                }
+                continue;
+            }
             match Scope::load(&p) {
                 Ok(s) => println!("  {:<28} {:<10} {}", s.name, s.profile, s.description),
                 Err(e) => println!("  {:<28} INVALID: {e}", p.display()),

@@ -6,6 +6,7 @@ mod conform;
 pub mod explain;
 mod explore;
 pub mod list;
+pub mod replay;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -35,6 +36,9 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Check event logs recorded from a real implementation against the model.
     Conform(conform::ConformArgs),
+    /// Run the reference implementation over a trace (Mooncake JSONL or a kvmc scenario):
+    /// metrics, and every invariant checked after every action.
+    Replay(replay::ReplayArgs),
 }
 
 /// Run the command line; returns the exit code.
@@ -46,5 +50,6 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Explore(a) => explore::run(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Conform(a) => conform::run(a),
+        Cmd::Replay(a) => replay::run(a),
     }
 }

@@ -48,3 +48,19 @@ pub fn scenario_actions(model: &KvModel, path: &Path) -> Result<Vec<Action>> {
     }
     Ok(out)
 }
+
+/// What a scenario file says besides its actions.
+#[derive(Clone, Debug, Default)]
+pub struct ScenarioHeader {
+    pub model: Option<String>,
+    pub profile: Option<String>,
+    pub variant: Option<String>,
+    pub actions: usize,
+}
+
+/// Read a scenario's header (model, profile, variant) without resolving its actions.
+pub fn read_header(path: &Path) -> Result<ScenarioHeader> {
+    let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+    let raw: RawScenario = toml::from_str(&text).map_err(|e| toml_error(path, &text, e))?;
+    Ok(ScenarioHeader { model: raw.model, profile: raw.profile, variant: raw.variant, actions: raw.actions.len() })
+}

@@ -37,7 +37,7 @@ use toml::Spanned;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawScope {
+pub(crate) struct RawScope {
     #[serde(default)]
     description: String,
     engine: RawEngine,
@@ -54,6 +54,9 @@ struct RawScope {
     faults: RawFaults,
     #[serde(default)]
     bounds: RawBounds,
+    /// Trace replay's settings (read by `kvmc replay`, see crate::replay::config).
+    #[serde(default)]
+    replay: Option<crate::replay::config::RawReplay>,
 }
 
 #[derive(Deserialize)]
@@ -260,161 +263,21 @@ impl Scope {
     }
 
     pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scope> {
-        let raw: RawScope = toml::from_str(text).map_err(|e| toml_error(path, text, e))?;
+        let (raw, profile, cfg) = parse_engine(path, text)?;
         let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
         let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
-        let e = &raw.engine;
-        let profile = e.profile.get_ref().clone();
-        if crate::system::rules::profile(&profile).is_none() {
-            return Err(bad(e.profile.span(), crate::system::rules::resolve(&profile, None).unwrap_err()));
-        }
-        let b = *e.block_size.get_ref();
-        if !(1..=64).contains(&b) {
-            return Err(bad(e.block_size.span(), format!("block_size must be 1..=64, got {b}")));
-        }
-        let n = *e.gpu_blocks.get_ref();
-        if !(2..=1_000_000).contains(&n) {
-            return Err(bad(
-                e.gpu_blocks.span(),
-                format!("gpu_blocks must be 2..=1000000 (block 0 is the null block), got {n}"),
-            ));
-        }
-        let budget = *e.max_num_batched_tokens.get_ref();
-        if budget == 0 {
-            return Err(bad(e.max_num_batched_tokens.span(), "max_num_batched_tokens must be positive".into()));
-        }
-        let max_model_len = match &e.max_model_len {
-            Some(m) if *m.get_ref() < 2 => return Err(bad(m.span(), "max_model_len must be at least 2".into())),
-            Some(m) => *m.get_ref(),
-            None => (n - 1) * b,
-        };
-        let policy = match e.load_failure_policy.get_ref().as_str() {
-            "fail" => LoadFailurePolicy::Fail,
-            "recompute" => LoadFailurePolicy::Recompute,
-            other => {
-                return Err(bad(
-                    e.load_failure_policy.span(),
-                    format!("load_failure_policy must be \"fail\" or \"recompute\", got \"{other}\""),
-                ))
-            }
-        };
-        if raw.offload.is_some() && e.connector.get_ref() != "offloading" {
-            return Err(bad(e.connector.span(), "an [offload] table needs connector = \"offloading\"".into()));
-        }
-        if raw.simple_cpu.is_some() && e.connector.get_ref() != "simple-cpu" {
-            return Err(bad(e.connector.span(), "a [simple_cpu] table needs connector = \"simple-cpu\"".into()));
-        }
-        if raw.mooncake.is_some() && e.connector.get_ref() != "mooncake" {
-            return Err(bad(e.connector.span(), "a [mooncake] table needs connector = \"mooncake\"".into()));
-        }
-        let connector = match e.connector.get_ref().as_str() {
-            "none" => ConnectorConfig::None,
-            "simple-cpu" => {
-                let Some(sc) = &raw.simple_cpu else {
-                    return Err(bad(
-                        e.connector.span(),
-                        "connector = \"simple-cpu\" needs a [simple_cpu] table with cpu_blocks".into(),
-                    ));
-                };
-                if let Some(m) = &sc.mode {
-                    match m.get_ref().as_str() {
-                        "eager" => {}
-                        "lazy" => {
-                            return Err(bad(
-                                m.span(),
-                                "mode = \"lazy\" (lazy_offload) is not modelled; only \"eager\" is".into(),
-                            ))
-                        }
-                        other => return Err(bad(m.span(), format!("mode must be \"eager\", got \"{other}\""))),
-                    }
-                }
-                let n = *sc.cpu_blocks.get_ref();
-                if n < 2 {
-                    return Err(bad(
-                        sc.cpu_blocks.span(),
-                        format!("cpu_blocks must be at least 2 (block 0 is the CPU pool's null block), got {n}"),
-                    ));
-                }
-                if !e.enable_prefix_caching {
-                    return Err(bad(
-                        e.connector.span(),
-                        "SimpleCPU disables itself without GPU prefix caching (enable_prefix_caching = false)".into(),
-                    ));
-                }
-                ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: n })
-            }
-            "mooncake" => ConnectorConfig::Mooncake(super::scope_mooncake::config(
-                raw.mooncake.as_ref(),
-                e.async_scheduling,
-                e.connector.span(),
-                &bad,
-            )?),
-            "offloading" => {
-                let Some(o) = &raw.offload else {
-                    return Err(bad(
-                        e.connector.span(),
-                        "connector = \"offloading\" needs an [offload] table with host_chunks".into(),
-                    ));
-                };
-                let bpc = *o.blocks_per_chunk.get_ref();
-                if bpc == 0 {
-                    return Err(bad(o.blocks_per_chunk.span(), "blocks_per_chunk must be positive".into()));
-                }
-                if *o.host_chunks.get_ref() == 0 {
-                    return Err(bad(o.host_chunks.span(), "host_chunks must be positive".into()));
-                }
-                ConnectorConfig::Offloading(OffloadConfig {
-                    host_chunks: *o.host_chunks.get_ref(),
-                    blocks_per_chunk: bpc,
-                    offload_prompt_only: o.offload_prompt_only,
-                    sync_load_budget_tokens: o.sync_load_budget_tokens,
-                })
-            }
-            other => {
-                return Err(bad(
-                    e.connector.span(),
-                    format!(
-                        "connector must be \"none\", \"offloading\", \"simple-cpu\" or \"mooncake\", got \"{other}\""
-                    ),
-                ))
-            }
-        };
-        let cfg = EngineConfig {
-            block_size: b,
-            num_gpu_blocks: n,
-            max_num_batched_tokens: budget,
-            max_num_seqs: e.max_num_seqs.unwrap_or(256).max(1),
-            max_model_len,
-            long_prefill_token_threshold: e.long_prefill_token_threshold,
-            load_failure_policy: policy,
-            async_scheduling: e.async_scheduling,
-            enable_prefix_caching: e.enable_prefix_caching,
-            reserve_full_isl: e.scheduler_reserve_full_isl,
-            connector,
-            router_replay: match &raw.router_replay {
-                None => None,
-                Some(rr) => {
-                    let objects = rr.store_objects.as_ref().map_or(n, |s| *s.get_ref());
-                    if e.async_scheduling {
-                        return Err(bad(
-                            e.max_num_batched_tokens.span(),
-                            "[router_replay] is modelled with synchronous scheduling only (async_scheduling = false)"
-                                .into(),
-                        ));
-                    }
-                    if objects == 0 {
-                        let sp = rr.store_objects.as_ref().map(|s| s.span()).unwrap_or(0..0);
-                        return Err(bad(sp, "store_objects must be positive".into()));
-                    }
-                    Some(RowsConfig { store_objects: objects })
-                }
-            },
-        };
+        let b = cfg.block_size;
+        let max_model_len = cfg.max_model_len;
         if raw.requests.is_empty() {
-            return Err(KvmcError::input(path, 1, "a scope needs at least one [[request]]"));
+            let msg = if raw.replay.is_some() {
+                "a scope needs at least one [[request]] (this is a replay model: kvmc replay TRACE --model FILE)"
+            } else {
+                "a scope needs at least one [[request]]"
+            };
+            return Err(KvmcError::input(path, 1, msg));
         }
-        if raw.requests.len() > 64 {
-            return Err(KvmcError::input(path, 1, "at most 64 requests per scope"));
+        if raw.requests.len() > u16::MAX as usize {
+            return Err(KvmcError::input(path, 1, "at most 65535 requests per scope"));
         }
         let mut specs = Vec::new();
         let mut sessions = Vec::new();
@@ -552,4 +415,169 @@ impl Scope {
             progress_steps,
         })
     }
+}
+
+/// Parse a model file's `[engine]` and connector tables (shared by scopes and replay models).
+pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String, EngineConfig)> {
+    let raw: RawScope = toml::from_str(text).map_err(|e| toml_error(path, text, e))?;
+    let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
+    let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
+    let e = &raw.engine;
+    let profile = e.profile.get_ref().clone();
+    if crate::system::rules::profile(&profile).is_none() {
+        return Err(bad(e.profile.span(), crate::system::rules::resolve(&profile, None).unwrap_err()));
+    }
+    let b = *e.block_size.get_ref();
+    if !(1..=64).contains(&b) {
+        return Err(bad(e.block_size.span(), format!("block_size must be 1..=64, got {b}")));
+    }
+    let n = *e.gpu_blocks.get_ref();
+    if !(2..=1_000_000).contains(&n) {
+        return Err(bad(
+            e.gpu_blocks.span(),
+            format!("gpu_blocks must be 2..=1000000 (block 0 is the null block), got {n}"),
+        ));
+    }
+    let budget = *e.max_num_batched_tokens.get_ref();
+    if budget == 0 {
+        return Err(bad(e.max_num_batched_tokens.span(), "max_num_batched_tokens must be positive".into()));
+    }
+    let max_model_len = match &e.max_model_len {
+        Some(m) if *m.get_ref() < 2 => return Err(bad(m.span(), "max_model_len must be at least 2".into())),
+        Some(m) => *m.get_ref(),
+        None => (n - 1) * b,
+    };
+    let policy = match e.load_failure_policy.get_ref().as_str() {
+        "fail" => LoadFailurePolicy::Fail,
+        "recompute" => LoadFailurePolicy::Recompute,
+        other => {
+            return Err(bad(
+                e.load_failure_policy.span(),
+                format!("load_failure_policy must be \"fail\" or \"recompute\", got \"{other}\""),
+            ))
+        }
+    };
+    if raw.offload.is_some() && e.connector.get_ref() != "offloading" {
+        return Err(bad(e.connector.span(), "an [offload] table needs connector = \"offloading\"".into()));
+    }
+    if raw.simple_cpu.is_some() && e.connector.get_ref() != "simple-cpu" {
+        return Err(bad(e.connector.span(), "a [simple_cpu] table needs connector = \"simple-cpu\"".into()));
+    }
+    if raw.mooncake.is_some() && e.connector.get_ref() != "mooncake" {
+        return Err(bad(e.connector.span(), "a [mooncake] table needs connector = \"mooncake\"".into()));
+    }
+    let connector = match e.connector.get_ref().as_str() {
+        "none" => ConnectorConfig::None,
+        "simple-cpu" => {
+            let Some(sc) = &raw.simple_cpu else {
+                return Err(bad(
+                    e.connector.span(),
+                    "connector = \"simple-cpu\" needs a [simple_cpu] table with cpu_blocks".into(),
+                ));
+            };
+            if let Some(m) = &sc.mode {
+                match m.get_ref().as_str() {
+                    "eager" => {}
+                    "lazy" => {
+                        return Err(bad(
+                            m.span(),
+                            "mode = \"lazy\" (lazy_offload) is not modelled; only \"eager\" is".into(),
+                        ))
+                    }
+                    other => return Err(bad(m.span(), format!("mode must be \"eager\", got \"{other}\""))),
+                }
+            }
+            let n = *sc.cpu_blocks.get_ref();
+            if n < 2 {
+                return Err(bad(
+                    sc.cpu_blocks.span(),
+                    format!("cpu_blocks must be at least 2 (block 0 is the CPU pool's null block), got {n}"),
+                ));
+            }
+            if !e.enable_prefix_caching {
+                return Err(bad(
+                    e.connector.span(),
+                    "SimpleCPU disables itself without GPU prefix caching (enable_prefix_caching = false)".into(),
+                ));
+            }
+            ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: n })
+        }
+        "mooncake" => ConnectorConfig::Mooncake(super::scope_mooncake::config(
+            raw.mooncake.as_ref(),
+            e.async_scheduling,
+            e.connector.span(),
+            &bad,
+        )?),
+        "offloading" => {
+            let Some(o) = &raw.offload else {
+                return Err(bad(
+                    e.connector.span(),
+                    "connector = \"offloading\" needs an [offload] table with host_chunks".into(),
+                ));
+            };
+            let bpc = *o.blocks_per_chunk.get_ref();
+            if bpc == 0 {
+                return Err(bad(o.blocks_per_chunk.span(), "blocks_per_chunk must be positive".into()));
+            }
+            if *o.host_chunks.get_ref() == 0 {
+                return Err(bad(o.host_chunks.span(), "host_chunks must be positive".into()));
+            }
+            ConnectorConfig::Offloading(OffloadConfig {
+                host_chunks: *o.host_chunks.get_ref(),
+                blocks_per_chunk: bpc,
+                offload_prompt_only: o.offload_prompt_only,
+                sync_load_budget_tokens: o.sync_load_budget_tokens,
+            })
+        }
+        other => {
+            return Err(bad(
+                e.connector.span(),
+                format!("connector must be \"none\", \"offloading\", \"simple-cpu\" or \"mooncake\", got \"{other}\""),
+            ))
+        }
+    };
+    let cfg = EngineConfig {
+        block_size: b,
+        num_gpu_blocks: n,
+        max_num_batched_tokens: budget,
+        max_num_seqs: e.max_num_seqs.unwrap_or(256).max(1),
+        max_model_len,
+        long_prefill_token_threshold: e.long_prefill_token_threshold,
+        load_failure_policy: policy,
+        async_scheduling: e.async_scheduling,
+        enable_prefix_caching: e.enable_prefix_caching,
+        reserve_full_isl: e.scheduler_reserve_full_isl,
+        connector,
+        router_replay: match &raw.router_replay {
+            None => None,
+            Some(rr) => {
+                let objects = rr.store_objects.as_ref().map_or(n, |s| *s.get_ref());
+                if e.async_scheduling {
+                    return Err(bad(
+                        e.max_num_batched_tokens.span(),
+                        "[router_replay] is modelled with synchronous scheduling only (async_scheduling = false)"
+                            .into(),
+                    ));
+                }
+                if objects == 0 {
+                    let sp = rr.store_objects.as_ref().map(|s| s.span()).unwrap_or(0..0);
+                    return Err(bad(sp, "store_objects must be positive".into()));
+                }
+                Some(RowsConfig { store_objects: objects })
+            }
+        },
+    };
+    Ok((raw, profile, cfg))
+}
+
+/// A model file's description and replay table (for `kvmc replay`).
+pub(crate) fn raw_parts(raw: RawScope) -> (String, Option<crate::replay::config::RawReplay>) {
+    (raw.description, raw.replay)
+}
+
+/// A replay model (a `[replay]` table and no `[[request]]`): `kvmc replay` reads it, the
+/// checker does not.
+pub fn is_replay_model(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else { return false };
+    toml::from_str::<RawScope>(&text).is_ok_and(|r| r.replay.is_some() && r.requests.is_empty())
 }

@@ -2,13 +2,18 @@
 
 use crate::model::{KvModel, KvState};
 use crate::system::ghost::Breach;
-use crate::system::types::{BadKind, ContentTag, Status, NULL_BLOCK};
+use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, Status, NULL_BLOCK};
+use crate::system::{Engine, Rules};
 
 /// `g1-accounting`: a block is free iff its ref count is 0, the queue has no duplicates,
 /// ref counts equal the number of tables, deferred frees and connector pins holding the
 /// block, the null block is never used.
 pub fn accounting(m: &KvModel, s: &KvState) -> bool {
-    let e = &s.engine;
+    engine_accounting(&s.engine, &m.rules)
+}
+
+/// `g1-accounting` over an engine (replay calls it directly).
+pub fn engine_accounting(e: &Engine, rules: &Rules) -> bool {
     if e.ghost.has(Breach::HandedOutInUse) {
         return false;
     }
@@ -28,7 +33,7 @@ pub fn accounting(m: &KvModel, s: &KvState) -> bool {
             holders[b as usize] += 1;
         }
     }
-    for b in e.conn.gpu_pins(&m.rules) {
+    for b in e.conn.gpu_pins(rules) {
         if b == NULL_BLOCK {
             return false;
         }
@@ -56,25 +61,29 @@ pub fn accounting(m: &KvModel, s: &KvState) -> bool {
 /// hold bad KV (failed load, or computed from it) while every request holding it will
 /// recompute it before reading it.
 pub fn cache_sound(m: &KvModel, s: &KvState) -> bool {
-    let e = &s.engine;
-    let b = m.scope.cfg.block_size;
-    e.pool.cached().all(|(h, blocks)| {
-        blocks.iter().all(|&blk| {
-            if e.pool.hash[blk as usize] != Some(*h) {
-                return false;
-            }
-            let c = e.pool.content[blk as usize];
-            if c == ContentTag::full(*h, b) {
-                return true;
-            }
-            let known_bad = matches!(c, ContentTag::Bad(BadKind::LoadFailed | BadKind::Tainted));
-            let holders: Vec<_> = e.reqs.iter().filter(|q| q.table.contains(&blk)).collect();
-            known_bad
-                && !holders.is_empty()
-                && holders.iter().all(|q| {
-                    let pos = q.table.iter().position(|&x| x == blk).unwrap() as u32;
-                    q.status == Status::Running && q.num_computed <= pos * b
-                })
+    engine_cache_sound(&s.engine, m.scope.cfg.block_size)
+}
+
+/// `g1-cache-sound` over an engine.
+pub fn engine_cache_sound(e: &Engine, b: u32) -> bool {
+    e.pool.cached().all(|(h, blocks)| blocks.iter().all(|&blk| cached_block_sound(e, b, *h, blk)))
+}
+
+/// One entry of the cached map (`h` lists `blk`) is sound.
+pub fn cached_block_sound(e: &Engine, b: u32, h: BlockHash, blk: BlockId) -> bool {
+    if e.pool.hash[blk as usize] != Some(h) {
+        return false;
+    }
+    let c = e.pool.content[blk as usize];
+    if c == ContentTag::full(h, b) {
+        return true;
+    }
+    let known_bad = matches!(c, ContentTag::Bad(BadKind::LoadFailed | BadKind::Tainted));
+    let holders: Vec<_> = e.reqs.iter().filter(|q| q.table.contains(&blk)).collect();
+    known_bad
+        && !holders.is_empty()
+        && holders.iter().all(|q| {
+            let pos = q.table.iter().position(|&x| x == blk).unwrap() as u32;
+            q.status == Status::Running && q.num_computed <= pos * b
         })
-    })
 }

@@ -3,39 +3,46 @@
 use crate::model::{KvModel, KvState};
 use crate::system::connector::{OcState, ScState};
 use crate::system::ghost::Breach;
+use crate::system::host_tier::{HostEntry, Key};
 use crate::system::types::{ContentTag, NULL_BLOCK};
+use crate::system::{Engine, Rules, Workload};
 
 /// `host-integrity`: every ready host entry holds exactly the KV of the prefix its key names.
 pub fn integrity(m: &KvModel, s: &KvState) -> bool {
-    if let Some(sc) = s.engine.conn.simple_cpu() {
-        return integrity_simple_cpu(m, sc);
-    }
-    if let Some(mc) = s.engine.conn.mooncake() {
-        // The Mooncake pool: every key holds exactly the KV of the prefix it names.
-        let b = m.scope.cfg.block_size;
-        return mc.pool.iter().all(|(k, c)| *c == ContentTag::full(*k, b));
-    }
-    let Some(oc) = s.engine.conn.offloading() else {
-        return true;
-    };
-    integrity_offloading(m, oc)
-}
-
-fn integrity_offloading(m: &KvModel, oc: &OcState) -> bool {
     let b = m.scope.cfg.block_size;
     let bpc = m.scope.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    oc.host.entries().filter(|(_, en)| en.ref_cnt >= 0).all(|(k, en)| {
-        let Some(chain) = m.scope.workload.chain_ending_at(*k, bpc) else {
-            return false;
-        };
-        en.content.len() == chain.len() && en.content.iter().zip(&chain).all(|(c, h)| *c == ContentTag::full(*h, b))
-    })
+    engine_integrity(&s.engine, b, bpc, &m.scope.workload)
+}
+
+/// `host-integrity` over an engine (replay calls it directly).
+pub fn engine_integrity(e: &Engine, b: u32, bpc: u32, wl: &Workload) -> bool {
+    if let Some(sc) = e.conn.simple_cpu() {
+        return integrity_simple_cpu(b, sc);
+    }
+    if let Some(mc) = e.conn.mooncake() {
+        // The Mooncake pool: every key holds exactly the KV of the prefix it names.
+        return mc.pool.iter().all(|(k, c)| *c == ContentTag::full(*k, b));
+    }
+    let Some(oc) = e.conn.offloading() else {
+        return true;
+    };
+    oc.host.entries().all(|(k, en)| entry_intact(k, en, b, bpc, wl))
+}
+
+/// One host entry is intact (or not ready, so not yet claimed).
+pub fn entry_intact(k: &Key, en: &HostEntry, b: u32, bpc: u32, wl: &Workload) -> bool {
+    if en.ref_cnt < 0 {
+        return true;
+    }
+    let Some(chain) = wl.chain_ending_at(*k, bpc) else {
+        return false;
+    };
+    en.content.len() == chain.len() && en.content.iter().zip(&chain).all(|(c, h)| *c == ContentTag::full(*h, b))
 }
 
 /// SimpleCPU: every CPU block registered in the CPU pool's cached map under a hash holds
 /// exactly that prefix's KV.
-fn integrity_simple_cpu(m: &KvModel, sc: &ScState) -> bool {
-    let b = m.scope.cfg.block_size;
+fn integrity_simple_cpu(b: u32, sc: &ScState) -> bool {
     sc.cpu.cached().all(|(h, blocks)| {
         blocks
             .iter()
@@ -46,13 +53,18 @@ fn integrity_simple_cpu(m: &KvModel, sc: &ScState) -> bool {
 /// `host-accounting`: vLLM's counters match the entries, capacity is never exceeded, every
 /// pin belongs to an in-flight load, and every job completes once.
 pub fn accounting(m: &KvModel, s: &KvState) -> bool {
-    if s.engine.ghost.has(Breach::BadCompletion) {
+    engine_accounting(&s.engine, &m.rules)
+}
+
+/// `host-accounting` over an engine (replay calls it directly).
+pub fn engine_accounting(e: &Engine, rules: &Rules) -> bool {
+    if e.ghost.has(Breach::BadCompletion) {
         return false;
     }
-    if let Some(sc) = s.engine.conn.simple_cpu() {
-        return accounting_simple_cpu(m, sc);
+    if let Some(sc) = e.conn.simple_cpu() {
+        return accounting_simple_cpu(rules, sc);
     }
-    let Some(oc) = s.engine.conn.offloading() else {
+    let Some(oc) = e.conn.offloading() else {
         return true;
     };
     let h = &oc.host;
@@ -61,24 +73,27 @@ pub fn accounting(m: &KvModel, s: &KvState) -> bool {
     if pending != h.num_write_pending || evictable != h.num_evictable {
         return false;
     }
-    if h.len() as u32 + h.num_free_slots() != h.capacity || h.eviction_order().len() as u32 != evictable {
+    if h.len() as u32 + h.num_free_slots() != h.capacity || h.eviction_order_len() as u32 != evictable {
         return false;
     }
-    h.entries().filter(|(_, e)| e.ref_cnt > 0).all(|(k, e)| {
-        let loads = oc.jobs.iter().filter(|j| !j.is_store() && j.keys.contains(k)).count() as i32;
-        loads == e.ref_cnt
-    })
+    h.entries().filter(|(_, e)| e.ref_cnt > 0).all(|(k, e)| pins_match(oc, k, e))
+}
+
+/// A pinned key is pinned once per in-flight load that names it.
+pub fn pins_match(oc: &OcState, k: &Key, e: &HostEntry) -> bool {
+    let loads = oc.jobs.iter().filter(|j| !j.is_store() && j.keys.contains(k)).count() as i32;
+    loads == e.ref_cnt
 }
 
 /// SimpleCPU's CPU pool: a block is in the free queue iff its reference count is 0, the queue
 /// has no duplicates and its length is the free count, every reference belongs to a lookup
 /// pin, a load or a store not yet processed, the null block is never used, and the pool never
 /// holds more than its blocks.
-fn accounting_simple_cpu(m: &KvModel, sc: &ScState) -> bool {
+fn accounting_simple_cpu(rules: &Rules, sc: &ScState) -> bool {
     let p = &sc.cpu;
     let n = p.num_blocks() as usize;
     let mut holders = vec![0u32; n];
-    for b in sc.cpu_refs(&m.rules) {
+    for b in sc.cpu_refs(rules) {
         if b == NULL_BLOCK || b as usize >= n {
             return false;
         }

@@ -4,8 +4,8 @@
 //! verdicts live in `specs/<name>.toml` (rendered by `kvmc explain`).
 
 pub mod eviction;
-mod g1;
-mod host;
+pub mod g1;
+pub mod host;
 mod progress;
 
 use crate::model::{KvModel, KvState};

@@ -15,6 +15,7 @@ use super::ghost::{Breach, Ghost, Mark};
 use super::gpu_pool::GpuPool;
 use super::request::{Queue, ReqState};
 use super::rules::Rules;
+use super::side::{ReadCache, Side};
 use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
 use super::worker::WorkerOut;
 use super::workload::Workload;
@@ -63,6 +64,8 @@ pub struct Engine {
     pub deferred_frees: Vec<(u32, Vec<BlockId>)>,
     /// Router replay: the rows connector, its worker and row store (None when off).
     pub aux: Option<Box<AuxState>>,
+    /// Trace replay's read cache (not state; off in the checker).
+    pub reads: Side<ReadCache>,
 }
 
 /// A batch in flight: what was scheduled and what the worker reported for it.
@@ -111,7 +114,53 @@ impl Engine {
                 let capacity = cfg.num_gpu_blocks * if cfg.offload().is_some() { 2 } else { 1 };
                 Box::new(AuxState::new(n, c.store_objects, capacity, rules.aux_store_evicts_live))
             }),
+            reads: Side::default(),
         }
+    }
+
+    /// Trace replay: log what every transition changes (for incremental invariant checks)
+    /// and let forward passes skip re-reading prefixes already found right. Behaviour is
+    /// unchanged; only the cost of a step follows what it changes.
+    pub fn enable_replay_aids(&mut self) {
+        self.pool.enable_log();
+        self.reads = Side(Some(Box::default()));
+        if let Some(oc) = self.conn.offloading_mut() {
+            oc.host.enable_log();
+        }
+    }
+
+    /// Trace replay: one more request slot (a pending request of `wl`'s new last slot).
+    pub fn add_slot(&mut self) -> ReqId {
+        self.reqs.push(ReqState::new());
+        if let Some(oc) = self.conn.offloading_mut() {
+            oc.reqs.push(None);
+        }
+        (self.reqs.len() - 1) as ReqId
+    }
+
+    /// Trace replay: slot `r`'s request is gone for good (finished, reported, blocks and
+    /// connector state released, no batch in flight names it), so the slot may carry another.
+    pub fn slot_reusable(&self, r: ReqId) -> bool {
+        let q = &self.reqs[r as usize];
+        q.status.is_finished()
+            && q.table.is_empty()
+            && !self.finished_since.contains(&r)
+            && !self.finished_recving.contains(&r)
+            && !self.failed_recving.contains(&r)
+            && self
+                .conn
+                .offloading()
+                .is_none_or(|oc| oc.reqs[r as usize].is_none() && oc.jobs.iter().all(|j| j.req != r))
+            && self
+                .batches
+                .iter()
+                .all(|bt| bt.out.scheduled.iter().all(|s| s.req != r) && !bt.out.finished.contains(&r))
+    }
+
+    /// Trace replay: make reusable slot `r` pending again for its next request.
+    pub fn reset_slot(&mut self, r: ReqId) {
+        debug_assert!(self.slot_reusable(r));
+        self.reqs[r as usize] = ReqState::new();
     }
 
     /// Requests not yet finished, or finished but still holding blocks or connector state.

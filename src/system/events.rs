@@ -175,24 +175,152 @@ pub enum Event {
     },
 }
 
-/// An event recorder that can be switched off.
+/// An event recorder that can be switched off, with optional counters (trace replay's
+/// metrics; the checker leaves them off).
 #[derive(Debug, Default)]
 pub struct Events {
     pub on: bool,
     pub list: Vec<Event>,
+    pub stats: Option<Box<Stats>>,
 }
 
 impl Events {
     pub fn off() -> Self {
-        Events { on: false, list: Vec::new() }
+        Events { on: false, list: Vec::new(), stats: None }
     }
     pub fn on() -> Self {
-        Events { on: true, list: Vec::new() }
+        Events { on: true, list: Vec::new(), stats: None }
+    }
+    /// Events off, counters on.
+    pub fn counting() -> Self {
+        Events { on: false, list: Vec::new(), stats: Some(Box::default()) }
     }
     #[inline]
     pub fn emit(&mut self, f: impl FnOnce() -> Event) {
         if self.on {
             self.list.push(f());
         }
+    }
+    /// Count something (only when counters are on).
+    #[inline]
+    pub fn stat(&mut self, f: impl FnOnce(&mut Stats)) {
+        if let Some(s) = self.stats.as_deref_mut() {
+            f(s);
+        }
+    }
+}
+
+/// What one request slot did since its counters were last reset. Every token position is
+/// counted once, by how it was first reached (a G1 hit, a host load, prefill or decode);
+/// reaching it again after a preemption counts as recomputation or a re-hit. For a finished
+/// request, `g1_hit + host_hit + prefill + decode` = its final length minus one (the last
+/// sampled token's KV is never computed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReqStats {
+    /// Positions first served from G1 prefix hits.
+    pub g1_hit_tokens: u64,
+    /// Positions first served by a host-tier load (what the load kept: not the last prompt
+    /// token, which is always recomputed, nor blocks a failure invalidated).
+    pub host_hit_tokens: u64,
+    /// Positions first computed by a forward pass, other than plain decode steps.
+    pub prefill_tokens: u64,
+    /// Positions first computed by a decode step (one token at an output position).
+    pub decode_tokens: u64,
+    /// Positions computed again (after a preemption or a load failure).
+    pub recomputed_tokens: u64,
+    /// Positions served again by hits after a preemption.
+    pub rehit_tokens: u64,
+    /// Positions reached so far (the high-water mark).
+    pub reached: u32,
+    pub preemptions: u32,
+    pub admissions: u32,
+    /// Engine steps in which the request was scheduled.
+    pub steps: u32,
+}
+
+/// Split positions `[a, b)` at the high-water mark: (new, seen before).
+fn split(a: u32, b: u32, reached: u32) -> (u64, u64) {
+    let new = b.saturating_sub(a.max(reached));
+    (u64::from(new), u64::from(b.saturating_sub(a) - new))
+}
+
+/// Engine-wide counters (trace replay's metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub g1_hit_tokens: u64,
+    pub host_hit_tokens: u64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    pub recomputed_tokens: u64,
+    pub rehit_tokens: u64,
+    pub preemptions: u64,
+    /// Cached G1 blocks that lost their hash (slot handed out again, or evicted).
+    pub g1_evictions: u64,
+    pub host_evictions: u64,
+    pub store_jobs: u64,
+    pub stored_chunks: u64,
+    /// `prepare_store` calls that found no room.
+    pub store_refusals: u64,
+    pub load_jobs: u64,
+    pub loaded_chunks: u64,
+    pub sync_loads: u64,
+    pub sampled_tokens: u64,
+    /// Per request slot.
+    pub per_req: Vec<ReqStats>,
+}
+
+impl Stats {
+    /// The counters of slot `r`.
+    pub fn req(&mut self, r: u16) -> &mut ReqStats {
+        let i = r as usize;
+        if self.per_req.len() <= i {
+            self.per_req.resize(i + 1, ReqStats::default());
+        }
+        &mut self.per_req[i]
+    }
+
+    /// Request `r` was admitted with positions `[0, g1_end)` from G1 hits and
+    /// `[g1_end, host_end)` from a host load.
+    pub fn served(&mut self, r: u16, g1_end: u32, host_end: u32) {
+        let rs = self.req(r);
+        let (g_new, g_re) = split(0, g1_end, rs.reached);
+        let (h_new, h_re) = split(g1_end, host_end, rs.reached);
+        rs.reached = rs.reached.max(host_end);
+        rs.g1_hit_tokens += g_new;
+        rs.host_hit_tokens += h_new;
+        rs.rehit_tokens += g_re + h_re;
+        rs.admissions += 1;
+        self.g1_hit_tokens += g_new;
+        self.host_hit_tokens += h_new;
+        self.rehit_tokens += g_re + h_re;
+    }
+
+    /// An async load of request `r` landed: positions `[from, to)` are served.
+    pub fn loaded(&mut self, r: u16, from: u32, to: u32) {
+        let rs = self.req(r);
+        let (new, re) = split(from, to, rs.reached);
+        rs.reached = rs.reached.max(to);
+        rs.host_hit_tokens += new;
+        rs.rehit_tokens += re;
+        self.host_hit_tokens += new;
+        self.rehit_tokens += re;
+    }
+
+    /// The forward pass computes positions `[start, start + n)` of request `r`; `decode` if
+    /// it is a one-token step at an output position.
+    pub fn computed(&mut self, r: u16, start: u32, n: u32, decode: bool) {
+        let rs = self.req(r);
+        let (new, re) = split(start, start + n, rs.reached);
+        rs.reached = rs.reached.max(start + n);
+        rs.steps += 1;
+        rs.recomputed_tokens += re;
+        if decode {
+            rs.decode_tokens += new;
+            self.decode_tokens += new;
+        } else {
+            rs.prefill_tokens += new;
+            self.prefill_tokens += new;
+        }
+        self.recomputed_tokens += re;
     }
 }

@@ -11,8 +11,8 @@
 
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
+use super::side::{KeyMap, KeyMapIter, PoolLog, Side};
 use super::types::{BlockHash, BlockId, ContentTag, NULL_BLOCK};
-use std::collections::BTreeMap;
 
 const NIL: u32 = u32::MAX;
 const OUT: u32 = u32::MAX - 1;
@@ -40,10 +40,12 @@ pub struct GpuPool {
     tail: u32,
     num_free: u32,
     /// The cached map: hash -> blocks carrying it, in insertion order (duplicates allowed).
-    cached: BTreeMap<BlockHash, Vec<BlockId>>,
+    cached: KeyMap<BlockHash, Vec<BlockId>>,
     /// prime-rl's scheduler-side marks (`_track_externally_loaded_blocks`): blocks an external
     /// load filled; cleared when `get_new_blocks` hands the block out again.
     pub loaded: Vec<bool>,
+    /// Trace replay's change log and read-cache counts (not state; off in the checker).
+    pub log: Side<PoolLog>,
 }
 
 impl GpuPool {
@@ -70,12 +72,67 @@ impl GpuPool {
             head: NIL,
             tail: NIL,
             num_free: 0,
-            cached: BTreeMap::new(),
+            cached: KeyMap::default(),
+            log: Side::default(),
         };
         for b in 1..num_blocks {
             pool.push_tail(b);
         }
         pool
+    }
+
+    /// Replay: log every change and keep the read cache's counts.
+    pub fn enable_log(&mut self) {
+        let verified_by = vec![0; self.ref_cnt.len()];
+        self.log = Side(Some(Box::new(PoolLog { verified_by, ..Default::default() })));
+        self.cached.use_hash();
+    }
+
+    #[inline]
+    fn note(&mut self, b: BlockId) {
+        if let Some(l) = self.log.get_mut() {
+            l.blocks.push(b);
+        }
+    }
+
+    #[inline]
+    fn note_cached(&mut self, h: BlockHash, b: BlockId) {
+        if let Some(l) = self.log.get_mut() {
+            l.cached.push((h, b));
+            l.cached_changed(&h);
+        }
+    }
+
+    /// Replay: blocks gained (`added`) or lost (`removed`) a holder that g1-accounting counts
+    /// (a request's block table or a deferred free).
+    #[inline]
+    pub fn note_holders(&mut self, added: &[BlockId], removed: &[BlockId]) {
+        if let Some(l) = self.log.get_mut() {
+            l.table_added.extend_from_slice(added);
+            l.table_removed.extend_from_slice(removed);
+        }
+    }
+
+    /// Replay: a request's block table was taken whole (its read-cache prefix may be void).
+    #[inline]
+    pub fn note_table_cleared(&mut self, blocks: &[BlockId]) {
+        if let Some(l) = self.log.get_mut() {
+            if !l.recheck && blocks.iter().any(|&b| l.verified_by[b as usize] > 0) {
+                l.recheck = true;
+            }
+        }
+    }
+
+    /// Write what block `b` now holds (the forward pass, a landed load).
+    #[inline]
+    pub fn set_content(&mut self, b: BlockId, tag: ContentTag) {
+        self.content[b as usize] = tag;
+        if let Some(l) = self.log.get_mut() {
+            l.content.push(b);
+            if l.verified_by[b as usize] > 0 {
+                l.stale = true;
+            }
+        }
     }
 
     pub fn num_blocks(&self) -> u32 {
@@ -103,8 +160,13 @@ impl GpuPool {
     }
 
     /// The cached map as (hash, blocks) pairs.
-    pub fn cached(&self) -> impl Iterator<Item = (&BlockHash, &Vec<BlockId>)> {
+    pub fn cached(&self) -> KeyMapIter<'_, BlockHash, Vec<BlockId>> {
         self.cached.iter()
+    }
+
+    /// The blocks the cached map lists under `h`.
+    pub fn cached_under(&self, h: &BlockHash) -> &[BlockId] {
+        self.cached.get(h).map_or(&[], |v| v.as_slice())
     }
 
     pub fn num_cached_entries(&self) -> usize {
@@ -122,6 +184,7 @@ impl GpuPool {
         }
         self.tail = b;
         self.num_free += 1;
+        self.note(b);
     }
 
     fn push_head(&mut self, b: BlockId) {
@@ -135,6 +198,7 @@ impl GpuPool {
         }
         self.head = b;
         self.num_free += 1;
+        self.note(b);
     }
 
     fn unlink(&mut self, b: BlockId) {
@@ -153,6 +217,7 @@ impl GpuPool {
         self.prev[i] = OUT;
         self.next[i] = OUT;
         self.num_free -= 1;
+        self.note(b);
     }
 
     /// `get_one_block`: the first-inserted block still carrying `h`.
@@ -177,12 +242,15 @@ impl GpuPool {
                     self.cached.remove(&h);
                 }
             }
+            self.note_cached(h, b);
             match self.medium {
                 Medium::Gpu => {
+                    ev.stat(|s| s.g1_evictions += 1);
                     ghost.mark(Mark::G1Eviction);
                     ev.emit(|| Event::G1Evicted { block: b, hash: h });
                 }
                 Medium::Cpu => {
+                    ev.stat(|s| s.host_evictions += 1);
                     ghost.mark(Mark::HostEviction);
                     ev.emit(|| Event::HostEvicted { key: h });
                 }
@@ -206,6 +274,7 @@ impl GpuPool {
             }
             self.ref_cnt[b as usize] = 1;
             self.loaded[b as usize] = false;
+            self.note(b);
             out.push(b);
         }
         out
@@ -221,6 +290,7 @@ impl GpuPool {
                 self.unlink(b);
             }
             self.ref_cnt[b as usize] += 1;
+            self.note(b);
         }
     }
 
@@ -241,7 +311,9 @@ impl GpuPool {
                 continue;
             }
             *rc -= 1;
-            if *rc == 0 && !self.in_free_queue(b) {
+            let rc = *rc;
+            self.note(b);
+            if rc == 0 && !self.in_free_queue(b) {
                 if self.hash[b as usize].is_none() {
                     first.push(b);
                 } else {
@@ -283,9 +355,11 @@ impl GpuPool {
                         self.cached.remove(&old);
                     }
                 }
+                self.note_cached(old, b);
             }
             self.hash[b as usize] = Some(h);
-            self.cached.entry(h).or_default().push(b);
+            self.cached.entry_or_default(h).push(b);
+            self.note_cached(h, b);
             ev.emit(|| Event::G1Cached { block: b, hash: h });
         }
     }
@@ -300,7 +374,8 @@ impl GpuPool {
             Some(_) => false,
             None => {
                 self.hash[b as usize] = Some(h);
-                self.cached.entry(h).or_default().push(b);
+                self.cached.entry_or_default(h).push(b);
+                self.note_cached(h, b);
                 true
             }
         }
@@ -327,14 +402,36 @@ impl GpuPool {
 
     /// `find_longest_cache_hit`: walk the request's hashes for at most `max_len / B` blocks,
     /// stopping at the first miss.
-    pub fn find_longest_cache_hit(&self, hashes: &[BlockHash], max_len: u32, block_size: u32) -> Vec<BlockId> {
+    pub fn find_longest_cache_hit(&mut self, hashes: &[BlockHash], max_len: u32, block_size: u32) -> Vec<BlockId> {
         let max_blocks = (max_len / block_size) as usize;
+        let query = &hashes[..max_blocks.min(hashes.len())];
+        // Replay: a waiting request at the head of the queue is looked up again every step
+        // while it does not fit; reuse the last answer while nothing it read changed.
+        if let Some(l) = self.log.get_mut() {
+            if let Some(i) = l.hit_memo.iter().position(|m| m.valid && m.hashes == query) {
+                let m = l.hit_memo.remove(i);
+                let out = m.result.clone();
+                l.hit_memo.insert(0, m);
+                return out;
+            }
+        }
         let mut out = Vec::new();
-        for h in hashes.iter().take(max_blocks) {
+        for h in query {
             match self.get_one_block(*h) {
                 Some(b) => out.push(b),
                 None => break,
             }
+        }
+        if let Some(l) = self.log.get_mut() {
+            let read = &query[..(out.len() + 1).min(query.len())];
+            let mut m = if l.hit_memo.len() >= 2 { l.hit_memo.pop().unwrap_or_default() } else { Default::default() };
+            m.hashes.clear();
+            m.hashes.extend_from_slice(query);
+            m.result.clone_from(&out);
+            m.watch.clear();
+            m.watch.extend(read.iter().map(|h| (*h, ())));
+            m.valid = true;
+            l.hit_memo.insert(0, m);
         }
         out
     }

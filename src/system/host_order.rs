@@ -14,22 +14,100 @@
 //! eviction-order fails when the host tier picked others.
 
 use super::host_tier::{Key, Rank};
+use super::rank_queue::RankQueue;
 use super::rules::HostLru;
+use super::side::{FastMap, Side};
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RefOrder {
     /// Eviction order, first = next victim (with the 0.33 rank; unused by the other policies).
     pub list: Vec<(Key, Rank)>,
+    /// Trace replay: the same sequence, indexed (`list` stays empty). Not used by the checker.
+    indexed: Side<Indexed>,
+}
+
+/// The list, indexed: a key's place is (order rank, arrival sequence), so "after every key
+/// whose rank is not above" is "after every key with a smaller place". Appends (the 0.24 and
+/// 0.32 lists) use the sequence as their order rank.
+#[derive(Clone, Debug, Default)]
+struct Indexed {
+    by_place: RankQueue<(u64, Key)>,
+    /// Key -> (order rank, sequence, carried rank).
+    place_of: FastMap<Key, (Rank, u64, Rank)>,
+    seq: u64,
+}
+
+/// Equal when the sequences are equal, whatever the representation.
+impl PartialEq for RefOrder {
+    fn eq(&self, o: &Self) -> bool {
+        if !self.indexed.is_on() && !o.indexed.is_on() {
+            return self.list == o.list;
+        }
+        self.keys() == o.keys()
+    }
+}
+impl Eq for RefOrder {}
+
+/// Hashes the sequence (exactly as the list form's derived hash).
+impl std::hash::Hash for RefOrder {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        if self.indexed.is_on() {
+            self.keys().hash(h);
+        } else {
+            self.list.hash(h);
+        }
+    }
 }
 
 impl RefOrder {
+    /// Switch an empty order to the indexed form (trace replay, before the first key).
+    pub fn index(&mut self) {
+        assert!(self.list.is_empty(), "index the eviction order before it holds keys");
+        if !self.indexed.is_on() {
+            self.indexed = Side(Some(Box::default()));
+        }
+    }
+
+    /// The sequence, first = next victim.
+    pub fn keys(&self) -> Vec<(Key, Rank)> {
+        match self.indexed.get() {
+            Some(ix) => ix.by_place.iter().map(|(_, (_, k))| (k, ix.place_of[&k].2)).collect(),
+            None => self.list.clone(),
+        }
+    }
+
     fn remove(&mut self, k: &Key) -> Option<Rank> {
+        if let Some(ix) = self.indexed.get_mut() {
+            let (place, seq, rank) = ix.place_of.remove(k)?;
+            ix.by_place.remove(place, (seq, *k));
+            return Some(rank);
+        }
         let i = self.list.iter().position(|(x, _)| x == k)?;
         Some(self.list.remove(i).1)
     }
 
+    /// Append `k` at the end (its rank is only carried).
+    fn push_back(&mut self, k: Key, rank: Rank) {
+        if let Some(ix) = self.indexed.get_mut() {
+            // A place above every other (only list policies append, and only append).
+            ix.seq += 1;
+            let place = (ix.seq, 0);
+            ix.by_place.insert(place, (ix.seq, k));
+            ix.place_of.insert(k, (place, ix.seq, rank));
+            return;
+        }
+        self.list.push((k, rank));
+    }
+
     /// Place `k` after every key whose rank is not above `rank` (0.33).
     fn place(&mut self, k: Key, rank: Rank) {
+        if let Some(ix) = self.indexed.get_mut() {
+            // Places of 0.33 lists are their ranks (the list is sorted by rank).
+            ix.seq += 1;
+            ix.by_place.insert(rank, (ix.seq, k));
+            ix.place_of.insert(k, (rank, ix.seq, rank));
+            return;
+        }
         let i = self.list.iter().position(|(_, r)| *r > rank).unwrap_or(self.list.len());
         self.list.insert(i, (k, rank));
     }
@@ -38,7 +116,7 @@ impl RefOrder {
     pub fn inserted(&mut self, p: HostLru, k: Key, rank: Rank) {
         match p {
             HostLru::ReleaseOrder => {}
-            HostLru::InsertRank => self.list.push((k, (0, 0))),
+            HostLru::InsertRank => self.push_back(k, (0, 0)),
             HostLru::RequestRank => self.place(k, rank),
         }
     }
@@ -47,7 +125,7 @@ impl RefOrder {
     pub fn released(&mut self, p: HostLru, k: Key) {
         if p == HostLru::ReleaseOrder {
             self.remove(&k);
-            self.list.push((k, (0, 0)));
+            self.push_back(k, (0, 0));
         }
     }
 
@@ -72,7 +150,7 @@ impl RefOrder {
         if p == HostLru::ReleaseOrder {
             for k in keys.iter().rev() {
                 if self.remove(k).is_some() {
-                    self.list.push((*k, (0, 0)));
+                    self.push_back(*k, (0, 0));
                 }
             }
         }
@@ -85,7 +163,11 @@ impl RefOrder {
         }
         for (k, r) in keys_tail_first {
             if self.remove(k).is_some() {
-                self.list.push((*k, *r));
+                if p == HostLru::RequestRank {
+                    self.place(*k, *r); // a fresh rank: above every other
+                } else {
+                    self.push_back(*k, *r);
+                }
             }
         }
     }
@@ -97,10 +179,14 @@ impl RefOrder {
 
     /// The first `n` keys for which `eligible` holds.
     pub fn victims(&self, n: usize, eligible: impl Fn(&Key) -> bool) -> Vec<Key> {
+        if let Some(ix) = self.indexed.get() {
+            return ix.by_place.iter().map(|(_, (_, k))| k).filter(|k| eligible(k)).take(n).collect();
+        }
         self.list.iter().map(|(k, _)| *k).filter(|k| eligible(k)).take(n).collect()
     }
 
     pub fn map_majors(&mut self, f: impl Fn(u64) -> u64) {
+        assert!(!self.indexed.is_on(), "only the checker canonicalises, and it never indexes the order");
         for (_, r) in &mut self.list {
             r.0 = f(r.0);
         }

@@ -26,7 +26,9 @@
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::host_order::RefOrder;
+use super::rank_queue::RankSet;
 use super::rules::HostLru;
+use super::side::{HostLog, KeyMap, KeyMapIter, Side};
 use super::types::{BlockHash, ContentTag};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -75,8 +77,8 @@ pub struct HostTier {
     pub capacity: u32,
     num_allocated: u32,
     free_list: Vec<u32>,
-    entries: BTreeMap<Key, HostEntry>,
-    evictable: BTreeSet<(Rank, Key)>,
+    entries: KeyMap<Key, HostEntry>,
+    evictable: RankSet<Key>,
     next_rank: u64,
     /// vLLM's counters, kept as it keeps them (host-accounting checks them).
     pub num_evictable: u32,
@@ -86,6 +88,8 @@ pub struct HostTier {
     evict_mru: bool,
     /// Ghost: the eviction-order reference.
     pub order: RefOrder,
+    /// Trace replay's change log (not state; off in the checker).
+    pub log: Side<HostLog>,
 }
 
 impl HostTier {
@@ -102,15 +106,51 @@ impl HostTier {
             capacity,
             num_allocated: 0,
             free_list: Vec::new(),
-            entries: BTreeMap::new(),
-            evictable: BTreeSet::new(),
+            entries: KeyMap::default(),
+            evictable: RankSet::default(),
             next_rank: 0,
             num_evictable: 0,
             num_write_pending: 0,
+            log: Side::default(),
         }
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = (&Key, &HostEntry)> {
+    /// Replay: log every key whose entry changes, and keep the eviction-order reference
+    /// indexed (its list form costs O(resident keys) per update).
+    pub fn enable_log(&mut self) {
+        self.log = Side(Some(Box::default()));
+        self.entries.use_hash();
+        self.evictable.use_queue();
+        self.order.index();
+    }
+
+    /// Replay: `k`'s reference count went from `before` to `after` (None: not resident).
+    #[inline]
+    fn note(&mut self, k: Key, before: Option<i32>, after: Option<i32>) {
+        if let Some(l) = self.log.get_mut() {
+            l.moves.push((k, before, after));
+        }
+    }
+
+    /// Replay: `k`'s content was written, or it became ready.
+    #[inline]
+    fn note_written(&mut self, k: Key) {
+        if let Some(l) = self.log.get_mut() {
+            l.written.push(k);
+        }
+    }
+
+    /// Is `k` resident?
+    pub fn contains(&self, k: &Key) -> bool {
+        self.entries.contains_key(k)
+    }
+
+    /// How many keys the eviction order holds (= evictable keys when the books balance).
+    pub fn eviction_order_len(&self) -> usize {
+        self.evictable.len()
+    }
+
+    pub fn entries(&self) -> KeyMapIter<'_, Key, HostEntry> {
         self.entries.iter()
     }
     pub fn get(&self, k: &Key) -> Option<&HostEntry> {
@@ -127,13 +167,13 @@ impl HostTier {
     }
     /// Keys in eviction order (first = next victim), evictable ones only.
     pub fn eviction_order(&self) -> Vec<Key> {
-        self.evictable.iter().map(|(_, k)| *k).collect()
+        self.evictable.iter().map(|(_, k)| k).collect()
     }
 
     pub fn lookup(&self, k: &Key) -> Lookup {
-        match self.entries.get(k) {
+        match self.entries.get(k).map(|e| e.ref_cnt) {
             None => Lookup::Miss,
-            Some(e) if e.ref_cnt < 0 => Lookup::HitPending,
+            Some(rc) if rc < 0 => Lookup::HitPending,
             Some(_) => Lookup::Hit,
         }
     }
@@ -158,9 +198,9 @@ impl HostTier {
             let r = self.fresh_rank();
             self.entries.get_mut(&k).expect("resident").rank = r;
         }
-        let e = &self.entries[&k];
+        let e = self.entries.get(&k).expect("resident");
         self.num_evictable += 1;
-        self.evictable.insert((e.rank, k));
+        self.evictable.insert(e.rank, k);
         self.order.released(self.policy, k);
     }
 
@@ -182,8 +222,8 @@ impl HostTier {
     fn set_rank(&mut self, k: Key, rank: Rank) {
         let e = self.entries.get_mut(&k).expect("resident");
         if e.ref_cnt == 0 {
-            self.evictable.remove(&(e.rank, k));
-            self.evictable.insert((rank, k));
+            self.evictable.remove(e.rank, k);
+            self.evictable.insert(rank, k);
         }
         e.rank = rank;
     }
@@ -249,11 +289,11 @@ impl HostTier {
                 return None;
             }
             let protected: BTreeSet<Key> = keys.iter().map(|(k, _)| *k).collect();
-            let eligible = |(_, k): &&(Rank, Key)| !protected.contains(k);
+            let eligible = |(_, k): &(Rank, Key)| !protected.contains(k);
             let victims: Vec<(Rank, Key)> = if self.evict_mru {
-                self.evictable.iter().rev().filter(eligible).take(need as usize).copied().collect()
+                self.evictable.iter_rev().filter(eligible).take(need as usize).collect()
             } else {
-                self.evictable.iter().filter(eligible).take(need as usize).copied().collect()
+                self.evictable.iter().filter(eligible).take(need as usize).collect()
             };
             if (victims.len() as u32) < need {
                 return None;
@@ -268,7 +308,7 @@ impl HostTier {
                 ev.emit(|| Event::WrongVictims { got, want, policy });
             }
             for (r, k) in victims {
-                self.evictable.remove(&(r, k));
+                self.evictable.remove(r, k);
                 let e = self.entries.remove(&k).expect("evictable key is resident");
                 if e.ref_cnt != 0 {
                     ghost.breach(Breach::EvictedPinned);
@@ -276,7 +316,9 @@ impl HostTier {
                 self.num_evictable -= 1;
                 self.free_list.push(e.slot);
                 self.order.evicted(&k);
+                self.note(k, Some(e.ref_cnt), None);
                 evicted.push(k);
+                ev.stat(|s| s.host_evictions += 1);
                 ghost.mark(Mark::HostEviction);
                 ev.emit(|| Event::HostEvicted { key: k });
             }
@@ -296,8 +338,9 @@ impl HostTier {
                 HostLru::InsertRank => self.fresh_rank(),
                 HostLru::ReleaseOrder => (0, 0),
             };
-            self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank, content: Vec::new() });
+            let old = self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank, content: Vec::new() });
             self.order.inserted(self.policy, k, rank);
+            self.note(k, old.map(|o| o.ref_cnt), Some(-1));
         }
         self.num_write_pending += to_store.len() as u32;
         Some(StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted })
@@ -307,6 +350,7 @@ impl HostTier {
     pub fn write_content(&mut self, k: &Key, content: Vec<ContentTag>) {
         if let Some(e) = self.entries.get_mut(k) {
             e.content = content;
+            self.note_written(*k);
         }
     }
 
@@ -319,6 +363,8 @@ impl HostTier {
                     e.ref_cnt = 0;
                     self.num_write_pending -= 1;
                     self.release(*k);
+                    self.note(*k, Some(-1), Some(0));
+                    self.note_written(*k);
                     ghost.mark(Mark::StoreCompleted);
                     stored.push(*k);
                 }
@@ -337,7 +383,7 @@ impl HostTier {
             match self.entries.get_mut(k) {
                 Some(e) if e.ref_cnt >= 0 => {
                     if e.ref_cnt == 0 {
-                        self.evictable.remove(&(e.rank, *k));
+                        self.evictable.remove(e.rank, *k);
                         self.num_evictable -= 1;
                         if self.policy == HostLru::ReleaseOrder {
                             e.rank = (0, 0);
@@ -345,7 +391,9 @@ impl HostTier {
                         self.order.pinned(self.policy, *k);
                     }
                     e.ref_cnt += 1;
+                    let rc = e.ref_cnt;
                     slots.push(e.slot);
+                    self.note(*k, Some(rc - 1), Some(rc));
                 }
                 _ => {
                     ghost.breach(Breach::UnsafeLoad);
@@ -369,9 +417,11 @@ impl HostTier {
             match self.entries.get_mut(k) {
                 Some(e) if e.ref_cnt > 0 => {
                     e.ref_cnt -= 1;
-                    if e.ref_cnt == 0 {
+                    let rc = e.ref_cnt;
+                    if rc == 0 {
                         self.release(*k);
                     }
+                    self.note(*k, Some(rc + 1), Some(rc));
                 }
                 _ => ghost.breach(Breach::BadCompletion),
             }
@@ -412,12 +462,13 @@ impl HostTier {
             return; // already dense
         }
         let map = |m: u64| if m == 0 { 0 } else { majors.binary_search(&m).expect("known major") as u64 + 1 };
-        let mut entries = std::mem::take(&mut self.entries);
-        for e in entries.values_mut() {
+        for e in self.entries.values_mut() {
             e.rank.0 = map(e.rank.0);
         }
-        self.entries = entries;
-        self.evictable = self.evictable.iter().map(|((m, n), k)| ((map(*m), *n), *k)).collect();
+        let old = std::mem::take(&mut self.evictable);
+        for ((m, n), k) in old.iter() {
+            self.evictable.insert((map(m), n), k);
+        }
         self.order.map_majors(map);
         for m in live.iter_mut().filter_map(|r| r.as_mut()) {
             *m = map(*m);

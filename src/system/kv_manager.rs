@@ -24,8 +24,9 @@ pub struct KvCtx<'a> {
 
 /// `get_computed_blocks`: the longest cached prefix, capped at `num_tokens - 1` (the last
 /// token is always recomputed to produce logits). Pure: no reference counts change.
-/// `max_cache_hit_length` (router replay, 0.33) caps the hit further.
-pub fn get_computed_blocks(pool: &GpuPool, req: &ReqState, k: &KvCtx, cap: Option<u32>) -> (Vec<BlockId>, u32) {
+/// `max_cache_hit_length` (router replay, 0.33) caps the hit further. (`pool` is mutable
+/// only for replay's lookup memo.)
+pub fn get_computed_blocks(pool: &mut GpuPool, req: &ReqState, k: &KvCtx, cap: Option<u32>) -> (Vec<BlockId>, u32) {
     if !k.caching {
         return (Vec::new(), 0);
     }
@@ -94,11 +95,13 @@ pub fn allocate_slots(
             ghost.mark(Mark::G1Hit);
         }
         req.table.extend_from_slice(a.hits);
+        pool.note_holders(a.hits, &[]);
         req.num_cached_block = Some(req.table.len() as u32);
         // allocate_external_computed_blocks: fresh blocks for the connector's tokens.
         if a.num_external > 0 {
             let n = cdiv(local + a.num_external, b).saturating_sub(req.table.len() as u32);
             let ext = pool.get_new_blocks(n, ghost, ev);
+            pool.note_holders(&ext, &[]);
             req.table.extend(ext);
         }
     }
@@ -106,6 +109,7 @@ pub fn allocate_slots(
     let n = cdiv(need_slots, b).saturating_sub(req.table.len() as u32);
     let new_blocks = pool.get_new_blocks(n, ghost, ev);
     req.table.extend_from_slice(&new_blocks);
+    pool.note_holders(&new_blocks, &[]);
     if a.delay_cache && k.rules.delay_cache_async_loads {
         return Some(new_blocks);
     }
@@ -139,6 +143,8 @@ pub fn cache_blocks(pool: &mut GpuPool, req: &mut ReqState, n: u32, k: &KvCtx, e
 pub fn free(pool: &mut GpuPool, req: &mut ReqState, ghost: &mut Ghost) -> Vec<BlockId> {
     let table = std::mem::take(&mut req.table);
     req.num_cached_block = None;
+    pool.note_holders(&[], &table);
+    pool.note_table_cleared(&table);
     pool.free_blocks(table.iter().rev().copied(), ghost);
     table
 }

@@ -58,6 +58,8 @@ pub(crate) fn free_request_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId) -> Vec<cr
     let q = &mut e.reqs[r as usize];
     let blocks = std::mem::take(&mut q.table);
     q.num_cached_block = None;
+    // The blocks stay held (by the deferred free) until the fence is processed.
+    e.pool.note_table_cleared(&blocks);
     if !blocks.is_empty() {
         e.deferred_frees.push((e.sched_seq, blocks.clone()));
     }
@@ -86,6 +88,10 @@ fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
     q.preempted = true;
     e.waiting.insert(0, r);
     e.ghost.mark(Mark::Preemption);
+    ev.stat(|s| {
+        s.preemptions += 1;
+        s.req(r).preemptions += 1;
+    });
     ev.emit(|| Event::Preempted { req: r });
 }
 
@@ -94,6 +100,7 @@ fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
 fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
     let k = kv_ctx(&ctx, r, e.reqs[r as usize].turn);
     let failed = e.failed_recving.contains(&r);
+    let num_local = e.conn.offloading().and_then(|oc| oc.reqs[r as usize].as_ref()).map_or(0, |st| st.num_local);
     let q = &mut e.reqs[r as usize];
     if failed {
         if q.num_computed > 0 {
@@ -113,6 +120,9 @@ fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Eve
     }
     let num_computed = q.num_computed;
     e.finished_recving.retain(|&x| x != r);
+    // What the async load kept: the loaded tokens, less the last token of a fully loaded
+    // prompt (recomputed) and anything a failure rewound.
+    ev.stat(|s| s.loaded(r, num_local, num_computed.max(num_local)));
     ev.emit(|| Event::Promoted { req: r, num_computed, failed });
 }
 
@@ -230,7 +240,15 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         if ctx.cfg.defer_block_free() {
             q.last_sched_seq = e.sched_seq;
         }
-        let nt = q.num_tokens(ctx.wl.spec(s.req, q.turn));
+        let spec = ctx.wl.spec(s.req, q.turn);
+        let nt = q.num_tokens(spec);
+        if s.tokens > 0 {
+            // Replay metrics: a one-token step at an output position is a decode; anything
+            // else is prefill (or recomputation after a preemption).
+            let decode = s.tokens == 1 && s.start >= spec.prompt_len;
+            let (r, start, n) = (s.req, s.start, s.tokens);
+            ev.stat(|st| st.computed(r, start, n, decode));
+        }
         let prefill_chunk = q.num_computed < nt + u32::from(q.placeholders);
         s.samples = !prefill_chunk;
         if !prefill_chunk {
@@ -306,7 +324,7 @@ fn schedule_waiting(
                 Some(a) if ctx.rules.aux_retain => Some(a.sched.max_cache_hit(hashes, nt, &e.pool, b)),
                 _ => None,
             };
-            let (mut h, mut l) = kv_manager::get_computed_blocks(&e.pool, q, &k, cap);
+            let (mut h, mut l) = kv_manager::get_computed_blocks(&mut e.pool, q, &k, cap);
             let mut max_new = None;
             if e.aux.is_some() {
                 // prime-rl: cut local hits at the first externally loaded block from blk(s) on,
@@ -442,6 +460,10 @@ fn schedule_waiting(
         if ext > 0 && e.aux.is_some() {
             rows_sched::mark_loaded(&mut e.pool, &e.reqs[r as usize], local, ext, cfg.block_size);
         }
+        // Replay metrics: G1 hits now; a synchronous load's tokens now, an async load's when
+        // it lands (update_waiting_for_remote_kv).
+        let sync_ext = if load_async { 0 } else { ext };
+        ev.stat(|s| s.served(r, local, local + sync_ext));
         let q = &mut e.reqs[r as usize];
         if load_async {
             q.status = Status::WaitingForRemoteKvs;

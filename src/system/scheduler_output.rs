@@ -50,6 +50,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         let position = q.num_tokens(spec);
         q.num_output += 1;
         e.ghost.idle_steps = 0;
+        ev.stat(|s| s.sampled_tokens += 1);
         ev.emit(|| Event::Sampled { req: r, position });
         let nt = q.num_tokens(spec);
         if let Some(a) = e.aux.as_mut() {
@@ -119,6 +120,7 @@ fn drain_deferred_frees(e: &mut Engine) {
             break;
         }
         let (_, blocks) = e.deferred_frees.remove(0);
+        e.pool.note_holders(&[], &blocks);
         e.pool.free_blocks(blocks.iter().rev().copied(), &mut e.ghost);
     }
 }

@@ -15,6 +15,7 @@ use super::engine::{Ctx, Engine, StepInput};
 use super::events::{Event, Events};
 use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOutput};
 use super::ghost::Breach;
+use super::side::FastMap;
 use super::types::{cdiv, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
 use std::collections::{BTreeMap, BTreeSet};
@@ -195,19 +196,23 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             writes.push(Write { req: s.req, block: blk, tag: written_tag(spec, i as usize, len, b) });
         }
     }
-    let written: BTreeMap<BlockId, (ReqId, ContentTag)> = writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
+    // The last write of each block wins (a block written twice in one pass is a bug the reads
+    // below see).
+    let written: FastMap<BlockId, (ReqId, ContentTag)> = writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
     let loading: BTreeSet<BlockId> = e.conn.loading_blocks();
+    // Where each request's reads start: 0, or past the prefix the read cache vouches for.
+    let skip = read_cache_prepare(e, out, &writes, &loading, b);
     // Reads, with taint propagated to a fixpoint over same-pass writers.
     let mut bad: BTreeMap<ReqId, String> = BTreeMap::new();
     loop {
         let mut changed = false;
-        for s in &out.scheduled {
+        for (si, s) in out.scheduled.iter().enumerate() {
             if bad.contains_key(&s.req) || s.start == 0 {
                 continue;
             }
             let spec = ctx.wl.spec(s.req, e.reqs[s.req as usize].turn);
             let q = &e.reqs[s.req as usize];
-            for i in 0..cdiv(s.start, b) {
+            for i in skip.get(si).copied().unwrap_or(0)..cdiv(s.start, b) {
                 let need = (s.start - i * b).min(b);
                 let Some(&blk) = q.table.get(i as usize) else {
                     bad.insert(s.req, format!("block {i} of {} is not allocated", spec.name));
@@ -243,14 +248,29 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             break;
         }
     }
+    // Blocks that submitted store copies still read (a write to one tears that copy).
+    let store_sources: FastMap<BlockId, ()> = e
+        .conn
+        .offloading()
+        .map(|oc| {
+            oc.jobs
+                .iter()
+                .filter(|j| j.is_store() && j.phase == Phase::Submitted)
+                .flat_map(|j| j.blocks.iter().map(|&b| (b, ())))
+                .collect()
+        })
+        .unwrap_or_default();
     for w in &writes {
         let tag = if bad.contains_key(&w.req) { ContentTag::Bad(BadKind::Tainted) } else { w.tag };
-        e.pool.content[w.block as usize] = tag;
+        e.pool.set_content(w.block, tag);
         if loading.contains(&w.block) {
             e.ghost.breach(Breach::UnsafeLoad);
         }
         if let Connector::SimpleCpu(sc) = &mut e.conn {
             sc_conn::forward_write(sc, w.block, &mut e.ghost, ev);
+        }
+        if !store_sources.contains_key(&w.block) {
+            continue;
         }
         if let Some(oc) = e.conn.offloading_mut() {
             for j in oc.jobs.iter_mut().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
@@ -272,6 +292,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             }
         }
     }
+    read_cache_record(e, out, &bad, b);
     for (r, why) in bad {
         let s = out.scheduled.iter().find(|s| s.req == r).expect("scheduled");
         let q = &e.reqs[r as usize];
@@ -281,6 +302,88 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         if !excused {
             e.ghost.breach(Breach::BadRead);
             ev.emit(|| Event::Violation { property: "kv-read-integrity", detail: why });
+        }
+    }
+}
+
+/// Trace replay's read cache (off in the checker: every read is done). A request's verified
+/// prefix is the leading blocks of its table that an earlier pass read and found holding its
+/// own prefix. It stays valid while those blocks stay in its table, in place, with no new
+/// content: a table that lost them drops its prefix; new content on any verified block
+/// (`PoolLog::stale`), or a write or an in-flight load about to touch one in this pass, drops
+/// every prefix. What is left is exactly what the full read would find right, so reads start
+/// past it. Returns, per scheduled entry, the first block to read.
+fn read_cache_prepare(
+    e: &mut Engine,
+    out: &SchedOut,
+    writes: &[Write],
+    loading: &BTreeSet<BlockId>,
+    b: u32,
+) -> Vec<u32> {
+    let Engine { reads, pool, reqs, .. } = e;
+    let (Some(rc), Some(log)) = (reads.get_mut(), pool.log.get_mut()) else {
+        return Vec::new();
+    };
+    if rc.verified.len() < reqs.len() {
+        rc.verified.resize(reqs.len(), Vec::new());
+    }
+    if log.recheck {
+        log.recheck = false;
+        for (r, v) in rc.verified.iter_mut().enumerate() {
+            if v.is_empty() {
+                continue;
+            }
+            let t = &reqs[r].table;
+            if t.len() < v.len() || t[..v.len()] != v[..] {
+                for &blk in v.iter() {
+                    log.verified_by[blk as usize] -= 1;
+                }
+                v.clear();
+            }
+        }
+    }
+    let touched = |blk: &BlockId| log.verified_by[*blk as usize] > 0;
+    if log.stale || writes.iter().any(|w| touched(&w.block)) || loading.iter().any(touched) {
+        for v in rc.verified.iter_mut() {
+            v.clear();
+        }
+        log.verified_by.iter_mut().for_each(|c| *c = 0);
+        log.stale = false;
+    }
+    out.scheduled
+        .iter()
+        .map(|s| {
+            let v = &mut rc.verified[s.req as usize];
+            let full = (s.start / b) as usize;
+            if v.len() > full {
+                for &blk in &v[full..] {
+                    log.verified_by[blk as usize] -= 1;
+                }
+                v.truncate(full);
+            }
+            v.len() as u32
+        })
+        .collect()
+}
+
+/// After the pass: every request that read right has its full read blocks verified.
+fn read_cache_record(e: &mut Engine, out: &SchedOut, bad: &BTreeMap<ReqId, String>, b: u32) {
+    let Engine { reads, pool, reqs, .. } = e;
+    let (Some(rc), Some(log)) = (reads.get_mut(), pool.log.get_mut()) else {
+        return;
+    };
+    for s in &out.scheduled {
+        if bad.contains_key(&s.req) {
+            continue;
+        }
+        let v = &mut rc.verified[s.req as usize];
+        let t = &reqs[s.req as usize].table;
+        let full = ((s.start / b) as usize).min(t.len());
+        for &blk in &t[v.len().min(full)..full] {
+            log.verified_by[blk as usize] += 1;
+        }
+        if v.len() < full {
+            v.extend_from_slice(&t[v.len()..full]);
         }
     }
 }

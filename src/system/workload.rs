@@ -1,9 +1,13 @@
 //! The workload: every request's tokens, known up front (prompt and the tokens the model
 //! will sample), and a registry of every block hash they can produce, for labels and for
 //! checking a host key against the content stored under it.
+//!
+//! Trace replay uses a *lazy* workload instead: one spec per request slot, filled when a
+//! request arrives and replaced when the slot carries the next one, and no registry (labels
+//! fall back to hex digests; chains of more than one block come from a parent map).
 
 use super::types::{fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// How a request ends when it has sampled all of its scripted output tokens.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -129,6 +133,8 @@ pub struct Workload {
     /// Streaming-input sessions: the specs of turns 1, 2, ... (empty for plain requests).
     pub turns: Vec<Vec<RequestSpec>>,
     registry: BTreeMap<BlockHash, BlockInfo>,
+    /// Lazy workloads with multi-block chunks: the parent of every block hash seen.
+    parents: Option<HashMap<BlockHash, BlockHash>>,
 }
 
 impl Workload {
@@ -157,7 +163,46 @@ impl Workload {
                 });
             }
         }
-        Workload { block_size, requests, turns, registry }
+        Workload { block_size, requests, turns, registry, parents: None }
+    }
+
+    /// A lazy workload (trace replay): no slots yet, no registry. With `track_parents` every
+    /// spec's parent links are kept, so that chains of several blocks can be named.
+    pub fn lazy(block_size: u32, track_parents: bool) -> Self {
+        Workload {
+            block_size,
+            requests: Vec::new(),
+            turns: Vec::new(),
+            registry: BTreeMap::new(),
+            parents: track_parents.then(HashMap::new),
+        }
+    }
+
+    /// Lazy workloads: a new, empty request slot.
+    pub fn push_slot(&mut self) -> u16 {
+        let empty = RequestSpec {
+            name: String::new(),
+            tokens: Vec::new(),
+            prompt_len: 0,
+            max_tokens: 0,
+            eos_at: None,
+            hashes: Vec::new(),
+            turn: 0,
+            rows_start: 0,
+        };
+        self.requests.push(empty);
+        self.turns.push(Vec::new());
+        (self.requests.len() - 1) as u16
+    }
+
+    /// Lazy workloads: slot `r` now carries `spec` (a plain request).
+    pub fn set_spec(&mut self, r: u16, spec: RequestSpec) {
+        if let Some(p) = self.parents.as_mut() {
+            for i in 1..spec.hashes.len() {
+                p.insert(spec.hashes[i], spec.hashes[i - 1]);
+            }
+        }
+        self.requests[r as usize] = spec;
     }
 
     /// Name the blocks of a token sequence no request produces (a prefix another instance put
@@ -231,7 +276,10 @@ impl Workload {
         let mut out = vec![last];
         let mut cur = last;
         for _ in 1..n {
-            cur = self.registry.get(&cur)?.parent;
+            cur = match self.registry.get(&cur) {
+                Some(i) => i.parent,
+                None => *self.parents.as_ref()?.get(&cur)?,
+            };
             out.push(cur);
         }
         out.reverse();

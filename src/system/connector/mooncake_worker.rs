@@ -107,11 +107,12 @@ fn get(mc: &mut McState, pool: &mut GpuPool, id: JobId, fail: Option<u32>, ev: &
     let first_bad = fail.unwrap_or(u32::MAX);
     let job = mc.loads[pos].clone();
     for (j, (&blk, key)) in job.blocks.iter().zip(&job.keys).enumerate() {
-        pool.content[blk as usize] = if j as u32 >= first_bad {
+        let tag = if j as u32 >= first_bad {
             ContentTag::Bad(BadKind::LoadFailed)
         } else {
             mc.pool.get(key).copied().unwrap_or(ContentTag::Bad(BadKind::LoadFailed))
         };
+        pool.set_content(blk, tag);
     }
     let jm = &mut mc.loads[pos];
     jm.phase = if fail.is_some() { Phase::Failed } else { Phase::Done };

@@ -14,6 +14,7 @@ use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use super::super::request::ReqState;
 use super::super::rules::{HostLru, Rules};
+use super::super::side::WordHasher;
 use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use super::super::workload::RequestSpec;
 use super::{BitSet, ConnCtx, StepScratch};
@@ -136,8 +137,8 @@ impl OcState {
     }
 
     /// `_chunks_being_loaded`: keys of async loads not yet completed.
-    fn being_loaded(&self, k: &Key) -> bool {
-        self.jobs.iter().any(|j| j.is_async_load() && j.keys.contains(k))
+    fn being_loaded(&self) -> std::collections::HashSet<Key, std::hash::BuildHasherDefault<WordHasher>> {
+        self.jobs.iter().filter(|j| j.is_async_load()).flat_map(|j| j.keys.iter().copied()).collect()
     }
 
     /// `on_new_request`.
@@ -260,8 +261,11 @@ impl OcState {
         }
         let hit = max_hit - local;
         let end = cdiv(local + hit, tpc);
-        if c.caching && (start..end).any(|ci| self.being_loaded(&key_of(spec, ci, c))) {
-            return None;
+        if c.caching && self.jobs.iter().any(|j| j.is_async_load()) {
+            let loading = self.being_loaded();
+            if (start..end).any(|ci| loading.contains(&key_of(spec, ci, c))) {
+                return None;
+            }
         }
         Some(hit)
     }
@@ -320,6 +324,12 @@ impl OcState {
         }
         st.transfer_jobs.push(id);
         let keys: Vec<Key> = keys.into_iter().map(|(k, _)| k).collect();
+        let n = keys.len() as u64;
+        ev.stat(|s| {
+            s.load_jobs += 1;
+            s.loaded_chunks += n;
+            s.sync_loads += u64::from(sync);
+        });
         ghost.mark(Mark::HostHit);
         if sync {
             ghost.mark(Mark::SyncLoad);

@@ -12,6 +12,7 @@ use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::Key;
 use super::super::request::ReqState;
 use super::super::rules::{FinishWatermark, HostLru};
+use super::super::side::WordHasher;
 use super::super::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
 use super::super::workload::{RequestSpec, Workload};
 use super::offloading::{key_of, Job, JobKind, OcState, Phase};
@@ -82,7 +83,7 @@ impl OcState {
             }
             // Only chunks the host tier lacks create a duty to store them.
             for ci in s.start / tpc..end / tpc {
-                if self.host.get(&key_of(spec, ci, c)).is_none() {
+                if !self.host.contains(&key_of(spec, ci, c)) {
                     self.chunks_computed(s.req, ci, ci + 1);
                 }
             }
@@ -180,6 +181,7 @@ impl OcState {
         let stored = self.host.prepare_store(&cands, &mut st.access, ghost, ev);
         let st = self.reqs[r as usize].as_mut().unwrap();
         let Some(out) = stored else {
+            ev.stat(|s| s.store_refusals += 1);
             ghost.mark(Mark::StoreRefused);
             ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
             // No room. A running request offers these chunks again at its next step; for a
@@ -200,8 +202,10 @@ impl OcState {
             return;
         }
         let mut src = Vec::new();
+        let storing: std::collections::HashSet<Key, std::hash::BuildHasherDefault<WordHasher>> =
+            out.keys_to_store.iter().copied().collect();
         for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
-            if out.keys_to_store.contains(k) {
+            if storing.contains(k) {
                 src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
             }
         }
@@ -232,6 +236,11 @@ impl OcState {
             }
         }
         let _ = pool;
+        let n = out.keys_to_store.len() as u64;
+        ev.stat(|s| {
+            s.store_jobs += 1;
+            s.stored_chunks += n;
+        });
         ev.emit(|| Event::StoreJob {
             job: id,
             req: r,
@@ -263,7 +272,7 @@ impl OcState {
         let Some(st) = self.reqs[r as usize].as_ref() else {
             return;
         };
-        let absent = |ci: &u32| self.host.get(&key_of(spec, *ci, c)).is_none();
+        let absent = |ci: &u32| !self.host.contains(&key_of(spec, *ci, c));
         let unoffered: Vec<u32> = st.owed.iter().filter(|ci| !st.refused.contains(*ci)).filter(absent).collect();
         if !unoffered.is_empty() {
             ghost.breach(Breach::CoverageLoss);

@@ -45,7 +45,7 @@ pub fn complete(sc: &mut ScState, pool: &mut GpuPool, d: Direction, id: JobId, e
             let snapshot = e.snapshot.clone();
             e.phase = Phase::Done;
             for (cb, tag) in cpu.into_iter().zip(snapshot) {
-                sc.cpu.content[cb as usize] = tag;
+                sc.cpu.set_content(cb, tag);
             }
         }
         Direction::Load => {
@@ -53,7 +53,8 @@ pub fn complete(sc: &mut ScState, pool: &mut GpuPool, d: Direction, id: JobId, e
             e.phase = Phase::Done;
             let pairs: Vec<(BlockId, BlockId)> = e.gpu.iter().copied().zip(e.cpu.iter().copied()).collect();
             for (g, cb) in pairs {
-                pool.content[g as usize] = sc.cpu.content[cb as usize];
+                let tag = sc.cpu.content[cb as usize];
+                pool.set_content(g, tag);
             }
         }
     }

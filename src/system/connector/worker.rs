@@ -74,7 +74,7 @@ pub fn complete(
             let first_bad = fail.unwrap_or(u32::MAX);
             for (j, &blk) in job.blocks.iter().enumerate() {
                 let j = j as u32;
-                pool.content[blk as usize] = if j >= first_bad {
+                let tag = if j >= first_bad {
                     ContentTag::Bad(BadKind::LoadFailed)
                 } else {
                     let pos = job.block_offset + j;
@@ -83,6 +83,7 @@ pub fn complete(
                         .and_then(|c| c.get((pos % bpc) as usize).copied())
                         .unwrap_or(ContentTag::Empty)
                 };
+                pool.set_content(blk, tag);
             }
             let jm = oc.job_mut(id).unwrap();
             if fail.is_some() {

@@ -1,0 +1,129 @@
+//! `kvmc replay TRACE --model MODEL`: the reference implementation over a trace (docs/replay.md).
+
+use crate::error::{exit, KvmcError, Result};
+use crate::replay::config::ReplayModel;
+use crate::replay::trace::{Format, Trace};
+use crate::replay::{self, report, Options};
+use clap::{Args, ValueEnum};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+pub enum OutFormat {
+    Text,
+    Json,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TraceFormat {
+    /// A `.toml` file is a kvmc scenario; JSONL is `mooncake-delta` if any row has a session_id.
+    Auto,
+    /// Every row is a whole prompt (sessions only order the rows in time).
+    Mooncake,
+    /// A session's later row carries only its new input.
+    MooncakeDelta,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// A Mooncake JSONL trace, or a kvmc scenario file (.toml).
+    pub trace: PathBuf,
+    /// The replay model (a model file with a [replay] table; a scenario names its own model).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    #[arg(long)]
+    pub profile: Option<String>,
+    #[arg(long)]
+    pub variant: Option<String>,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub trace_format: TraceFormat,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: OutFormat,
+    /// One row per request (text table, or "requests" in JSON).
+    #[arg(long)]
+    pub per_request: bool,
+    /// Also evaluate every invariant over the whole state every N engine steps (1: after
+    /// every action, cross-checking the incremental evaluation).
+    #[arg(long)]
+    pub full_check_every: Option<u64>,
+    /// Where a violation's model file and scenario are written (default: current directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Replay only the first N requests of the trace.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Scenarios: show every action, not only the last few.
+    #[arg(long)]
+    pub verbose: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Print to stdout; a closed pipe (`| head`) is not an error.
+fn out(s: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(s.as_bytes());
+}
+
+pub fn run(a: ReplayArgs) -> Result<i32> {
+    let scenario = match a.trace_format {
+        TraceFormat::Auto => replay::is_scenario(&a.trace),
+        _ => false,
+    };
+    if scenario {
+        let o =
+            replay::scenario::run_scenario(&a.trace, a.model.as_deref(), a.profile.as_deref(), a.variant.as_deref())?;
+        match a.format {
+            OutFormat::Text => print!("{}", report::scenario_text(&o, a.verbose)),
+            OutFormat::Json => {
+                println!("{}", serde_json::to_string_pretty(&report::scenario_json(&o)).unwrap_or_default())
+            }
+        }
+        return Ok(if o.violation.is_some() { exit::VERDICT } else { exit::OK });
+    }
+    let Some(model_path) = &a.model else {
+        return Err(KvmcError::Usage("kvmc replay TRACE needs --model MODEL (a replay model file)".into()));
+    };
+    let model = ReplayModel::load(model_path)?;
+    crate::system::rules::resolve(a.profile.as_deref().unwrap_or(&model.profile), a.variant.as_deref())
+        .map_err(KvmcError::Usage)?;
+    let fmt = match a.trace_format {
+        TraceFormat::Auto => None,
+        TraceFormat::Mooncake => Some(Format::Mooncake),
+        TraceFormat::MooncakeDelta => Some(Format::MooncakeDelta),
+    };
+    let mut trace = Trace::load(&a.trace, model.replay.trace_block_size, fmt)?;
+    if let Some(n) = a.limit {
+        truncate(&mut trace, n);
+    }
+    let opts = Options {
+        profile: a.profile.clone(),
+        variant: a.variant.clone(),
+        full_check_every: a.full_check_every,
+        out_dir: a.out.clone(),
+        progress: !a.quiet && std::io::stderr().is_terminal(),
+    };
+    let o = replay::run_trace(&trace, &model, &opts)?;
+    match a.format {
+        OutFormat::Text => {
+            out(&report::text(&o));
+            if a.per_request {
+                out(&report::requests_text(&o));
+            }
+        }
+        OutFormat::Json => out(&format!("{:#}\n", report::json(&o, a.per_request))),
+    }
+    Ok(if o.finding.is_some() { exit::VERDICT } else { exit::OK })
+}
+
+/// Keep the first `n` rows (and cut sessions there).
+pub fn truncate(t: &mut Trace, n: usize) {
+    t.rows.truncate(n);
+    let len = t.rows.len() as u32;
+    for r in &mut t.rows {
+        if r.next.is_some_and(|x| x >= len) {
+            r.next = None;
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Replay models: a model file's `[engine]` and `[offload]` tables plus a `[replay]` table
+//! (docs/models.md, docs/replay.md). Requests come from the trace, not from the file.
+//!
+//! ```toml
+//! [replay]
+//! load = "closed-loop"      # or "timestamps"
+//! concurrency = 64          # closed loop: requests kept unfinished
+//! prefill_ms = 60.0         # a step that computes any prefill token
+//! decode_ms = 20.0          # a step that only decodes
+//! store_steps = 1           # a store built in step k completes at the end of step k + 1
+//! load_steps = 1
+//! ```
+
+use crate::error::{line_of_offset, KvmcError, Result};
+use crate::model::scope::{parse_engine, raw_parts};
+use crate::system::EngineConfig;
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReplay {
+    #[serde(default)]
+    load: Option<Spanned<String>>,
+    #[serde(default)]
+    concurrency: Option<Spanned<u32>>,
+    #[serde(default)]
+    prefill_ms: Option<Spanned<f64>>,
+    #[serde(default)]
+    decode_ms: Option<Spanned<f64>>,
+    #[serde(default)]
+    store_steps: Option<u32>,
+    #[serde(default)]
+    load_steps: Option<u32>,
+    #[serde(default)]
+    trace_block_size: Option<Spanned<u32>>,
+    #[serde(default)]
+    speedup: Option<Spanned<f64>>,
+    #[serde(default)]
+    progress_steps: Option<Spanned<u32>>,
+    #[serde(default)]
+    full_check_every: Option<u64>,
+    #[serde(default)]
+    engines: Option<Spanned<u32>>,
+    #[serde(default)]
+    router: Option<Spanned<String>>,
+}
+
+/// When requests arrive.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Load {
+    /// At the trace's timestamps (divided by `speedup`); a session's later turn `delay` ms
+    /// after its previous turn finished.
+    Timestamps,
+    /// Keep this many requests unfinished, adding them in trace order (a session's later turn
+    /// only once its previous turn finished and its `delay` passed).
+    ClosedLoop(u32),
+}
+
+/// How traffic is spread over several engines.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Router {
+    /// Request i goes to engine i mod N (a session's turns stay on its first turn's engine).
+    RoundRobin,
+    /// The engine with the fewest unfinished requests (ties: lowest index); sessions stick.
+    LeastLoaded,
+    /// The engine that served the request's longest trace-block prefix most recently
+    /// (ties and misses: least loaded); sessions stick.
+    Prefix,
+}
+
+impl Router {
+    pub fn name(self) -> &'static str {
+        match self {
+            Router::RoundRobin => "round-robin",
+            Router::LeastLoaded => "least-loaded",
+            Router::Prefix => "prefix",
+        }
+    }
+}
+
+/// The `[replay]` table, with defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayCfg {
+    pub load: Load,
+    /// Model time of a step that computes any prefill token, in microseconds.
+    pub prefill_us: u64,
+    /// Model time of a step that only decodes, in microseconds.
+    pub decode_us: u64,
+    /// A store built in step k completes at the end of step k + store_steps (at least 1: a
+    /// store is submitted in the step after the one that built it).
+    pub store_steps: u32,
+    /// A load built in step k completes at the end of step k + load_steps.
+    pub load_steps: u32,
+    /// Tokens per trace block (`hash_ids` entry): 512 for Mooncake.
+    pub trace_block_size: u32,
+    /// Timestamps and delays are divided by this.
+    pub speedup: f64,
+    /// requests-finish: more engine steps than this without a sampled token, a finish or an
+    /// arrival is a livelock (at most 65535).
+    pub progress_steps: u32,
+    /// Also evaluate every invariant over the whole state every this many steps (0: only at
+    /// the end; 1: after every action, and compare with the incremental verdicts).
+    pub full_check_every: u64,
+    pub engines: u32,
+    pub router: Router,
+}
+
+impl Default for ReplayCfg {
+    fn default() -> Self {
+        ReplayCfg {
+            load: Load::ClosedLoop(64),
+            prefill_us: 60_000,
+            decode_us: 20_000,
+            store_steps: 1,
+            load_steps: 1,
+            trace_block_size: 512,
+            speedup: 1.0,
+            progress_steps: 10_000,
+            full_check_every: 0,
+            engines: 1,
+            router: Router::RoundRobin,
+        }
+    }
+}
+
+/// A replay model: one engine configuration (per engine) and the replay settings.
+#[derive(Clone, Debug)]
+pub struct ReplayModel {
+    pub name: String,
+    pub path: PathBuf,
+    pub description: String,
+    pub profile: String,
+    pub cfg: EngineConfig,
+    pub replay: ReplayCfg,
+}
+
+fn ms_to_us(ms: f64) -> u64 {
+    (ms * 1000.0).round() as u64
+}
+
+impl ReplayModel {
+    pub fn load(path: &Path) -> Result<ReplayModel> {
+        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        Self::parse(&name, path, &text)
+    }
+
+    /// Any model file works: without a `[replay]` table the defaults apply (and its
+    /// `[[request]]` entries, if any, are ignored).
+    pub fn parse(name: &str, path: &Path, text: &str) -> Result<ReplayModel> {
+        let (raw, profile, cfg) = parse_engine(path, text)?;
+        let (description, rr) = raw_parts(raw);
+        let mut r = ReplayCfg::default();
+        let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
+        let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
+        if let Some(x) = rr {
+            let conc = x.concurrency.as_ref().map(|c| (*c.get_ref(), c.span()));
+            if let Some((c, sp)) = &conc {
+                if *c == 0 {
+                    return Err(bad(sp.clone(), "concurrency must be positive".into()));
+                }
+            }
+            r.load = match x.load.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
+                None | Some(("closed-loop", _)) => Load::ClosedLoop(conc.map_or(64, |c| c.0)),
+                Some(("timestamps", sp)) => {
+                    if let Some((_, csp)) = conc {
+                        return Err(bad(csp, "concurrency goes with load = \"closed-loop\"".into()));
+                    }
+                    let _ = sp;
+                    Load::Timestamps
+                }
+                Some((other, sp)) => {
+                    return Err(bad(sp, format!("load must be \"closed-loop\" or \"timestamps\", got \"{other}\"")))
+                }
+            };
+            for (f, slot) in [(&x.prefill_ms, &mut r.prefill_us), (&x.decode_ms, &mut r.decode_us)] {
+                if let Some(v) = f {
+                    let ms = *v.get_ref();
+                    if !(0.0..=3_600_000.0).contains(&ms) {
+                        return Err(bad(v.span(), format!("step times are 0..=3600000 ms, got {ms}")));
+                    }
+                    *slot = ms_to_us(ms);
+                }
+            }
+            if let Some(s) = x.store_steps {
+                r.store_steps = s.max(1);
+            }
+            if let Some(s) = x.load_steps {
+                r.load_steps = s;
+            }
+            if let Some(t) = &x.trace_block_size {
+                if !(1..=1_048_576).contains(t.get_ref()) {
+                    return Err(bad(t.span(), format!("trace_block_size must be 1..=1048576, got {}", t.get_ref())));
+                }
+                r.trace_block_size = *t.get_ref();
+            }
+            if let Some(s) = &x.speedup {
+                let v = *s.get_ref();
+                if !(v > 0.0 && v.is_finite()) {
+                    return Err(bad(s.span(), format!("speedup must be positive, got {v}")));
+                }
+                r.speedup = v;
+            }
+            if let Some(p) = &x.progress_steps {
+                if !(1..=65_535).contains(p.get_ref()) {
+                    return Err(bad(p.span(), format!("progress_steps must be 1..=65535, got {}", p.get_ref())));
+                }
+                r.progress_steps = *p.get_ref();
+            }
+            if let Some(f) = x.full_check_every {
+                r.full_check_every = f;
+            }
+            if let Some(n) = &x.engines {
+                if !(1..=1024).contains(n.get_ref()) {
+                    return Err(bad(n.span(), format!("engines must be 1..=1024, got {}", n.get_ref())));
+                }
+                r.engines = *n.get_ref();
+            }
+            if let Some(ro) = &x.router {
+                r.router = match ro.get_ref().as_str() {
+                    "round-robin" => Router::RoundRobin,
+                    "least-loaded" => Router::LeastLoaded,
+                    "prefix" => Router::Prefix,
+                    other => {
+                        return Err(bad(
+                            ro.span(),
+                            format!("router must be \"round-robin\", \"least-loaded\" or \"prefix\", got \"{other}\""),
+                        ))
+                    }
+                };
+            }
+        }
+        Ok(ReplayModel { name: name.to_string(), path: path.to_path_buf(), description, profile, cfg, replay: r })
+    }
+}

@@ -1,0 +1,481 @@
+//! The replay loop: the reference implementation (`system::Engine`, unchanged) driven by a
+//! trace. Each engine instance gets request slots on demand (a slot is reused once its
+//! request is gone for good), specs built at arrival (a lazy workload), the engine's replay
+//! aids (change logs and the read cache) and an incremental invariant checker that runs after
+//! every action. Actions are the checker's own vocabulary (arrive, step, store copy done,
+//! load copy done), so the history of a violation is a scenario the checker re-runs.
+
+use super::config::{Load, ReplayModel, Router};
+use super::invariants::{self, Checker, Violation};
+use super::trace::{Format, Trace};
+use crate::error::{KvmcError, Result};
+use crate::system::events::ReqStats;
+use crate::system::types::{JobId, ReqId, Token};
+use crate::system::{Ctx, Direction, EndKind, Engine, Events, RequestSpec, Rules, Workload};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+/// One action of an instance's history.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// Trace row `r` arrives.
+    Arrive(u32),
+    Step,
+    Done(Direction),
+}
+
+/// What happened to one trace row.
+#[derive(Clone, Debug, Default)]
+pub struct RowResult {
+    pub engine: u16,
+    pub arrived: bool,
+    pub finished: bool,
+    pub arrival_us: u64,
+    pub finish_us: u64,
+    pub stats: ReqStats,
+}
+
+/// One engine and everything replay keeps beside it.
+pub struct Instance {
+    pub engine: Engine,
+    pub wl: Workload,
+    pub ev: Events,
+    pub checker: Checker,
+    slot_row: Vec<u32>,
+    live: Vec<ReqId>,
+    draining: Vec<ReqId>,
+    free: Vec<ReqId>,
+    /// Model time (µs).
+    pub clock: u64,
+    pub steps: u64,
+    pub actions: u64,
+    pub full_checks: u64,
+    issued: HashMap<JobId, u64>,
+    next_job: JobId,
+    /// The history (for a violation's scenario).
+    pub log: Vec<Act>,
+    /// Rows in arrival order.
+    pub arrived: Vec<u32>,
+    pub unfinished: u32,
+    /// Reachability marks seen (`Mark` bits).
+    pub marks: u32,
+}
+
+/// Where a violation happened.
+#[derive(Clone, Debug)]
+pub struct Found {
+    pub engine: usize,
+    pub violation: Violation,
+    /// The instance's action count when it was found.
+    pub action: u64,
+    pub step: u64,
+}
+
+pub struct Driver<'a> {
+    pub trace: &'a Trace,
+    pub model: &'a ReplayModel,
+    pub rules: Rules,
+    pub inst: Vec<Instance>,
+    pub results: Vec<RowResult>,
+    timed: BinaryHeap<Reverse<(u64, u32)>>,
+    eligible: BinaryHeap<Reverse<u32>>,
+    session_prompt: HashMap<u32, Vec<Token>>,
+    session_engine: HashMap<u32, u16>,
+    prefix_engine: HashMap<u32, u16>,
+    rr_next: u32,
+    pub now: u64,
+    pub finished: u32,
+    unfinished: u32,
+    full_every: u64,
+}
+
+impl Instance {
+    fn new(model: &ReplayModel, rules: &Rules, bpc: u32) -> Instance {
+        let wl = Workload::lazy(model.cfg.block_size, bpc > 1);
+        let mut engine = Engine::new(&model.cfg, &wl, rules);
+        engine.enable_replay_aids();
+        let checker = Checker::new(&engine, &model.cfg, rules, model.replay.progress_steps);
+        Instance {
+            engine,
+            wl,
+            ev: Events::counting(),
+            checker,
+            slot_row: Vec::new(),
+            live: Vec::new(),
+            draining: Vec::new(),
+            free: Vec::new(),
+            clock: 0,
+            steps: 0,
+            actions: 0,
+            full_checks: 0,
+            issued: HashMap::new(),
+            next_job: 0,
+            log: Vec::new(),
+            arrived: Vec::new(),
+            unfinished: 0,
+            marks: 0,
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.engine.has_work()
+    }
+}
+
+impl<'a> Driver<'a> {
+    pub fn new(trace: &'a Trace, model: &'a ReplayModel, rules: Rules, full_every: u64) -> Result<Driver<'a>> {
+        let cfg = &model.cfg;
+        for r in &trace.rows {
+            let total = u64::from(r.prompt_len) + u64::from(r.output_len);
+            if total > u64::from(cfg.max_model_len) {
+                return Err(KvmcError::input(
+                    &trace.path,
+                    r.line as usize,
+                    format!(
+                        "prompt {} + output {} tokens exceed the model's max_model_len {}",
+                        r.prompt_len, r.output_len, cfg.max_model_len
+                    ),
+                ));
+            }
+        }
+        let bpc = cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+        let inst = (0..model.replay.engines).map(|_| Instance::new(model, &rules, bpc)).collect();
+        let mut d = Driver {
+            trace,
+            model,
+            rules,
+            inst,
+            results: vec![RowResult::default(); trace.rows.len()],
+            timed: BinaryHeap::new(),
+            eligible: BinaryHeap::new(),
+            session_prompt: HashMap::new(),
+            session_engine: HashMap::new(),
+            prefix_engine: HashMap::new(),
+            rr_next: 0,
+            now: 0,
+            finished: 0,
+            unfinished: 0,
+            full_every,
+        };
+        let speed = model.replay.speedup;
+        let t0 = trace.rows.iter().filter(|r| r.prev.is_none()).filter_map(|r| r.timestamp_us).min().unwrap_or(0);
+        for (i, r) in trace.rows.iter().enumerate() {
+            if r.prev.is_some() {
+                continue;
+            }
+            let at = match model.replay.load {
+                Load::Timestamps => ((r.timestamp_us.unwrap_or(t0) - t0) as f64 / speed).round() as u64,
+                Load::ClosedLoop(_) => 0,
+            };
+            d.timed.push(Reverse((at, i as u32)));
+        }
+        Ok(d)
+    }
+
+    fn ctx<'b>(model: &'b ReplayModel, rules: &'b Rules, wl: &'b Workload) -> Ctx<'b> {
+        Ctx { cfg: &model.cfg, rules, wl }
+    }
+
+    /// Run to the end of the trace or to the first violation. `tick` is called now and then
+    /// with the number of finished rows.
+    pub fn run(&mut self, tick: &mut dyn FnMut(u32)) -> Result<Option<Found>> {
+        let total = self.trace.rows.len() as u32;
+        let mut since_tick = 0u32;
+        loop {
+            for inst in &mut self.inst {
+                inst.draining.retain(|&s| {
+                    if inst.engine.slot_reusable(s) {
+                        inst.free.push(s);
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            let busy_min = self.inst.iter().filter(|i| i.busy()).map(|i| i.clock).min();
+            let now = match busy_min {
+                Some(t) => t,
+                None if !self.eligible.is_empty() => self.now,
+                None => match self.timed.peek() {
+                    Some(Reverse((t, _))) => (*t).max(self.now),
+                    None => break,
+                },
+            };
+            self.now = self.now.max(now);
+            while let Some(&Reverse((t, r))) = self.timed.peek() {
+                if t > self.now {
+                    break;
+                }
+                self.timed.pop();
+                self.eligible.push(Reverse(r));
+            }
+            let cap = match self.model.replay.load {
+                Load::ClosedLoop(n) => n,
+                Load::Timestamps => u32::MAX,
+            };
+            while self.unfinished < cap {
+                let Some(Reverse(r)) = self.eligible.pop() else { break };
+                if let Some(f) = self.arrive(r)? {
+                    return Ok(Some(f));
+                }
+            }
+            // Step the busy instance that is furthest behind in model time.
+            let Some(k) =
+                (0..self.inst.len()).filter(|&k| self.inst[k].busy()).min_by_key(|&k| (self.inst[k].clock, k))
+            else {
+                if self.timed.is_empty() && self.eligible.is_empty() {
+                    break;
+                }
+                continue;
+            };
+            if let Some(f) = self.step(k)? {
+                return Ok(Some(f));
+            }
+            since_tick += 1;
+            if since_tick >= 512 {
+                since_tick = 0;
+                tick(self.finished);
+            }
+        }
+        tick(self.finished);
+        if self.finished != total {
+            return Err(KvmcError::Internal(format!(
+                "replay ended with {} of {total} requests finished",
+                self.finished
+            )));
+        }
+        // A last look at the whole state of every engine.
+        for k in 0..self.inst.len() {
+            let inst = &mut self.inst[k];
+            inst.full_checks += 1;
+            if let Some(v) =
+                invariants::full(&inst.engine, &inst.wl, &self.model.cfg, &self.rules, self.model.replay.progress_steps)
+            {
+                return Ok(Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps }));
+            }
+        }
+        Ok(None)
+    }
+
+    fn route(&mut self, r: u32) -> usize {
+        let row = &self.trace.rows[r as usize];
+        let n = self.inst.len();
+        if n == 1 {
+            return 0;
+        }
+        if let Some(s) = row.session {
+            if let Some(&k) = self.session_engine.get(&s) {
+                return k as usize;
+            }
+        }
+        let least = |inst: &[Instance]| (0..n).min_by_key(|&k| (inst[k].unfinished, k)).unwrap_or(0);
+        let k = match self.model.replay.router {
+            Router::RoundRobin => {
+                let k = self.rr_next as usize % n;
+                self.rr_next += 1;
+                k
+            }
+            Router::LeastLoaded => least(&self.inst),
+            Router::Prefix => {
+                let mut best = None;
+                for id in self.trace.row_ids(r) {
+                    match self.prefix_engine.get(id) {
+                        Some(&k) => best = Some(k as usize),
+                        None => break,
+                    }
+                }
+                best.unwrap_or_else(|| least(&self.inst))
+            }
+        };
+        if self.model.replay.router == Router::Prefix {
+            for id in self.trace.row_ids(r) {
+                self.prefix_engine.insert(*id, k as u16);
+            }
+        }
+        if let Some(s) = row.session {
+            self.session_engine.insert(s, k as u16);
+        }
+        k
+    }
+
+    fn spec(&mut self, r: u32) -> RequestSpec {
+        let t = self.trace;
+        let row = &t.rows[r as usize];
+        let prompt = match (t.format, row.session) {
+            (Format::MooncakeDelta, Some(s)) => {
+                let before = self.session_prompt.remove(&s).unwrap_or_default();
+                let p = t.prompt_after(r, &before);
+                if row.next.is_some() {
+                    self.session_prompt.insert(s, p.clone());
+                }
+                p
+            }
+            _ => t.prompt(r),
+        };
+        let output: Vec<Token> = t.output(r).collect();
+        RequestSpec::new(&t.name(r), prompt, output, EndKind::Length, self.model.cfg.block_size)
+    }
+
+    fn arrive(&mut self, r: u32) -> Result<Option<Found>> {
+        let k = self.route(r);
+        let spec = self.spec(r);
+        let now = self.now;
+        let inst = &mut self.inst[k];
+        inst.clock = inst.clock.max(now);
+        let slot = match inst.free.pop() {
+            Some(s) => {
+                inst.engine.reset_slot(s);
+                s
+            }
+            None => {
+                let s = inst.engine.add_slot();
+                let w = inst.wl.push_slot();
+                debug_assert_eq!(s, w);
+                inst.slot_row.push(u32::MAX);
+                s
+            }
+        };
+        inst.wl.set_spec(slot, spec);
+        inst.slot_row[slot as usize] = r;
+        inst.ev.stat(|st| *st.req(slot) = ReqStats::default());
+        inst.engine.ghost.marks = 0;
+        let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
+        inst.engine.arrive(ctx, slot, &mut inst.ev);
+        inst.live.push(slot);
+        inst.arrived.push(r);
+        inst.unfinished += 1;
+        self.unfinished += 1;
+        let res = &mut self.results[r as usize];
+        res.engine = k as u16;
+        res.arrived = true;
+        res.arrival_us = inst.clock;
+        inst.log.push(Act::Arrive(r));
+        self.after_action(k)
+    }
+
+    /// Invariants after an action of instance `k`.
+    fn after_action(&mut self, k: usize) -> Result<Option<Found>> {
+        let inst = &mut self.inst[k];
+        inst.actions += 1;
+        inst.marks |= inst.engine.ghost.marks;
+        let found = inst.checker.check(&mut inst.engine, &inst.wl);
+        let every = self.full_every;
+        if every == 1 {
+            // Self-test mode: the incremental verdict must equal the full one.
+            inst.full_checks += 1;
+            let full = invariants::full(
+                &inst.engine,
+                &inst.wl,
+                &self.model.cfg,
+                &self.rules,
+                self.model.replay.progress_steps,
+            );
+            if full.as_ref().map(|v| v.property) != found.as_ref().map(|v| v.property) {
+                return Err(KvmcError::Internal(format!(
+                    "incremental invariant check disagrees with the full one after action {} of engine {k}: \
+                     incremental {:?}, full {:?}",
+                    inst.actions,
+                    found.map(|v| v.property),
+                    full.map(|v| v.property)
+                )));
+            }
+        }
+        Ok(found.map(|violation| Found { engine: k, violation, action: inst.actions, step: inst.steps }))
+    }
+
+    fn step(&mut self, k: usize) -> Result<Option<Found>> {
+        let (store_l, load_l) = (u64::from(self.model.replay.store_steps), u64::from(self.model.replay.load_steps));
+        let (prefill_us, decode_us) = (self.model.replay.prefill_us, self.model.replay.decode_us);
+        {
+            let inst = &mut self.inst[k];
+            let (p0, d0) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_tokens, s.decode_tokens));
+            inst.engine.ghost.marks = 0;
+            inst.engine.ghost.idle_steps = inst.engine.ghost.idle_steps.saturating_add(1);
+            let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
+            inst.engine.step(ctx, &Default::default(), &mut inst.ev);
+            inst.steps += 1;
+            let (p1, d1) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_tokens, s.decode_tokens));
+            inst.clock += if p1 > p0 {
+                prefill_us
+            } else if d1 > d0 {
+                decode_us
+            } else {
+                0
+            };
+            inst.log.push(Act::Step);
+            if let Some(oc) = inst.engine.conn.offloading() {
+                for j in &oc.jobs {
+                    if j.id >= inst.next_job {
+                        inst.issued.insert(j.id, inst.steps);
+                    }
+                }
+                inst.next_job = oc.next_job;
+            }
+        }
+        if let Some(f) = self.after_action(k)? {
+            return Ok(Some(f));
+        }
+        if self.full_every > 1 && self.inst[k].steps % self.full_every == 0 {
+            let inst = &mut self.inst[k];
+            inst.full_checks += 1;
+            if let Some(v) =
+                invariants::full(&inst.engine, &inst.wl, &self.model.cfg, &self.rules, self.model.replay.progress_steps)
+            {
+                return Ok(Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps }));
+            }
+        }
+        // Copies that are due finish between this step and the next, oldest first.
+        for (d, lat) in [(Direction::Store, store_l), (Direction::Load, load_l)] {
+            loop {
+                let inst = &mut self.inst[k];
+                let Some(j) = inst.engine.next_transfer(d) else { break };
+                let issued = inst.issued.get(&j).copied().unwrap_or(0);
+                if issued + lat > inst.steps {
+                    break;
+                }
+                inst.issued.remove(&j);
+                inst.engine.ghost.marks = 0;
+                let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
+                inst.engine.transfer_done(ctx, d, j, &mut inst.ev);
+                inst.log.push(Act::Done(d));
+                if let Some(f) = self.after_action(k)? {
+                    return Ok(Some(f));
+                }
+            }
+        }
+        // Finished requests: record them, and let their sessions' next turns become ready.
+        let inst = &mut self.inst[k];
+        let mut done: Vec<(u32, ReqId)> = Vec::new();
+        inst.live.retain(|&s| {
+            if inst.engine.reqs[s as usize].status.is_finished() {
+                done.push((inst.slot_row[s as usize], s));
+                false
+            } else {
+                true
+            }
+        });
+        for (r, s) in done {
+            inst.draining.push(s);
+            inst.unfinished -= 1;
+            self.unfinished -= 1;
+            self.finished += 1;
+            let stats = inst.ev.stats.as_deref_mut().map(|st| st.req(s).clone()).unwrap_or_default();
+            let res = &mut self.results[r as usize];
+            res.finished = true;
+            res.finish_us = inst.clock;
+            res.stats = stats;
+            let row = &self.trace.rows[r as usize];
+            if let Some(nx) = row.next {
+                let n = &self.trace.rows[nx as usize];
+                let wait = match (n.delay_us, n.timestamp_us, row.timestamp_us) {
+                    (Some(d), _, _) => d,
+                    (None, Some(b), Some(a)) => b.saturating_sub(a),
+                    _ => 0,
+                };
+                let wait = (wait as f64 / self.model.replay.speedup).round() as u64;
+                self.timed.push(Reverse((inst.clock + wait, nx)));
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,201 @@
+//! A violation's history as files the checker reads: a model file (the engine's
+//! configuration and every request that arrived, tokens written one character each) and a
+//! scenario (the actions in order). `kvmc replay SCENARIO` and
+//! `kvmc explore MODEL --path SCENARIO` re-run it. Behaviour depends only on which tokens are
+//! equal, so renaming every distinct token to a character keeps it exactly.
+//!
+//! Steps that changed nothing are left out (the checker has no such transition), found by
+//! re-running the history through the checker's model; the re-run also confirms the
+//! violation.
+
+use super::driver::{Act, Driver, Found};
+use super::trace::Trace;
+use super::Finding;
+use crate::model::scope::Scope;
+use crate::model::{Action, KvModel};
+use crate::props;
+use crate::system::types::Token;
+use crate::system::{ConnectorConfig, Direction, EngineConfig, LoadFailurePolicy};
+use stateright::Model;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Characters for `n` distinct tokens: printable, no whitespace, no '|', nothing TOML escapes.
+fn token_chars(n: usize) -> Option<Vec<char>> {
+    let mut out = Vec::with_capacity(n);
+    let mut c: u32 = 0xC0;
+    while out.len() < n {
+        if c > 0x10_FFFF {
+            return None;
+        }
+        if let Some(ch) = char::from_u32(c) {
+            let nonchar = (0xFDD0..=0xFDEF).contains(&c) || (c & 0xFFFE) == 0xFFFE;
+            if !ch.is_whitespace() && !ch.is_control() && ch != '|' && !nonchar && c != 0xFEFF {
+                out.push(ch);
+            }
+        }
+        c += 1;
+    }
+    Some(out)
+}
+
+fn engine_toml(cfg: &EngineConfig, profile: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "[engine]");
+    let _ = writeln!(s, "profile = {profile:?}");
+    let conn = if cfg.offload().is_some() { "offloading" } else { "none" };
+    let _ = writeln!(s, "connector = {conn:?}");
+    let _ = writeln!(s, "block_size = {}", cfg.block_size);
+    let _ = writeln!(s, "gpu_blocks = {}", cfg.num_gpu_blocks);
+    let _ = writeln!(s, "max_num_batched_tokens = {}", cfg.max_num_batched_tokens);
+    let _ = writeln!(s, "max_num_seqs = {}", cfg.max_num_seqs);
+    let _ = writeln!(s, "max_model_len = {}", cfg.max_model_len);
+    let _ = writeln!(s, "long_prefill_token_threshold = {}", cfg.long_prefill_token_threshold);
+    let pol = if cfg.load_failure_policy == LoadFailurePolicy::Recompute { "recompute" } else { "fail" };
+    let _ = writeln!(s, "load_failure_policy = {pol:?}");
+    let _ = writeln!(s, "async_scheduling = {}", cfg.async_scheduling);
+    let _ = writeln!(s, "enable_prefix_caching = {}", cfg.enable_prefix_caching);
+    if let ConnectorConfig::Offloading(o) = &cfg.connector {
+        let _ = writeln!(s, "\n[offload]");
+        let _ = writeln!(s, "host_chunks = {}", o.host_chunks);
+        let _ = writeln!(s, "blocks_per_chunk = {}", o.blocks_per_chunk);
+        let _ = writeln!(s, "offload_prompt_only = {}", o.offload_prompt_only);
+        let _ = writeln!(s, "sync_load_budget_tokens = {}", o.sync_load_budget_tokens);
+    }
+    s
+}
+
+/// Every arrived row's tokens (prompt, output), in arrival order.
+fn requests(trace: &Trace, rows: &[u32]) -> Vec<(u32, Vec<Token>, Vec<Token>)> {
+    rows.iter().map(|&r| (r, trace.prompt(r), trace.output(r).collect())).collect()
+}
+
+fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Write the model and scenario of `f` and re-run them; never fails (a problem is a note).
+pub fn write(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Option<&Path>) -> Finding {
+    let mut finding = Finding {
+        property: f.violation.property.to_string(),
+        detail: f.violation.detail.clone(),
+        engine: f.engine,
+        step: f.step,
+        action: f.action,
+        model_file: None,
+        scenario_file: None,
+        note: None,
+    };
+    match build(d, f, profile, variant, out) {
+        Ok((m, s, note)) => {
+            finding.model_file = Some(m);
+            finding.scenario_file = Some(s);
+            finding.note = note;
+        }
+        Err(why) => finding.note = Some(why),
+    }
+    finding
+}
+
+fn build(
+    d: &Driver,
+    f: &Found,
+    profile: &str,
+    variant: Option<&str>,
+    out: Option<&Path>,
+) -> Result<(PathBuf, PathBuf, Option<String>), String> {
+    let inst = &d.inst[f.engine];
+    let trace = d.trace;
+    let reqs = requests(trace, &inst.arrived);
+    let mut distinct: BTreeMap<Token, usize> = BTreeMap::new();
+    for (_, p, o) in &reqs {
+        for t in p.iter().chain(o) {
+            distinct.insert(*t, 0);
+        }
+    }
+    let chars = token_chars(distinct.len()).ok_or("too many distinct tokens to write as characters")?;
+    for (i, v) in distinct.values_mut().enumerate() {
+        *v = i;
+    }
+    let text = |ts: &[Token]| ts.iter().map(|t| chars[distinct[t]]).collect::<String>();
+    let stem = trace.path.file_stem().map_or("trace".into(), |s| s.to_string_lossy().into_owned());
+    let dir = out.map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let model_path = dir.join(format!("{stem}.violation.model.toml"));
+    let scen_path = dir.join(format!("{stem}.violation.scenario.toml"));
+    let mut m = String::new();
+    let _ = writeln!(
+        m,
+        "description = \"replay of {} (engine {}) up to a violation of {}\"\n",
+        trace.path.display().to_string().replace('"', "'"),
+        f.engine,
+        f.violation.property
+    );
+    m.push_str(&engine_toml(&d.model.cfg, profile));
+    for (r, p, o) in &reqs {
+        let _ = writeln!(m, "\n[[request]]\nname = \"{}\"", trace.name(*r));
+        let _ = writeln!(m, "prompt = \"{}\"", text(p));
+        let _ = writeln!(m, "output = \"{}\"", text(o));
+    }
+    let _ = writeln!(m, "\n[bounds]\narrivals = \"in-order\"\nprogress_steps = {}", d.model.replay.progress_steps);
+    // The checker's model of the same history.
+    let scope = Scope::parse(&format!("{stem}.violation.model"), &model_path, &m).map_err(|e| e.to_string())?;
+    let scope = Arc::new(scope);
+    let defs: Vec<_> =
+        props::CATALOGUE.iter().filter(|p| p.kind == props::Kind::Always && props::applies(p, &scope.cfg)).collect();
+    let model = KvModel::new(scope, Some(profile), variant, defs)?;
+    let pos: BTreeMap<u32, u16> = inst.arrived.iter().enumerate().map(|(i, &r)| (r, i as u16)).collect();
+    let mut s = model.init();
+    let mut labels: Vec<String> = Vec::new();
+    let mut note = None;
+    for act in &inst.log[..inst.log.len().min(f.action as usize)] {
+        let a = match act {
+            Act::Arrive(r) => Action::Arrive(pos[r]),
+            Act::Step => Action::Step,
+            Act::Done(Direction::Store) => Action::TransferDone(Direction::Store),
+            Act::Done(Direction::Load) => Action::TransferDone(Direction::Load),
+        };
+        match model.next_state(&s, a) {
+            Some(n) => {
+                labels.push(model.format_action(&a));
+                s = n;
+            }
+            None if a == Action::Step => {}
+            None => {
+                note =
+                    Some(format!("the checker's model cannot take \"{}\" where replay did", model.format_action(&a)));
+                break;
+            }
+        }
+    }
+    if note.is_none() {
+        let def = props::find(&f.violation.property).ok_or("unknown property")?;
+        if (def.check)(&model, &s) {
+            note = Some("re-run through the checker's model, the scenario does not violate it (a kvmc bug)".into());
+        }
+    }
+    let mut sc = String::new();
+    let _ = writeln!(
+        sc,
+        "# kvmc scenario: replay of {} up to a violation of {}",
+        trace.path.display(),
+        f.violation.property
+    );
+    let _ = writeln!(sc, "model = {:?}", model_path.display().to_string());
+    let _ = writeln!(sc, "profile = {profile:?}");
+    if let Some(v) = variant {
+        let _ = writeln!(sc, "variant = {v:?}");
+    }
+    sc.push_str("actions = [\n");
+    for l in &labels {
+        let _ = writeln!(sc, "  {l:?},");
+    }
+    sc.push_str("]\n");
+    write_atomic(&model_path, &m).map_err(|e| format!("{}: {e}", model_path.display()))?;
+    write_atomic(&scen_path, &sc).map_err(|e| format!("{}: {e}", scen_path.display()))?;
+    Ok((model_path, scen_path, note))
+}

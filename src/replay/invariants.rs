@@ -1,0 +1,419 @@
+//! Every always-property of the catalogue (src/props), evaluated after every replay action
+//! at the cost of what the action changed.
+//!
+//! The ghost flags (kv-read-integrity, source-freshness, load-safety, mirror-table,
+//! store-coverage, eviction-order, final-store-kept, and the breaches inside g1-accounting and
+//! host-accounting) are raised inside transitions and cost nothing to read. The state
+//! predicates are restricted to what changed, from the change logs the engine keeps in replay
+//! (`system::side`):
+//! - g1-accounting: blocks whose reference count, queue membership, hash or content changed,
+//!   and blocks that entered or left a block table (logged where tables change), are
+//!   checked for `ref_cnt == holders` and `free iff ref_cnt == 0`; the free-queue length is
+//!   compared with a running count of queued blocks. The queue's link structure (no cycles,
+//!   no duplicates) is walked only by the full check.
+//! - g1-cache-sound: cached-map entries whose block or hash changed, plus the entries that
+//!   passed only by the recompute exemption (re-checked every time, since it depends on the
+//!   holders' progress).
+//! - host-integrity and host-accounting: keys whose entry changed and keys of load jobs that
+//!   appeared or completed; running counts of write-pending and evictable keys.
+//! - requests-finish: the idle-step counter (a deadlock or livelock shows up as steps without
+//!   progress).
+//!
+//! [`full`] evaluates the catalogue's own predicates over the whole state; replay runs it
+//! every `full_check_every` steps and at the end, and with `full_check_every = 1` compares it
+//! with the incremental verdict after every action (a disagreement is a kvmc bug).
+
+use crate::props::{g1, host};
+use crate::system::config::{ConnectorKind, EngineConfig};
+use crate::system::ghost::Breach;
+use crate::system::host_tier::Key;
+use crate::system::side::FastMap;
+use crate::system::types::{BlockHash, BlockId, ContentTag, JobId, NULL_BLOCK};
+use crate::system::{Engine, Rules, Workload};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A violated property and what broke it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub property: &'static str,
+    pub detail: String,
+}
+
+fn v(property: &'static str, detail: impl Into<String>) -> Option<Violation> {
+    Some(Violation { property, detail: detail.into() })
+}
+
+/// The always-properties replay evaluates for an engine configuration, in catalogue order.
+pub fn properties(cfg: &EngineConfig) -> Vec<&'static str> {
+    crate::props::CATALOGUE
+        .iter()
+        .filter(|p| p.kind == crate::props::Kind::Always && crate::props::applies(p, cfg))
+        .map(|p| p.name)
+        .collect()
+}
+
+/// The properties whose predicate is a state predicate (evaluated from change logs); every
+/// other always-property is a ghost flag raised inside transitions.
+const STATE_PREDICATES: &[&str] =
+    &["g1-accounting", "g1-cache-sound", "host-integrity", "host-accounting", "requests-finish"];
+
+/// The ghost breach behind a flag property (None: not a flag property).
+pub fn flag_of(name: &str) -> Option<&'static [Breach]> {
+    Some(match name {
+        "kv-read-integrity" => &[Breach::BadRead],
+        "source-freshness" => &[Breach::StaleSource],
+        "load-safety" => &[Breach::UnsafeLoad, Breach::EvictedPinned],
+        "mirror-table" => &[Breach::MirrorMismatch],
+        "store-coverage" => &[Breach::CoverageLoss],
+        "eviction-order" => &[Breach::EvictionOrder],
+        "final-store-kept" => &[Breach::FinalStoreLost],
+        "rows-present" => &[Breach::RowsMissing],
+        "rows-exact" => &[Breach::RowsInexact],
+        "start-anchored" => &[Breach::StartNotAnchored],
+        "connector-assert" => &[Breach::ConnectorAssert],
+        _ => return None,
+    })
+}
+
+/// Does replay evaluate property `name` (as a state predicate or a flag)?
+pub fn handles(name: &str) -> bool {
+    STATE_PREDICATES.contains(&name) || flag_of(name).is_some()
+}
+
+/// The ghost flag behind each flag property.
+fn flag_violation(e: &Engine, name: &'static str) -> Option<Violation> {
+    let hit = flag_of(name).is_some_and(|bs| bs.iter().any(|b| e.ghost.has(*b)));
+    if hit {
+        v(name, "raised inside a transition (see the events before it)")
+    } else {
+        None
+    }
+}
+
+/// The catalogue's predicates over the whole state (the checker's own code).
+pub fn full(e: &Engine, wl: &Workload, cfg: &EngineConfig, rules: &Rules, progress_steps: u32) -> Option<Violation> {
+    let b = wl.block_size;
+    let bpc = cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    for name in properties(cfg) {
+        let ok = match name {
+            "g1-accounting" => g1::engine_accounting(e, rules),
+            "g1-cache-sound" => g1::engine_cache_sound(e, b),
+            "host-integrity" => host::engine_integrity(e, b, bpc, wl),
+            "host-accounting" => host::engine_accounting(e, rules),
+            "requests-finish" => u32::from(e.ghost.idle_steps) <= progress_steps,
+            other => flag_violation(e, other).is_none(),
+        };
+        if !ok {
+            return v(name, "the full-state predicate fails");
+        }
+    }
+    None
+}
+
+/// Incremental evaluation state (shadows of what the predicates count).
+pub struct Checker {
+    /// Connectors other than the OffloadingConnector (whose host tier and pins replay does
+    /// not log) have their state predicates evaluated over the whole state instead.
+    incremental: bool,
+    cfg: EngineConfig,
+    rules: Rules,
+    b: u32,
+    bpc: u32,
+    progress_steps: u32,
+    props: Vec<&'static str>,
+    holders: Vec<u32>,
+    in_queue: Vec<bool>,
+    queued: u32,
+    mark: Vec<u32>,
+    epoch: u32,
+    dirty: Vec<BlockId>,
+    /// Cached entries that hold bad KV under the recompute exemption.
+    watch: BTreeSet<(BlockHash, BlockId)>,
+    pending: u32,
+    evictable: u32,
+    loads: BTreeMap<JobId, Vec<Key>>,
+    /// Property evaluations so far (properties × actions checked).
+    pub checks: u64,
+    /// Blocks, cached entries and host keys examined.
+    pub examined: u64,
+}
+
+impl Checker {
+    /// Start from `e` (a fresh engine with replay aids on).
+    pub fn new(e: &Engine, cfg: &EngineConfig, rules: &Rules, progress_steps: u32) -> Self {
+        let n = e.pool.num_blocks() as usize;
+        let in_queue: Vec<bool> = (0..n as u32).map(|x| e.pool.in_free_queue(x)).collect();
+        let queued = in_queue.iter().filter(|&&q| q).count() as u32;
+        let incremental = matches!(cfg.connector_kind(), ConnectorKind::None | ConnectorKind::Offloading);
+        Checker {
+            incremental,
+            cfg: cfg.clone(),
+            rules: rules.clone(),
+            b: cfg.block_size,
+            bpc: cfg.offload().map_or(1, |o| o.blocks_per_chunk),
+            progress_steps,
+            props: properties(cfg),
+            holders: vec![0; n],
+            in_queue,
+            queued,
+            mark: vec![0; n],
+            epoch: 0,
+            dirty: Vec::new(),
+            watch: BTreeSet::new(),
+            pending: 0,
+            evictable: 0,
+            loads: BTreeMap::new(),
+            checks: 0,
+            examined: 0,
+        }
+    }
+
+    pub fn num_properties(&self) -> usize {
+        self.props.len()
+    }
+
+    fn touch(&mut self, blk: BlockId) {
+        let i = blk as usize;
+        if self.mark[i] != self.epoch {
+            self.mark[i] = self.epoch;
+            self.dirty.push(blk);
+        }
+    }
+
+    /// Evaluate every property after one action; drains the engine's change logs.
+    pub fn check(&mut self, e: &mut Engine, wl: &Workload) -> Option<Violation> {
+        self.checks += self.props.len() as u64;
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.mark.iter_mut().for_each(|m| *m = 0);
+            self.epoch = 1;
+        }
+        self.dirty.clear();
+        let (blocks, content, cached_pairs, added, removed) = match e.pool.log.get_mut() {
+            Some(l) => (
+                std::mem::take(&mut l.blocks),
+                std::mem::take(&mut l.content),
+                std::mem::take(&mut l.cached),
+                std::mem::take(&mut l.table_added),
+                std::mem::take(&mut l.table_removed),
+            ),
+            None => Default::default(),
+        };
+        let (moves, written) = e
+            .conn
+            .offloading_mut()
+            .and_then(|oc| oc.host.log.get_mut())
+            .map(|l| (std::mem::take(&mut l.moves), std::mem::take(&mut l.written)))
+            .unwrap_or_default();
+        let e = &*e;
+        if !self.incremental {
+            return full(e, wl, &self.cfg, &self.rules, self.progress_steps);
+        }
+        let mut found: Vec<Violation> = Vec::new();
+        let mut first = |x: Option<Violation>| found.extend(x);
+        // Tables: what entered and left them (logged where tables change).
+        let mut null_in_table = false;
+        for &blk in &added {
+            self.holders[blk as usize] += 1;
+            self.touch(blk);
+            null_in_table |= blk == NULL_BLOCK;
+        }
+        for &blk in &removed {
+            self.holders[blk as usize] -= 1;
+            self.touch(blk);
+        }
+        for &blk in &blocks {
+            self.touch(blk);
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        self.examined += dirty.len() as u64;
+        for pi in 0..self.props.len() {
+            let name = self.props[pi];
+            match name {
+                "g1-accounting" => {
+                    if e.ghost.has(Breach::HandedOutInUse) {
+                        first(v(name, "a referenced block was handed out as a new block"));
+                    }
+                    if null_in_table {
+                        first(v(name, "the null block is in a request's block table"));
+                    }
+                    for &blk in &dirty {
+                        let i = blk as usize;
+                        let rc = u32::from(e.pool.ref_cnt[i]);
+                        let iq = e.pool.in_free_queue(blk);
+                        if iq != self.in_queue[i] {
+                            self.in_queue[i] = iq;
+                            if iq {
+                                self.queued += 1;
+                            } else {
+                                self.queued -= 1;
+                            }
+                        }
+                        if rc != self.holders[i] {
+                            first(v(
+                                name,
+                                format!("block {blk} has ref count {rc} but {} tables hold it", self.holders[i]),
+                            ));
+                        } else if (rc == 0) != iq {
+                            first(v(
+                                name,
+                                format!(
+                                    "block {blk} has ref count {rc} and is {}in the free queue",
+                                    if iq { "" } else { "not " }
+                                ),
+                            ));
+                        } else if blk == NULL_BLOCK && iq {
+                            first(v(name, "the null block is in the free queue"));
+                        }
+                    }
+                    if self.queued != e.pool.num_free() {
+                        first(v(
+                            name,
+                            format!("{} blocks are queued but num_free is {}", self.queued, e.pool.num_free()),
+                        ));
+                    }
+                }
+                "g1-cache-sound" => {
+                    // Soundness of a cached entry changes only with the entry itself, the
+                    // block's content, or (for exempt entries, watched) its holders.
+                    let mut cands: Vec<(BlockHash, BlockId)> = cached_pairs.clone();
+                    for &blk in &content {
+                        if let Some(h) = e.pool.hash[blk as usize] {
+                            cands.push((h, blk));
+                        }
+                    }
+                    cands.extend(self.watch.iter().copied());
+                    cands.sort_unstable();
+                    cands.dedup();
+                    self.examined += cands.len() as u64;
+                    for (h, blk) in cands {
+                        if !e.pool.cached_under(&h).contains(&blk) {
+                            self.watch.remove(&(h, blk));
+                            continue;
+                        }
+                        if !g1::cached_block_sound(e, self.b, h, blk) {
+                            first(v(name, format!("cached block {blk} ({h:?}) does not hold that prefix's KV")));
+                        } else if e.pool.content[blk as usize] != ContentTag::full(h, self.b) {
+                            self.watch.insert((h, blk));
+                        } else {
+                            self.watch.remove(&(h, blk));
+                        }
+                    }
+                }
+                "host-integrity" | "host-accounting" => {
+                    if name == "host-integrity" {
+                        self.host_check(e, wl, &moves, &written, &mut first);
+                    }
+                }
+                "requests-finish" => {
+                    if u32::from(e.ghost.idle_steps) > self.progress_steps {
+                        first(v(
+                            name,
+                            format!(
+                                "{} engine steps without a sampled token, a finish or an arrival (bound {})",
+                                e.ghost.idle_steps, self.progress_steps
+                            ),
+                        ));
+                    }
+                }
+                other => first(flag_violation(e, other)),
+            }
+        }
+        self.dirty = dirty;
+        // The first violated property in catalogue order.
+        let rank = |p: &str| self.props.iter().position(|x| *x == p).unwrap_or(usize::MAX);
+        found.into_iter().min_by_key(|x| rank(x.property))
+    }
+
+    /// host-integrity and host-accounting over the keys that changed.
+    fn host_check(
+        &mut self,
+        e: &Engine,
+        wl: &Workload,
+        moves: &[(Key, Option<i32>, Option<i32>)],
+        written: &[Key],
+        first: &mut impl FnMut(Option<Violation>),
+    ) {
+        let Some(oc) = e.conn.offloading() else { return };
+        let h = &oc.host;
+        // Running counts of write-pending and evictable keys, from every transition.
+        let mut pinned: Vec<Key> = Vec::new();
+        for &(k, before, after) in moves {
+            match before {
+                Some(x) if x < 0 => self.pending -= 1,
+                Some(0) => self.evictable -= 1,
+                _ => {}
+            }
+            match after {
+                Some(x) if x < 0 => self.pending += 1,
+                Some(0) => self.evictable += 1,
+                Some(_) => pinned.push(k),
+                None => {}
+            }
+        }
+        // Load jobs that appeared or went away change pin counts.
+        let same = oc.jobs.iter().filter(|j| !j.is_store()).map(|j| j.id).eq(self.loads.keys().copied());
+        if !same {
+            let now: BTreeMap<JobId, &Vec<Key>> =
+                oc.jobs.iter().filter(|j| !j.is_store()).map(|j| (j.id, &j.keys)).collect();
+            for (id, ks) in &self.loads {
+                if !now.contains_key(id) {
+                    pinned.extend(ks.iter().copied());
+                }
+            }
+            for (id, ks) in &now {
+                if !self.loads.contains_key(id) {
+                    pinned.extend(ks.iter().copied());
+                }
+            }
+            self.loads = now.iter().map(|(id, ks)| (*id, (*ks).clone())).collect();
+        }
+        // Integrity of what was written or became ready.
+        let mut keys: Vec<Key> = written.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        self.examined += (keys.len() + pinned.len()) as u64;
+        for k in &keys {
+            if let Some(en) = h.get(k) {
+                if !host::entry_intact(k, en, self.b, self.bpc, wl) {
+                    first(v("host-integrity", format!("host key {k:?} does not hold the KV its key names")));
+                }
+            }
+        }
+        if !pinned.is_empty() {
+            pinned.sort_unstable();
+            pinned.dedup();
+            let mut count: FastMap<Key, i32> = FastMap::default();
+            for j in oc.jobs.iter().filter(|j| !j.is_store()) {
+                for k in &j.keys {
+                    *count.entry(*k).or_default() += 1;
+                }
+            }
+            for k in &pinned {
+                let Some(en) = h.get(k) else { continue };
+                let loads = count.get(k).copied().unwrap_or(0);
+                if en.ref_cnt > 0 && loads != en.ref_cnt {
+                    first(v(
+                        "host-accounting",
+                        format!("host key {k:?} is pinned {} times by {loads} in-flight loads", en.ref_cnt),
+                    ));
+                }
+            }
+        }
+        if e.ghost.has(Breach::BadCompletion) {
+            first(v("host-accounting", "a job completion was processed twice or for an unknown job"));
+        }
+        if self.pending != h.num_write_pending || self.evictable != h.num_evictable {
+            first(v(
+                "host-accounting",
+                format!(
+                    "counters say {} write-pending and {} evictable keys; the entries {} and {}",
+                    h.num_write_pending, h.num_evictable, self.pending, self.evictable
+                ),
+            ));
+        }
+        if h.len() as u32 + h.num_free_slots() != h.capacity || h.eviction_order_len() as u32 != self.evictable {
+            first(v("host-accounting", "host slots or eviction order do not add up"));
+        }
+    }
+}

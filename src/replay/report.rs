@@ -1,0 +1,281 @@
+//! Replay output: a metrics table (text) or one JSON document, optionally with a row per
+//! request.
+
+use super::scenario::ScenarioOutcome;
+use super::{Metrics, Outcome};
+use std::fmt::Write;
+
+/// 12345678 -> "12,345,678".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn pct(a: u64, b: u64) -> String {
+    if b == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", 100.0 * a as f64 / b as f64)
+    }
+}
+
+fn hms(secs: f64) -> String {
+    let s = secs.round() as u64;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
+
+fn metrics_lines(s: &mut String, m: &Metrics, indent: &str) {
+    let row = |s: &mut String, k: &str, v: String| {
+        let _ = writeln!(s, "{indent}{k:<26} {v}");
+    };
+    row(s, "requests", format!("{} finished of {}", thousands(m.finished), thousands(m.requests)));
+    row(s, "prompt tokens", thousands(m.prompt_tokens));
+    let part = |n: u64| format!("{:>14}  {:>6}", thousands(n), pct(n, m.prompt_tokens));
+    row(s, "  served from G1 hits", part(m.g1_hit_tokens));
+    row(s, "  restored from host", part(m.host_hit_tokens));
+    row(s, "  computed (prefill)", part(m.prefill_tokens));
+    row(
+        s,
+        "recomputed",
+        format!(
+            "{} tokens computed again after preemptions ({} served again from caches)",
+            thousands(m.recomputed_tokens),
+            thousands(m.rehit_tokens)
+        ),
+    );
+    row(s, "output tokens", format!("{} ({} decode steps)", thousands(m.output_tokens), thousands(m.decode_tokens)));
+    row(
+        s,
+        "stores",
+        format!(
+            "{} jobs, {} chunks ({} refused for lack of room)",
+            thousands(m.store_jobs),
+            thousands(m.stored_chunks),
+            thousands(m.store_refusals)
+        ),
+    );
+    row(s, "loads", format!("{} jobs, {} chunks", thousands(m.load_jobs), thousands(m.loaded_chunks)));
+    row(
+        s,
+        "evictions",
+        format!("G1 {} blocks, host {} chunks", thousands(m.g1_evictions), thousands(m.host_evictions)),
+    );
+    row(s, "preemptions", thousands(m.preemptions));
+    row(
+        s,
+        "engine steps",
+        format!("{} ({} actions), model time {}", thousands(m.steps), thousands(m.actions), hms(m.model_seconds)),
+    );
+}
+
+/// The text report of a trace replay.
+pub fn text(o: &Outcome) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "kvmc replay {} ({}, {} requests) on {} ({}{}, {} engine{})",
+        o.trace.display(),
+        o.format,
+        thousands(o.metrics.requests),
+        o.model,
+        o.profile,
+        o.variant.as_ref().map_or(String::new(), |v| format!(" --variant {v}")),
+        o.engines,
+        if o.engines == 1 { "" } else { "s" }
+    );
+    metrics_lines(&mut s, &o.metrics, "  ");
+    if o.per_engine.len() > 1 {
+        for (i, m) in o.per_engine.iter().enumerate() {
+            let _ = writeln!(s, "  engine {i}:");
+            metrics_lines(&mut s, m, "    ");
+        }
+    }
+    let c = &o.checks;
+    let _ = writeln!(
+        s,
+        "  {:<26} {} properties after each of {} actions: {} evaluations ({} blocks/keys examined), {} full-state checks",
+        "invariants",
+        c.properties.len(),
+        thousands(o.metrics.actions),
+        thousands(c.evaluations),
+        thousands(c.examined),
+        thousands(c.full)
+    );
+    match &o.finding {
+        None => {
+            let _ = writeln!(s, "  {:<26} none violated", "");
+        }
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "  {:<26} VIOLATED: {} (engine {}, step {}, action {}): {}",
+                "", f.property, f.engine, f.step, f.action, f.detail
+            );
+            if let (Some(m), Some(sc)) = (&f.model_file, &f.scenario_file) {
+                let _ = writeln!(s, "  {:<26} history written: {} and {}", "", m.display(), sc.display());
+                let _ = writeln!(
+                    s,
+                    "  {:<26} re-run: kvmc replay {}   |   kvmc explore {} --path {}",
+                    "",
+                    sc.display(),
+                    m.display(),
+                    sc.display()
+                );
+            }
+            if let Some(n) = &f.note {
+                let _ = writeln!(s, "  {:<26} note: {n}", "");
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  {:<26} {:.2} s wall, peak RSS {}",
+        "time",
+        o.seconds,
+        o.peak_rss_bytes.map_or("-".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
+    );
+    if !c.reached.is_empty() {
+        let _ = writeln!(s, "  {:<26} {}", "situations reached", c.reached.join(", "));
+    }
+    s
+}
+
+/// The per-request table (text).
+pub fn requests_text(o: &Outcome) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:>7} {:>10} {:>4} {:>3} {:>12} {:>12} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7}",
+        "line",
+        "session",
+        "turn",
+        "eng",
+        "arrival_ms",
+        "finish_ms",
+        "prompt",
+        "output",
+        "g1_hit",
+        "restored",
+        "computed",
+        "recomp",
+        "preempt"
+    );
+    for r in &o.requests {
+        let _ = writeln!(
+            s,
+            "{:>7} {:>10} {:>4} {:>3} {:>12.1} {:>12.1} {:>8} {:>7} {:>8} {:>8} {:>8} {:>8} {:>7}",
+            r.line,
+            r.session.as_deref().unwrap_or("-"),
+            r.turn,
+            r.engine,
+            r.arrival_ms,
+            r.finish_ms,
+            r.prompt_tokens,
+            r.output_tokens,
+            r.g1_hit_tokens,
+            r.host_hit_tokens,
+            r.prefill_tokens,
+            r.recomputed_tokens,
+            r.preemptions
+        );
+    }
+    s
+}
+
+/// The JSON report of a trace replay.
+pub fn json(o: &Outcome, per_request: bool) -> serde_json::Value {
+    serde_json::json!({
+        "kvmc_version": env!("CARGO_PKG_VERSION"),
+        "ok": o.finding.is_none(),
+        "trace": o.trace.display().to_string(),
+        "format": o.format,
+        "model": o.model,
+        "profile": o.profile,
+        "variant": o.variant,
+        "engines": o.engines,
+        "metrics": o.metrics,
+        "per_engine": if o.per_engine.len() > 1 { serde_json::to_value(&o.per_engine).unwrap_or_default() } else { serde_json::Value::Null },
+        "checks": o.checks,
+        "violation": o.finding,
+        "seconds": o.seconds,
+        "peak_rss_bytes": o.peak_rss_bytes,
+        "requests": if per_request { serde_json::to_value(&o.requests).unwrap_or_default() } else { serde_json::Value::Null },
+    })
+}
+
+/// The text report of a scenario replay.
+pub fn scenario_text(o: &ScenarioOutcome, verbose: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "kvmc replay {} on {} ({}{}): {} actions, {} property evaluations",
+        o.scenario.display(),
+        o.model.display(),
+        o.profile,
+        o.variant.as_ref().map_or(String::new(), |v| format!(" --variant {v}")),
+        o.actions,
+        o.evaluations
+    );
+    let st = &o.stats;
+    let _ = writeln!(
+        s,
+        "  G1 hit tokens {}, restored from host {}, computed (prefill) {}, recomputed {}, decode {}, stores {} ({} chunks), loads {}, preemptions {}",
+        st.g1_hit_tokens,
+        st.host_hit_tokens,
+        st.prefill_tokens,
+        st.recomputed_tokens,
+        st.decode_tokens,
+        st.store_jobs,
+        st.stored_chunks,
+        st.load_jobs,
+        st.preemptions
+    );
+    let from = if verbose { 0 } else { o.story.len().saturating_sub(8) };
+    if from > 0 {
+        let _ = writeln!(s, "  ... ({from} earlier actions; --verbose shows all)");
+    }
+    for (i, (a, st)) in o.story.iter().enumerate().skip(from) {
+        let _ = writeln!(s, "  {:>6}. {:<28} {}", i + 1, a, st);
+    }
+    match &o.violation {
+        None => {
+            let _ = writeln!(s, "  every invariant holds after every action");
+        }
+        Some((p, i, a)) => {
+            let _ = writeln!(s, "  VIOLATED: {p} after action {i} ({a})");
+        }
+    }
+    s
+}
+
+pub fn scenario_json(o: &ScenarioOutcome) -> serde_json::Value {
+    serde_json::json!({
+        "kvmc_version": env!("CARGO_PKG_VERSION"),
+        "ok": o.violation.is_none(),
+        "scenario": o.scenario.display().to_string(),
+        "model": o.model.display().to_string(),
+        "profile": o.profile,
+        "variant": o.variant,
+        "actions": o.actions,
+        "evaluations": o.evaluations,
+        "metrics": {
+            "g1_hit_tokens": o.stats.g1_hit_tokens,
+            "host_hit_tokens": o.stats.host_hit_tokens,
+            "prefill_tokens": o.stats.prefill_tokens,
+            "recomputed_tokens": o.stats.recomputed_tokens,
+            "decode_tokens": o.stats.decode_tokens,
+            "store_jobs": o.stats.store_jobs,
+            "stored_chunks": o.stats.stored_chunks,
+            "load_jobs": o.stats.load_jobs,
+            "preemptions": o.stats.preemptions,
+        },
+        "violation": o.violation.as_ref().map(|(p, i, a)| serde_json::json!({"property": p, "action": i, "label": a})),
+    })
+}

@@ -1,0 +1,105 @@
+//! `kvmc replay SCENARIO.toml`: a kvmc scenario (a path of action labels through a model, as
+//! `kvmc check --out` and replay's violation export write them) run through the checker's own
+//! model, every always-property evaluated over the whole state after every action.
+
+use crate::error::{KvmcError, Result};
+use crate::model::display;
+use crate::model::scenario::{read_header, scenario_actions};
+use crate::model::scope::Scope;
+use crate::model::KvModel;
+use crate::props::{self, Kind};
+use crate::system::events::Stats;
+use crate::system::Events;
+use stateright::Model;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The outcome of a scenario replay.
+#[derive(Clone, Debug)]
+pub struct ScenarioOutcome {
+    pub scenario: PathBuf,
+    pub model: PathBuf,
+    pub profile: String,
+    pub variant: Option<String>,
+    pub actions: usize,
+    pub evaluations: u64,
+    pub stats: Stats,
+    /// The first violated property: (property, 1-based action, its label).
+    pub violation: Option<(String, usize, String)>,
+    /// One line per action: label and what the engine did.
+    pub story: Vec<(String, String)>,
+}
+
+/// Find the scenario's model: `model_override`, else its `model` field (relative to the
+/// working directory, else to the scenario's directory).
+fn model_path(path: &Path, named: Option<&str>, model_override: Option<&Path>) -> Result<PathBuf> {
+    if let Some(m) = model_override {
+        return Ok(m.to_path_buf());
+    }
+    let Some(m) = named else {
+        return Err(KvmcError::input(path, 1, "the scenario names no model; pass --model MODEL"));
+    };
+    let p = PathBuf::from(m);
+    if p.exists() {
+        return Ok(p);
+    }
+    let beside = path.parent().map(|d| d.join(&p));
+    match beside {
+        Some(b) if b.exists() => Ok(b),
+        _ => Ok(p),
+    }
+}
+
+pub fn run_scenario(
+    path: &Path,
+    model_override: Option<&Path>,
+    profile: Option<&str>,
+    variant: Option<&str>,
+) -> Result<ScenarioOutcome> {
+    let h = read_header(path)?;
+    let mpath = model_path(path, h.model.as_deref(), model_override)?;
+    let scope = Arc::new(Scope::load(&mpath)?);
+    let profile = profile.map(str::to_string).or(h.profile).unwrap_or_else(|| scope.profile.clone());
+    let variant = variant.map(str::to_string).or(h.variant);
+    let defs: Vec<_> =
+        props::CATALOGUE.iter().filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg)).collect();
+    let model =
+        KvModel::new(scope.clone(), Some(&profile), variant.as_deref(), defs.clone()).map_err(KvmcError::Usage)?;
+    let actions = scenario_actions(&model, path)?;
+    let mut ev = Events::on();
+    ev.stats = Some(Box::default());
+    let mut raw = model.init().engine;
+    let mut story = Vec::new();
+    let mut violation = None;
+    let mut evaluations = 0u64;
+    for (i, a) in actions.iter().enumerate() {
+        ev.list.clear();
+        let next = model
+            .apply(&raw, *a, &mut ev, false)
+            .ok_or_else(|| KvmcError::Internal(format!("scenario action {} does not replay", i + 1)))?;
+        story.push((model.format_action(a), display::step_story(&scope, &raw, &next, &ev.list)));
+        raw = next;
+        let state = crate::model::KvState { engine: raw.clone(), scope: scope.clone() };
+        for p in &defs {
+            evaluations += 1;
+            if !(p.check)(&model, &state) {
+                violation = Some((p.name.to_string(), i + 1, model.format_action(a)));
+                break;
+            }
+        }
+        if violation.is_some() {
+            break;
+        }
+    }
+    Ok(ScenarioOutcome {
+        scenario: path.to_path_buf(),
+        model: mpath,
+        profile,
+        variant,
+        actions: story.len(),
+        evaluations,
+        stats: ev.stats.as_deref().cloned().unwrap_or_default(),
+        violation,
+        story,
+    })
+}

@@ -1,0 +1,351 @@
+//! An ordered set of `(Rank, T)` for trace replay's host tier (the evictable set and the
+//! eviction-order reference), ordered exactly like a `BTreeSet<(Rank, T)>`, with the common
+//! operations in O(1):
+//! - *fresh* ranks `(m, 0)` are drawn from a counter, so a new one is above every other: they
+//!   live in a deque indexed by `m` (append at the back, remove by index, victims at the front);
+//! - everything else (a request's rank `(rr, -position)` shared by its keys, or a rank that
+//!   comes back after a load unpinned its key) lives in per-major buckets, each a deque sorted
+//!   by `(minor, T)`: a request's keys arrive in position order (new ones at the front) and
+//!   leave tail first (from the front).
+//!
+//! Removed entries inside a deque are tombstones, trimmed at the ends and compacted when they
+//! outnumber live entries.
+
+use super::host_tier::Rank;
+use std::collections::{btree_map, BTreeMap, VecDeque};
+
+#[derive(Clone, Debug)]
+struct Bucket<T> {
+    /// Sorted by (minor, T); `false` = removed (kept for order until trimmed).
+    items: VecDeque<(i64, T, bool)>,
+    live: usize,
+}
+
+impl<T: Ord + Copy> Bucket<T> {
+    fn new() -> Self {
+        Bucket { items: VecDeque::new(), live: 0 }
+    }
+
+    fn find(&self, minor: i64, t: T) -> Result<usize, usize> {
+        self.items.binary_search_by(|(m, x, _)| (*m, *x).cmp(&(minor, t)))
+    }
+
+    fn insert(&mut self, minor: i64, t: T) -> bool {
+        let front = self.items.front().map(|(m, x, _)| (*m, *x));
+        let back = self.items.back().map(|(m, x, _)| (*m, *x));
+        if front.is_none_or(|f| (minor, t) < f) {
+            self.items.push_front((minor, t, true));
+        } else if back.is_some_and(|b| (minor, t) > b) {
+            self.items.push_back((minor, t, true));
+        } else {
+            match self.find(minor, t) {
+                Ok(i) => {
+                    if self.items[i].2 {
+                        return false;
+                    }
+                    self.items[i].2 = true;
+                }
+                Err(i) => self.items.insert(i, (minor, t, true)),
+            }
+        }
+        self.live += 1;
+        true
+    }
+
+    fn remove(&mut self, minor: i64, t: T) -> bool {
+        let i = match self.items.front() {
+            Some((m, x, true)) if (*m, *x) == (minor, t) => 0,
+            _ => match self.find(minor, t) {
+                Ok(i) if self.items[i].2 => i,
+                _ => return false,
+            },
+        };
+        self.items[i].2 = false;
+        self.live -= 1;
+        while self.items.front().is_some_and(|e| !e.2) {
+            self.items.pop_front();
+        }
+        while self.items.back().is_some_and(|e| !e.2) {
+            self.items.pop_back();
+        }
+        if self.items.len() > 2 * self.live + 16 {
+            self.items.retain(|e| e.2);
+        }
+        true
+    }
+}
+
+/// See the module documentation.
+#[derive(Clone, Debug)]
+pub struct RankQueue<T> {
+    /// `fresh[i]` holds the entry of rank `(lo + i, 0)`, if any.
+    lo: u64,
+    fresh: VecDeque<Option<T>>,
+    fresh_live: usize,
+    buckets: BTreeMap<u64, Bucket<T>>,
+    len: usize,
+}
+
+impl<T: Ord + Copy> Default for RankQueue<T> {
+    fn default() -> Self {
+        RankQueue { lo: 0, fresh: VecDeque::new(), fresh_live: 0, buckets: BTreeMap::new(), len: 0 }
+    }
+}
+
+impl<T: Ord + Copy> RankQueue<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Index of rank `r` in the fresh deque (or where it would go), if it can live there.
+    fn fresh_slot(&self, r: Rank) -> Option<usize> {
+        if r.1 != 0 {
+            return None;
+        }
+        if self.fresh.is_empty() {
+            return Some(usize::MAX); // starts the deque
+        }
+        if r.0 < self.lo {
+            return None;
+        }
+        let i = (r.0 - self.lo) as usize;
+        // Appending past the end is fine; a far jump (more than a million majors of gap) is not
+        // worth the memory.
+        (i < self.fresh.len() + (1 << 20)).then_some(i)
+    }
+
+    /// Insert; false if already present.
+    pub fn insert(&mut self, r: Rank, t: T) -> bool {
+        if r.1 == 0 && r.0 >= self.lo && !self.fresh.is_empty() {
+            let i = (r.0 - self.lo) as usize;
+            if i < self.fresh.len() && self.fresh[i] == Some(t) {
+                return false;
+            }
+        }
+        // A major that already has a bucket keeps its later entries there.
+        let slot = if self.buckets.contains_key(&r.0) { None } else { self.fresh_slot(r) };
+        match slot {
+            Some(usize::MAX) => {
+                self.lo = r.0;
+                self.fresh.push_back(Some(t));
+                self.fresh_live += 1;
+                self.len += 1;
+                return true;
+            }
+            Some(i) if i >= self.fresh.len() => {
+                self.fresh.resize(i, None);
+                self.fresh.push_back(Some(t));
+                self.fresh_live += 1;
+                self.len += 1;
+                return true;
+            }
+            Some(i) if self.fresh[i].is_none() => {
+                self.fresh[i] = Some(t);
+                self.fresh_live += 1;
+                self.len += 1;
+                return true;
+            }
+            Some(i) if self.fresh[i] == Some(t) => return false,
+            _ => {}
+        }
+        let ok = self.buckets.entry(r.0).or_insert_with(Bucket::new).insert(r.1, t);
+        if ok {
+            self.len += 1;
+        }
+        ok
+    }
+
+    /// Remove; false if absent.
+    pub fn remove(&mut self, r: Rank, t: T) -> bool {
+        if r.1 == 0 && r.0 >= self.lo {
+            let i = (r.0 - self.lo) as usize;
+            if i < self.fresh.len() && self.fresh[i] == Some(t) {
+                self.fresh[i] = None;
+                self.fresh_live -= 1;
+                self.len -= 1;
+                while self.fresh.front().is_some_and(|x| x.is_none()) {
+                    self.fresh.pop_front();
+                    self.lo += 1;
+                }
+                while self.fresh.back().is_some_and(|x| x.is_none()) {
+                    self.fresh.pop_back();
+                }
+                if self.fresh.is_empty() {
+                    self.lo = 0;
+                }
+                return true;
+            }
+        }
+        let btree_map::Entry::Occupied(mut b) = self.buckets.entry(r.0) else { return false };
+        if !b.get_mut().remove(r.1, t) {
+            return false;
+        }
+        if b.get().live == 0 {
+            b.remove();
+        }
+        self.len -= 1;
+        true
+    }
+
+    /// Entries in order, smallest first.
+    pub fn iter(&self) -> Iter<'_, T> {
+        let mut buckets = self.buckets.iter();
+        let cur = buckets.next().map(|(m, b)| (*m, b, 0usize));
+        Iter { q: self, fi: 0, buckets, cur }
+    }
+}
+
+impl<T: Ord + Copy> PartialEq for RankQueue<T> {
+    fn eq(&self, o: &Self) -> bool {
+        self.len == o.len && self.iter().eq(o.iter())
+    }
+}
+
+/// The host tier's evictable set: a `BTreeSet` in the checker (hashed exactly as one), a
+/// [`RankQueue`] in trace replay. Same order either way.
+#[derive(Clone, Debug)]
+pub enum RankSet<T> {
+    Tree(std::collections::BTreeSet<(Rank, T)>),
+    Queue(Box<RankQueue<T>>),
+}
+
+impl<T> Default for RankSet<T> {
+    fn default() -> Self {
+        RankSet::Tree(std::collections::BTreeSet::new())
+    }
+}
+
+impl<T: Ord + Copy> RankSet<T> {
+    /// Switch to the queue (replay).
+    pub fn use_queue(&mut self) {
+        if let RankSet::Tree(t) = self {
+            let mut q = RankQueue::default();
+            for (r, x) in std::mem::take(t) {
+                q.insert(r, x);
+            }
+            *self = RankSet::Queue(Box::new(q));
+        }
+    }
+    #[inline]
+    pub fn insert(&mut self, r: Rank, t: T) -> bool {
+        match self {
+            RankSet::Tree(s) => s.insert((r, t)),
+            RankSet::Queue(q) => q.insert(r, t),
+        }
+    }
+    #[inline]
+    pub fn remove(&mut self, r: Rank, t: T) -> bool {
+        match self {
+            RankSet::Tree(s) => s.remove(&(r, t)),
+            RankSet::Queue(q) => q.remove(r, t),
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            RankSet::Tree(s) => s.len(),
+            RankSet::Queue(q) => q.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Entries in order, smallest first.
+    pub fn iter(&self) -> Box<dyn Iterator<Item = (Rank, T)> + '_> {
+        match self {
+            RankSet::Tree(s) => Box::new(s.iter().copied()),
+            RankSet::Queue(q) => Box::new(q.iter()),
+        }
+    }
+    /// Entries in reverse order (largest first).
+    pub fn iter_rev(&self) -> Box<dyn Iterator<Item = (Rank, T)> + '_> {
+        match self {
+            RankSet::Tree(s) => Box::new(s.iter().rev().copied()),
+            RankSet::Queue(q) => Box::new(q.iter().collect::<Vec<_>>().into_iter().rev()),
+        }
+    }
+}
+
+impl<T: Ord + Copy> PartialEq for RankSet<T> {
+    fn eq(&self, o: &Self) -> bool {
+        match (self, o) {
+            (RankSet::Tree(a), RankSet::Tree(b)) => a == b,
+            _ => self.len() == o.len() && self.iter().eq(o.iter()),
+        }
+    }
+}
+impl<T: Ord + Copy> Eq for RankSet<T> {}
+
+impl<T: Ord + Copy + std::hash::Hash> std::hash::Hash for RankSet<T> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        match self {
+            // Exactly a BTreeSet's hash.
+            RankSet::Tree(s) => s.hash(h),
+            RankSet::Queue(q) => {
+                h.write_usize(q.len());
+                for x in q.iter() {
+                    x.hash(h);
+                }
+            }
+        }
+    }
+}
+
+/// In-order iterator over a [`RankQueue`].
+pub struct Iter<'a, T> {
+    q: &'a RankQueue<T>,
+    fi: usize,
+    buckets: btree_map::Iter<'a, u64, Bucket<T>>,
+    cur: Option<(u64, &'a Bucket<T>, usize)>,
+}
+
+impl<T: Ord + Copy> Iter<'_, T> {
+    fn peek_fresh(&mut self) -> Option<(Rank, T)> {
+        while self.fi < self.q.fresh.len() {
+            if let Some(t) = self.q.fresh[self.fi] {
+                return Some(((self.q.lo + self.fi as u64, 0), t));
+            }
+            self.fi += 1;
+        }
+        None
+    }
+    fn peek_bucket(&mut self) -> Option<(Rank, T)> {
+        loop {
+            let (m, b, i) = self.cur?;
+            if i < b.items.len() {
+                let (minor, t, live) = b.items[i];
+                if live {
+                    return Some(((m, minor), t));
+                }
+                self.cur = Some((m, b, i + 1));
+                continue;
+            }
+            self.cur = self.buckets.next().map(|(m, b)| (*m, b, 0));
+        }
+    }
+}
+
+impl<T: Ord + Copy> Iterator for Iter<'_, T> {
+    type Item = (Rank, T);
+    fn next(&mut self) -> Option<(Rank, T)> {
+        let f = self.peek_fresh();
+        let b = self.peek_bucket();
+        let take_fresh = match (f, b) {
+            (None, None) => return None,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(x), Some(y)) => x < y,
+        };
+        if take_fresh {
+            self.fi += 1;
+            f
+        } else {
+            if let Some((m, bk, i)) = self.cur {
+                self.cur = Some((m, bk, i + 1));
+            }
+            b
+        }
+    }
+}

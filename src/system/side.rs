@@ -1,0 +1,285 @@
+//! Side data that trace replay switches on so that a step costs what it changes, not what the
+//! whole state holds: change logs (which GPU blocks and host keys a transition touched, for
+//! incremental invariant checks) and caches (which prefix of a request's block table was
+//! already read and found right). None of it is state: [`Side`] compares equal and hashes to
+//! nothing whatever it holds, and the model checker never turns it on (`Side(None)`), so
+//! state identity and state counts are untouched.
+
+use super::host_tier::Key;
+use super::types::{BlockHash, BlockId};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+/// A hasher for keys that are already hashes or small integers (block hashes, block ids):
+/// one multiply-xorshift per word. Side maps only; never iterated for decisions.
+#[derive(Default, Clone, Copy)]
+pub struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        let z = self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z ^ (z >> 29)
+    }
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0 ^ i).wrapping_mul(0xbf58_476d_1ce4_e5b9).rotate_left(31);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+/// A `HashMap` with [`WordHasher`].
+pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
+
+/// A value outside the state: always equal, never hashed.
+#[derive(Clone, Debug)]
+pub struct Side<T>(pub Option<Box<T>>);
+
+impl<T> Default for Side<T> {
+    fn default() -> Self {
+        Side(None)
+    }
+}
+impl<T> PartialEq for Side<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl<T> Eq for Side<T> {}
+impl<T> Hash for Side<T> {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
+}
+
+impl<T> Side<T> {
+    #[inline]
+    pub fn get(&self) -> Option<&T> {
+        self.0.as_deref()
+    }
+    #[inline]
+    pub fn get_mut(&mut self) -> Option<&mut T> {
+        self.0.as_deref_mut()
+    }
+    pub fn is_on(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// What the G1 pool changed since the log was last drained, and the read cache's per-block
+/// counts.
+#[derive(Clone, Debug, Default)]
+pub struct PoolLog {
+    /// Blocks whose reference count or free-queue membership changed.
+    pub blocks: Vec<BlockId>,
+    /// Blocks whose content changed.
+    pub content: Vec<BlockId>,
+    /// (hash, block) pairs added to or removed from the cached map.
+    pub cached: Vec<(BlockHash, BlockId)>,
+    /// Per block: how many requests' verified read prefixes ([`ReadCache`]) contain it.
+    pub verified_by: Vec<u16>,
+    /// A block inside some verified prefix got new content: every verified prefix is void.
+    pub stale: bool,
+    /// A block inside some verified prefix left a block table (tables change only by
+    /// appending or by being taken whole): the prefixes must be compared with their tables.
+    pub recheck: bool,
+    /// Blocks that gained a holder (a block table, a deferred free), and blocks that lost one.
+    pub table_added: Vec<BlockId>,
+    pub table_removed: Vec<BlockId>,
+    /// Recent prefix lookups (`find_longest_cache_hit`), most recent first.
+    pub hit_memo: Vec<HitMemo>,
+}
+
+/// A remembered prefix lookup. It stays right until the cached map changes the blocks listed
+/// under one of the hashes it read (the hits and the first miss): `watch`.
+#[derive(Clone, Debug, Default)]
+pub struct HitMemo {
+    pub hashes: Vec<BlockHash>,
+    pub result: Vec<BlockId>,
+    pub watch: FastMap<BlockHash, ()>,
+    pub valid: bool,
+}
+
+impl PoolLog {
+    /// The cached map changed what it lists under `h`.
+    #[inline]
+    pub fn cached_changed(&mut self, h: &BlockHash) {
+        for m in &mut self.hit_memo {
+            if m.valid && m.watch.contains_key(h) {
+                m.valid = false;
+            }
+        }
+    }
+}
+
+/// What the host tier changed since the log was last drained.
+#[derive(Clone, Debug, Default)]
+pub struct HostLog {
+    /// Every change of a key's reference count: (key, before, after), None = not resident.
+    pub moves: Vec<(Key, Option<i32>, Option<i32>)>,
+    /// Keys whose content was written or that became ready.
+    pub written: Vec<Key>,
+}
+
+/// The forward pass's read cache: per request slot, the leading blocks of its table that a
+/// forward pass already read and found holding the request's own prefix, unchanged since
+/// (no write, no load landed on any of them: `PoolLog::verified_by` / `stale` watch that).
+#[derive(Clone, Debug, Default)]
+pub struct ReadCache {
+    pub verified: Vec<Vec<BlockId>>,
+}
+
+/// A map that is a `BTreeMap` in the checker (ordered, hashed exactly as a `BTreeMap`) and a
+/// hash map in trace replay (O(1) operations on 65k-entry host tiers). Equality compares
+/// contents, whatever the representation.
+#[derive(Clone, Debug)]
+pub enum KeyMap<K, V> {
+    Tree(BTreeMap<K, V>),
+    Hash(FastMap<K, V>),
+}
+
+impl<K, V> Default for KeyMap<K, V> {
+    fn default() -> Self {
+        KeyMap::Tree(BTreeMap::new())
+    }
+}
+
+/// Iterator over a [`KeyMap`] (key order for `Tree`, arbitrary for `Hash`).
+pub enum KeyMapIter<'a, K, V> {
+    Tree(std::collections::btree_map::Iter<'a, K, V>),
+    Hash(std::collections::hash_map::Iter<'a, K, V>),
+}
+
+impl<'a, K, V> Iterator for KeyMapIter<'a, K, V> {
+    type Item = (&'a K, &'a V);
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            KeyMapIter::Tree(i) => i.next(),
+            KeyMapIter::Hash(i) => i.next(),
+        }
+    }
+}
+
+impl<K: Ord + Hash + Eq + Copy, V> KeyMap<K, V> {
+    /// Switch to the hash representation (replay).
+    pub fn use_hash(&mut self) {
+        if let KeyMap::Tree(t) = self {
+            let t = std::mem::take(t);
+            *self = KeyMap::Hash(t.into_iter().collect());
+        }
+    }
+    #[inline]
+    pub fn get(&self, k: &K) -> Option<&V> {
+        match self {
+            KeyMap::Tree(m) => m.get(k),
+            KeyMap::Hash(m) => m.get(k),
+        }
+    }
+    #[inline]
+    pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        match self {
+            KeyMap::Tree(m) => m.get_mut(k),
+            KeyMap::Hash(m) => m.get_mut(k),
+        }
+    }
+    #[inline]
+    pub fn contains_key(&self, k: &K) -> bool {
+        match self {
+            KeyMap::Tree(m) => m.contains_key(k),
+            KeyMap::Hash(m) => m.contains_key(k),
+        }
+    }
+    #[inline]
+    pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+        match self {
+            KeyMap::Tree(m) => m.insert(k, v),
+            KeyMap::Hash(m) => m.insert(k, v),
+        }
+    }
+    #[inline]
+    pub fn remove(&mut self, k: &K) -> Option<V> {
+        match self {
+            KeyMap::Tree(m) => m.remove(k),
+            KeyMap::Hash(m) => m.remove(k),
+        }
+    }
+    /// The value under `k`, inserted with `V::default()` if absent.
+    #[inline]
+    pub fn entry_or_default(&mut self, k: K) -> &mut V
+    where
+        V: Default,
+    {
+        match self {
+            KeyMap::Tree(m) => m.entry(k).or_default(),
+            KeyMap::Hash(m) => m.entry(k).or_default(),
+        }
+    }
+    pub fn len(&self) -> usize {
+        match self {
+            KeyMap::Tree(m) => m.len(),
+            KeyMap::Hash(m) => m.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn iter(&self) -> KeyMapIter<'_, K, V> {
+        match self {
+            KeyMap::Tree(m) => KeyMapIter::Tree(m.iter()),
+            KeyMap::Hash(m) => KeyMapIter::Hash(m.iter()),
+        }
+    }
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.iter().map(|(_, v)| v)
+    }
+    pub fn values_mut(&mut self) -> Box<dyn Iterator<Item = &mut V> + '_> {
+        match self {
+            KeyMap::Tree(m) => Box::new(m.values_mut()),
+            KeyMap::Hash(m) => Box::new(m.values_mut()),
+        }
+    }
+}
+
+impl<K: Ord + Hash + Eq + Copy, V: PartialEq> PartialEq for KeyMap<K, V> {
+    fn eq(&self, o: &Self) -> bool {
+        match (self, o) {
+            (KeyMap::Tree(a), KeyMap::Tree(b)) => a == b,
+            _ => self.len() == o.len() && self.iter().all(|(k, v)| o.get(k) == Some(v)),
+        }
+    }
+}
+impl<K: Ord + Hash + Eq + Copy, V: Eq> Eq for KeyMap<K, V> {}
+
+impl<K: Ord + Hash + Eq + Copy, V: Hash> Hash for KeyMap<K, V> {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        match self {
+            // Exactly a BTreeMap's hash.
+            KeyMap::Tree(m) => m.hash(h),
+            KeyMap::Hash(m) => {
+                let mut v: Vec<(&K, &V)> = m.iter().collect();
+                v.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                h.write_usize(v.len());
+                for (k, x) in v {
+                    k.hash(h);
+                    x.hash(h);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,564 @@
+//! Trace replay: the hand-derived session counts (docs/replay.md), bad traces, violations
+//! written as scenarios that the checker re-runs, several engines, and the incremental
+//! invariant checks agreeing with the full ones.
+
+use crate::common::*;
+use kvmc::replay::config::ReplayModel;
+use kvmc::replay::trace::{Format, Trace};
+use kvmc::replay::{run_trace, Options, Outcome};
+use std::path::{Path, PathBuf};
+
+/// `sessions` sessions of `turns` turns: a first turn of 200 new tokens (four 64-token trace
+/// blocks), each later turn 64 new tokens (one block), 30 generated tokens per turn, no delay.
+fn session_trace(sessions: usize, turns: usize) -> String {
+    let mut out = String::new();
+    let mut id = 0;
+    for s in 0..sessions {
+        let ids: Vec<String> = (id..id + 4).map(|x: u32| x.to_string()).collect();
+        id += 4;
+        out.push_str(&format!(
+            "{{\"session_id\": \"s{s}\", \"input_length\": 200, \"output_length\": 30, \"hash_ids\": [{}]}}\n",
+            ids.join(", ")
+        ));
+        for _ in 1..turns {
+            out.push_str(&format!(
+                "{{\"session_id\": \"s{s}\", \"delay\": 0, \"input_length\": 64, \"output_length\": 30, \"hash_ids\": [{id}]}}\n"
+            ));
+            id += 1;
+        }
+    }
+    out
+}
+
+/// The session replay model: OffloadingConnector, a 4096-chunk host tier (nothing is ever
+/// evicted), one request at a time.
+fn session_model(prefix_caching: bool) -> String {
+    format!(
+        r#"description = "synthetic sessions"
+[engine]
+profile = "vllm-0.33"
+connector = "offloading"
+block_size = 16
+gpu_blocks = 256
+max_num_batched_tokens = 2048
+enable_prefix_caching = {prefix_caching}
+[offload]
+host_chunks = 4096
+[replay]
+load = "closed-loop"
+concurrency = 1
+trace_block_size = 64
+"#
+    )
+}
+
+fn replay_text(trace: &str, model: &str, tag: &str, full_every: u64) -> Outcome {
+    let d = tempdir(tag);
+    let t = Trace::parse(&d.join("t.jsonl"), trace, 64, None).expect("trace parses");
+    let m = ReplayModel::parse("m", &d.join("m.toml"), model).expect("model parses");
+    let opts = Options { full_check_every: Some(full_every), out_dir: Some(d), ..Default::default() };
+    run_trace(&t, &m, &opts).expect("replay runs")
+}
+
+/// docs/replay.md, "Sessions by hand": with prefix caching off, turn i restores the complete
+/// chunks of turn i-1's prompt from the host tier and computes the rest.
+#[test]
+fn sessions_restore_the_previous_prompt_from_the_host_tier() {
+    let o = replay_text(&session_trace(3, 3), &session_model(false), "sess-host", 1);
+    assert!(o.finding.is_none(), "{:?}", o.finding);
+    let mut want_prompt = 200u64;
+    let mut prev = 0u64;
+    for r in &o.requests {
+        let p = u64::from(r.prompt_tokens);
+        if r.turn == 0 {
+            want_prompt = 200;
+            prev = 0;
+        }
+        assert_eq!(p, want_prompt, "line {}: prompt = previous prompt + 30 answer + 64 new", r.line);
+        let restored = 16 * (prev / 16);
+        assert_eq!(r.g1_hit_tokens, 0, "line {}", r.line);
+        assert_eq!(r.host_hit_tokens, restored, "line {}: restored = 16 * floor(P_prev / 16)", r.line);
+        assert_eq!(r.prefill_tokens, p - restored, "line {}: computed = P - restored", r.line);
+        prev = p;
+        want_prompt = p + 30 + 64;
+    }
+    let per_session: Vec<(u64, u64)> = o.requests.iter().map(|r| (r.host_hit_tokens, r.prefill_tokens)).collect();
+    assert_eq!(&per_session[..3], &[(0, 200), (192, 102), (288, 100)]);
+    let m = &o.metrics;
+    assert_eq!((m.prompt_tokens, m.host_hit_tokens, m.prefill_tokens, m.recomputed_tokens), (2646, 1440, 1206, 0));
+    assert_eq!((m.stored_chunks, m.loaded_chunks), (72, 90));
+}
+
+/// docs/replay.md: with prefix caching on and room in G1, turn i finds turn i-1's prompt and
+/// answer (all but the last token, whose KV is never computed) in G1, so the host tier,
+/// which holds prompt chunks only, adds nothing.
+#[test]
+fn sessions_hit_g1_when_it_keeps_them() {
+    let o = replay_text(&session_trace(3, 3), &session_model(true), "sess-g1", 1);
+    assert!(o.finding.is_none(), "{:?}", o.finding);
+    let got: Vec<(u64, u64, u64)> =
+        o.requests.iter().map(|r| (r.g1_hit_tokens, r.host_hit_tokens, r.prefill_tokens)).collect();
+    for s in 0..3 {
+        assert_eq!(&got[3 * s..3 * s + 3], &[(0, 0, 200), (224, 0, 70), (320, 0, 68)]);
+    }
+    // Every position of every request is accounted for exactly once.
+    for r in &o.requests {
+        let reached = r.g1_hit_tokens + r.host_hit_tokens + r.prefill_tokens + r.decode_tokens;
+        assert_eq!(reached, u64::from(r.prompt_tokens + r.output_tokens) - 1, "line {}", r.line);
+    }
+}
+
+#[test]
+fn delta_prompts_are_previous_prompt_answer_and_input() {
+    let t = Trace::parse(Path::new("t.jsonl"), &session_trace(1, 3), 64, None).unwrap();
+    assert_eq!(t.format, Format::MooncakeDelta);
+    let p0 = t.prompt(0);
+    let p1 = t.prompt(1);
+    let answer: Vec<u32> = t.output(0).collect();
+    assert_eq!(p0.len(), 200);
+    assert_eq!(&p1[..200], &p0[..]);
+    assert_eq!(&p1[200..230], &answer[..]);
+    assert_eq!(p1.len(), 294);
+    assert_eq!(t.rows[2].prompt_len, 388);
+    // As whole-prompt rows, the same file means something else.
+    let full = Trace::parse(Path::new("t.jsonl"), &session_trace(1, 3), 64, Some(Format::Mooncake)).unwrap();
+    assert_eq!(full.rows[1].prompt_len, 64);
+}
+
+#[test]
+fn several_engines_share_the_traffic() {
+    let model =
+        session_model(false).replace("concurrency = 1", "concurrency = 2") + "engines = 2\nrouter = \"least-loaded\"\n";
+    let o = replay_text(&session_trace(3, 3), &model, "two-engines", 1);
+    assert!(o.finding.is_none(), "{:?}", o.finding);
+    assert_eq!(o.per_engine.len(), 2);
+    assert!(o.per_engine.iter().all(|m| m.finished > 0), "both engines serve");
+    let sum: u64 = o.per_engine.iter().map(|m| m.host_hit_tokens).sum();
+    assert_eq!(sum, o.metrics.host_hit_tokens);
+    // Sessions stick to one engine, so the host tier of that engine has their prefix.
+    assert_eq!(o.metrics.host_hit_tokens, 1440);
+    for s in o.requests.chunks(3) {
+        assert!(s.iter().all(|r| r.engine == s[0].engine));
+    }
+}
+
+/// The first rows of the real conversation trace at production size, with the incremental
+/// checks compared with the full-state predicates after every action.
+#[test]
+fn incremental_checks_agree_with_the_full_predicates_on_the_real_trace() {
+    let path = PathBuf::from("/work/shared/traces/conversation_trace.jsonl");
+    let Ok(text) = std::fs::read_to_string(&path) else { return };
+    let head: String = text.lines().take(12).map(|l| format!("{l}\n")).collect();
+    let model = std::fs::read_to_string(root().join("models/replay-mooncake.toml")).unwrap();
+    let o = {
+        let d = tempdir("real-head");
+        let t = Trace::parse(&path, &head, 512, None).unwrap();
+        let m = ReplayModel::parse("replay-mooncake", &root().join("models/replay-mooncake.toml"), &model).unwrap();
+        run_trace(&t, &m, &Options { full_check_every: Some(1), out_dir: Some(d), ..Default::default() }).unwrap()
+    };
+    assert!(o.finding.is_none());
+    assert_eq!(o.checks.full, o.metrics.actions + 1);
+    assert_eq!(o.metrics.finished, 12);
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// A bug variant caught by replay: the history is written as a model and a scenario that
+/// `kvmc replay` and `kvmc explore` re-run, with the same verdict.
+#[test]
+fn a_violation_is_written_as_a_scenario_the_checker_reruns() {
+    let d = tempdir("violation");
+    let trace = write(&d, "sessions.jsonl", &session_trace(2, 2));
+    let model = write(&d, "model.toml", &session_model(true));
+    let out = d.join("out");
+    let o = kvmc(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--variant",
+        "mut-no-touch-dequeue",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(10), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("VIOLATED: g1-accounting"), "{}", stdout(&o));
+    let scen = out.join("sessions.violation.scenario.toml");
+    let m = out.join("sessions.violation.model.toml");
+    assert!(scen.exists() && m.exists());
+    assert!(!stdout(&o).contains("note:"), "the scenario reproduces: {}", stdout(&o));
+    let again = kvmc(&["replay", scen.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(10), "{}{}", stdout(&again), stderr(&again));
+    assert!(stdout(&again).contains("VIOLATED: g1-accounting"), "{}", stdout(&again));
+    let ex = kvmc(&[
+        "explore",
+        m.to_str().unwrap(),
+        "--variant",
+        "mut-no-touch-dequeue",
+        "--path",
+        scen.to_str().unwrap(),
+        "--dry-run",
+    ]);
+    assert_eq!(ex.status.code(), Some(0), "{}{}", stdout(&ex), stderr(&ex));
+    assert!(stdout(&ex).contains("#/steps/0/"), "{}", stdout(&ex));
+    // The same variant with the full-state predicates after every action finds the same.
+    let full = kvmc(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--variant",
+        "mut-no-touch-dequeue",
+        "--full-check-every",
+        "1",
+        "--out",
+        d.join("out2").to_str().unwrap(),
+    ]);
+    assert_eq!(full.status.code(), Some(10), "{}", stderr(&full));
+}
+
+#[test]
+fn replay_reruns_a_checker_counterexample() {
+    let d = tempdir("cx-scenario");
+    let o = kvmc(&[
+        "check",
+        "models/preempt-store.toml",
+        "--variant",
+        "pre-29870",
+        "--property",
+        "source-freshness",
+        "--out",
+        d.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    let scen = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".scenario.toml"))
+        .expect("a scenario is written");
+    let r = kvmc(&["replay", scen.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(r.status.code(), Some(10), "{}{}", stdout(&r), stderr(&r));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&r)).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["violation"]["property"], "source-freshness");
+}
+
+#[test]
+fn json_report_has_the_metrics_and_the_rows() {
+    let d = tempdir("json");
+    let trace = write(&d, "s.jsonl", &session_trace(1, 2));
+    let model = write(&d, "m.toml", &session_model(false));
+    let o = kvmc(&[
+        "replay",
+        trace.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--format",
+        "json",
+        "--per-request",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["metrics"]["host_hit_tokens"], 192);
+    assert_eq!(v["metrics"]["prompt_tokens"], 494);
+    assert_eq!(v["requests"].as_array().unwrap().len(), 2);
+    assert!(v["checks"]["evaluations"].as_u64().unwrap() > 0);
+}
+
+/// Bad traces: exit 2, the message names the file and the line, nothing is printed or
+/// written.
+#[test]
+fn bad_traces_exit_2_naming_file_and_line() {
+    let d = tempdir("bad-traces");
+    let model = write(&d, "m.toml", &session_model(false));
+    let ok = r#"{"timestamp": 0, "input_length": 100, "output_length": 5, "hash_ids": [1, 2]}"#;
+    let cases: &[(&str, &str, &str)] = &[
+        ("malformed", "{\"timestamp\": 0, \"input_length\": 10", "not a JSON object"),
+        ("negative", r#"{"input_length": -5, "output_length": 5, "hash_ids": [1]}"#, "input_length must be positive"),
+        ("absurd", r#"{"input_length": 100000000, "output_length": 5, "hash_ids": [1]}"#, "absurd"),
+        (
+            "zero-output",
+            r#"{"input_length": 10, "output_length": 0, "hash_ids": [1]}"#,
+            "output_length must be positive",
+        ),
+        (
+            "hash-mismatch",
+            r#"{"input_length": 100, "output_length": 5, "hash_ids": [1, 2, 3]}"#,
+            "do not match input_length",
+        ),
+        (
+            "first-turn-delay",
+            r#"{"session_id": "a", "delay": 10, "input_length": 10, "output_length": 5, "hash_ids": [1]}"#,
+            "first turn",
+        ),
+        (
+            "delay-no-session",
+            r#"{"delay": 10, "input_length": 10, "output_length": 5, "hash_ids": [1]}"#,
+            "without a session_id",
+        ),
+        ("bad-hash", r#"{"input_length": 10, "output_length": 5, "hash_ids": [-1]}"#, "bad row"),
+        (
+            "too-long",
+            r#"{"input_length": 5000, "output_length": 5, "hash_ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65,66,67,68,69,70,71,72,73,74,75,76,77,78,79]}"#,
+            "max_model_len",
+        ),
+    ];
+    for (name, bad, want) in cases {
+        let out = d.join(format!("out-{name}"));
+        let text = format!("{ok}\n{ok}\n{bad}\n{ok}\n");
+        let trace = write(&d, &format!("{name}.jsonl"), &text);
+        let o = kvmc(&[
+            "replay",
+            trace.to_str().unwrap(),
+            "--model",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(&format!("{name}.jsonl:3:")), "{name}: names the file and line 3: {err}");
+        assert!(err.contains(want), "{name}: says {want:?}: {err}");
+        assert!(stdout(&o).is_empty(), "{name}: nothing printed: {}", stdout(&o));
+        assert!(!out.exists(), "{name}: nothing written");
+    }
+    let empty = write(&d, "empty.jsonl", "\n\n");
+    let o = kvmc(&["replay", empty.to_str().unwrap(), "--model", model.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("empty.jsonl:1:"), "{}", stderr(&o));
+    let o = kvmc(&["replay", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "a trace needs --model");
+}
+
+#[test]
+fn bad_replay_models_exit_2() {
+    let d = tempdir("bad-models");
+    let trace = write(&d, "s.jsonl", &session_trace(1, 1));
+    for (name, edit, key) in [
+        ("load", ("load = \"closed-loop\"", "load = \"open\""), "load ="),
+        ("conc", ("concurrency = 1", "concurrency = 0"), "concurrency ="),
+        ("unknown", ("trace_block_size = 64", "trace_block_size = 64\nwarp = 9"), "warp ="),
+    ] {
+        let text = session_model(false).replace(edit.0, edit.1);
+        let line = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+        let model = write(&d, &format!("{name}.toml"), &text);
+        let o = kvmc(&["replay", trace.to_str().unwrap(), "--model", model.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{name}: {}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("{name}.toml:{line}:")), "{name}: {}", stderr(&o));
+    }
+}
+
+mod representations {
+    //! The replay-only representations (hash maps, the rank queue, the indexed eviction-order
+    //! reference, memoised prefix lookups) behave exactly like the checker's.
+    use kvmc::system::events::Events;
+    use kvmc::system::ghost::Ghost;
+    use kvmc::system::gpu_pool::GpuPool;
+    use kvmc::system::host_tier::{HostTier, ReqAccess};
+    use kvmc::system::rank_queue::RankQueue;
+    use kvmc::system::rules::HostLru;
+    use kvmc::system::types::BlockHash;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[derive(Clone, Debug)]
+    enum QOp {
+        Insert((u64, i64), u8),
+        Remove(usize),
+        Fresh(u8),
+    }
+
+    fn qop() -> impl Strategy<Value = QOp> {
+        prop_oneof![
+            ((0u64..12, -6i64..2), 0u8..6).prop_map(|(r, k)| QOp::Insert(r, k)),
+            (0usize..64).prop_map(QOp::Remove),
+            (0u8..6).prop_map(QOp::Fresh),
+        ]
+    }
+
+    #[derive(Clone, Debug)]
+    enum HOp {
+        Store(u8, Vec<u8>),
+        Complete,
+        Load(u8, Vec<u8>),
+        Unload,
+        Finish(u8),
+        Touch(Vec<u8>),
+    }
+
+    fn hop() -> impl Strategy<Value = HOp> {
+        let keys = proptest::collection::vec(0u8..24, 1..5);
+        prop_oneof![
+            (0u8..4, keys.clone()).prop_map(|(r, k)| HOp::Store(r, k)),
+            Just(HOp::Complete),
+            (0u8..4, keys.clone()).prop_map(|(r, k)| HOp::Load(r, k)),
+            Just(HOp::Unload),
+            (0u8..4).prop_map(HOp::Finish),
+            keys.prop_map(HOp::Touch),
+        ]
+    }
+
+    fn key(i: u8) -> BlockHash {
+        BlockHash(0x1000 + u64::from(i) * 0x9e37_79b9)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn rank_queue_orders_like_a_btreeset(ops in proptest::collection::vec(qop(), 0..120)) {
+            let mut q: RankQueue<u8> = RankQueue::default();
+            let mut s: BTreeSet<((u64, i64), u8)> = BTreeSet::new();
+            let mut next = 20u64;
+            for op in ops {
+                match op {
+                    QOp::Insert(r, k) => prop_assert_eq!(q.insert(r, k), s.insert((r, k))),
+                    QOp::Fresh(k) => {
+                        next += 1 + u64::from(k % 3);
+                        prop_assert_eq!(q.insert((next, 0), k), s.insert(((next, 0), k)));
+                    }
+                    QOp::Remove(i) => {
+                        if let Some(&x) = s.iter().nth(i % (s.len().max(1))) {
+                            prop_assert!(q.remove(x.0, x.1));
+                            s.remove(&x);
+                        }
+                        prop_assert!(!q.remove((999, 0), 0));
+                    }
+                }
+                prop_assert_eq!(q.len(), s.len());
+                prop_assert_eq!(q.iter().collect::<Vec<_>>(), s.iter().copied().collect::<Vec<_>>());
+            }
+        }
+
+        /// A host tier with replay aids (hash map, rank queue, indexed reference order) does
+        /// what the checker's does, step by step, under every LRU policy.
+        #[test]
+        fn host_tier_with_replay_aids_is_the_same(
+            policy in prop_oneof![Just(HostLru::ReleaseOrder), Just(HostLru::InsertRank), Just(HostLru::RequestRank)],
+            cap in 2u32..8,
+            ops in proptest::collection::vec(hop(), 0..60),
+        ) {
+            let mut a = HostTier::with_policy(cap, policy, false);
+            let mut b = HostTier::with_policy(cap, policy, false);
+            b.enable_log();
+            let (mut ga, mut gb) = (Ghost::default(), Ghost::default());
+            let (mut ea, mut eb) = (Events::on(), Events::on());
+            let mut ra: Vec<ReqAccess> = vec![ReqAccess::default(); 4];
+            let mut rb = ra.clone();
+            let mut pending: Vec<BlockHash> = Vec::new();
+            let mut pinned: Vec<BlockHash> = Vec::new();
+            for op in ops {
+                match op {
+                    HOp::Store(r, mut ks) => {
+                        // One store names distinct keys (chained hashes of distinct chunks).
+                        let mut seen = BTreeSet::new();
+                        ks.retain(|k| seen.insert(*k));
+                        let keys: Vec<(BlockHash, u32)> =
+                            ks.iter().enumerate().map(|(i, k)| (key(*k), 16 * (i as u32 + 1))).collect();
+                        let x = a.prepare_store(&keys, &mut ra[r as usize], &mut ga, &mut ea).map(|o| (o.keys_to_store, o.slots, o.evicted));
+                        let y = b.prepare_store(&keys, &mut rb[r as usize], &mut gb, &mut eb).map(|o| (o.keys_to_store, o.slots, o.evicted));
+                        prop_assert_eq!(&x, &y);
+                        if let Some((k, _, _)) = x {
+                            pending.extend(k);
+                        }
+                    }
+                    HOp::Complete => {
+                        a.complete_store(&pending, &mut ga, &mut ea);
+                        b.complete_store(&pending, &mut gb, &mut eb);
+                        pending.clear();
+                    }
+                    HOp::Load(r, ks) => {
+                        let mut seen = BTreeSet::new();
+                        let keys: Vec<(BlockHash, u32)> = ks
+                            .iter()
+                            .filter(|k| seen.insert(**k))
+                            .map(|k| key(*k))
+                            .filter(|k| a.get(k).is_some_and(|e| e.ref_cnt >= 0))
+                            .enumerate()
+                            .map(|(i, k)| (k, 16 * (i as u32 + 1)))
+                            .collect();
+                        let x = a.prepare_load(&keys, &mut ra[r as usize], &mut ga);
+                        let y = b.prepare_load(&keys, &mut rb[r as usize], &mut gb);
+                        prop_assert_eq!(x, y);
+                        pinned.extend(keys.iter().map(|(k, _)| *k));
+                    }
+                    HOp::Unload => {
+                        a.complete_load(&pinned, &mut ga);
+                        b.complete_load(&pinned, &mut gb);
+                        pinned.clear();
+                    }
+                    HOp::Finish(r) => {
+                        a.on_request_finished(&mut ra[r as usize]);
+                        b.on_request_finished(&mut rb[r as usize]);
+                        ra[r as usize] = ReqAccess::default();
+                        rb[r as usize] = ReqAccess::default();
+                    }
+                    HOp::Touch(ks) => {
+                        let keys: Vec<BlockHash> = ks.iter().map(|k| key(*k)).collect();
+                        a.touch(&keys);
+                        b.touch(&keys);
+                    }
+                }
+                prop_assert_eq!(a.eviction_order(), b.eviction_order());
+                prop_assert_eq!(a.order.keys(), b.order.keys());
+                prop_assert_eq!(ga.violations, gb.violations);
+                prop_assert_eq!(&ea.list, &eb.list);
+                prop_assert!(a == b, "equal as states");
+            }
+        }
+
+        /// Memoised prefix lookups (replay) answer like fresh walks while blocks are cached,
+        /// evicted and re-cached.
+        #[test]
+        fn memoised_prefix_lookups_are_fresh(ops in proptest::collection::vec((0u8..4, 0u8..12, 1usize..8), 0..80)) {
+            let mut a = GpuPool::new(10);
+            let mut b = GpuPool::new(10);
+            b.enable_log();
+            let (mut g, mut ev) = (Ghost::default(), Events::off());
+            let chain: Vec<BlockHash> = (0..12u64).map(|i| BlockHash(0xabc0 + i)).collect();
+            let mut held: Vec<Vec<u32>> = Vec::new();
+            for (op, x, n) in ops {
+                match op {
+                    0 if a.num_free() as usize >= n => {
+                        let from = (x as usize) % chain.len();
+                        let to = (from + n).min(chain.len());
+                        let ba = a.get_new_blocks((to - from) as u32, &mut g, &mut ev);
+                        let bb = b.get_new_blocks((to - from) as u32, &mut g, &mut ev);
+                        prop_assert_eq!(&ba, &bb);
+                        let mut hashes = vec![BlockHash(0); from];
+                        hashes.extend_from_slice(&chain[from..to]);
+                        let mut table = vec![0; from];
+                        table.extend_from_slice(&ba);
+                        a.cache_full_blocks(&table, &hashes, from, to, &mut ev);
+                        b.cache_full_blocks(&table, &hashes, from, to, &mut ev);
+                        held.push(ba);
+                    }
+                    1 if !held.is_empty() => {
+                        let t = held.remove(x as usize % held.len());
+                        a.free_blocks(t.iter().rev().copied(), &mut g);
+                        b.free_blocks(t.iter().rev().copied(), &mut g);
+                    }
+                    _ => {}
+                }
+                let q = &chain[(x as usize % 3)..];
+                let max = (n as u32 + 8) * 16;
+                prop_assert_eq!(a.find_longest_cache_hit(q, max, 16), b.find_longest_cache_hit(q, max, 16));
+                prop_assert_eq!(a.find_longest_cache_hit(q, max, 16), b.find_longest_cache_hit(q, max, 16));
+            }
+        }
+    }
+}
+
+/// Every always-property of the catalogue is evaluated by replay (as a state predicate from
+/// change logs, or as a ghost flag): a new property must be taught to src/replay/invariants.rs.
+#[test]
+fn replay_evaluates_every_always_property() {
+    for p in kvmc::props::CATALOGUE.iter().filter(|p| p.kind == kvmc::props::Kind::Always) {
+        assert!(kvmc::replay::invariants::handles(p.name), "replay does not evaluate {}", p.name);
+    }
+}
