@@ -19,9 +19,74 @@ pub struct BenchArgs {
     pub threads: usize,
     #[arg(long, default_value = "models")]
     pub models: PathBuf,
+    /// Measure trace replay instead: this trace through `--model` (invariants checked after
+    /// every action, as `kvmc replay` does).
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+    /// The replay model (with --replay).
+    #[arg(long, requires = "replay")]
+    pub model: Option<PathBuf>,
+    /// Replay runs (the fastest is reported with the first's figures).
+    #[arg(long, default_value_t = 1, requires = "replay")]
+    pub runs: usize,
+}
+
+/// CPU seconds this process has used (user + system), from /proc/self/stat.
+fn cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+fn bench_replay(trace: &std::path::Path, model: &std::path::Path, runs: usize) -> Result<i32> {
+    use crate::replay::{self, config::ReplayModel, trace::Trace};
+    let m = ReplayModel::load(model)?;
+    println!(
+        "{:<28} {:>8} {:>10} {:>10} {:>12} {:>9} {:>9} {:>10} {:>9}",
+        "trace", "requests", "steps", "actions", "checks", "wall s", "cpu s", "steps/s", "peak MiB"
+    );
+    let mut best: Option<(f64, f64)> = None;
+    for _ in 0..runs.max(1) {
+        let c0 = cpu_seconds();
+        let t0 = std::time::Instant::now();
+        let t = Trace::load(trace, m.replay.trace_block_size, None)?;
+        let o = replay::run_trace(&t, &m, &replay::Options::default())?;
+        let wall = t0.elapsed().as_secs_f64();
+        let cpu = match (c0, cpu_seconds()) {
+            (Some(a), Some(b)) => b - a,
+            _ => f64::NAN,
+        };
+        let peak = o.peak_rss_bytes.map_or(0.0, |b| b as f64 / 1048576.0);
+        println!(
+            "{:<28} {:>8} {:>10} {:>10} {:>12} {:>9.2} {:>9.2} {:>10.0} {:>9.1}{}",
+            trace.file_name().map_or(String::new(), |f| f.to_string_lossy().into_owned()),
+            o.metrics.finished,
+            o.metrics.steps,
+            o.metrics.actions,
+            o.checks.evaluations,
+            wall,
+            cpu,
+            o.metrics.steps as f64 / wall.max(1e-9),
+            peak,
+            if o.finding.is_some() { "  (VIOLATION)" } else { "" }
+        );
+        best = Some(best.map_or((wall, cpu), |(w, c)| (w.min(wall), c.min(cpu))));
+    }
+    if let (Some((w, c)), true) = (best, runs > 1) {
+        println!("fastest of {runs}: {w:.2} s wall, {c:.2} s cpu");
+    }
+    Ok(0)
 }
 
 pub fn run(a: BenchArgs) -> Result<i32> {
+    if let Some(trace) = &a.replay {
+        let Some(model) = &a.model else {
+            return Err(KvmcError::Usage("--replay TRACE needs --model MODEL".into()));
+        };
+        return bench_replay(trace, model, a.runs);
+    }
     let mut paths = a.paths.clone();
     if paths.is_empty() {
         let rd = std::fs::read_dir(&a.models).map_err(|e| KvmcError::io(&a.models, e))?;

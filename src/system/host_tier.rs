@@ -30,7 +30,7 @@ use super::rank_queue::RankSet;
 use super::rules::HostLru;
 use super::side::{HostLog, KeyMap, KeyMapIter, Side};
 use super::types::{BlockHash, ContentTag};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// An offload key (`make_offload_key`): the block hash of the chunk's last block (one group).
 pub type Key = BlockHash;
@@ -288,7 +288,8 @@ impl HostTier {
             if need > self.num_evictable {
                 return None;
             }
-            let protected: BTreeSet<Key> = keys.iter().map(|(k, _)| *k).collect();
+            let protected: std::collections::HashSet<Key, std::hash::BuildHasherDefault<super::side::WordHasher>> =
+                keys.iter().map(|(k, _)| *k).collect();
             let eligible = |(_, k): &(Rank, Key)| !protected.contains(k);
             let victims: Vec<(Rank, Key)> = if self.evict_mru {
                 self.evictable.iter_rev().filter(eligible).take(need as usize).collect()
