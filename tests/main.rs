@@ -5,6 +5,7 @@ mod common;
 mod conform;
 mod models;
 mod mooncake;
+mod nixl;
 mod parsers;
 mod replay;
 mod roundtrip;

@@ -19,6 +19,8 @@ const PINNED: &[(&str, usize)] = &[
     ("mooncake-load-retry", 19),
     ("mooncake-pool", 2945),
     ("mooncake-preempt", 3024),
+    ("pd-chunked", 9),
+    ("pd-shared", 134),
     ("preempt-store", 40),
     ("restart-recompute", 3120),
     ("scpu-async-abort", 137),
@@ -149,6 +151,9 @@ const FOUND: &[Found] = &[
     ("mooncake-preempt", None, Some("mut-mc-no-save-pin"), "host-integrity", 7),
     ("mooncake-preempt", None, Some("mut-mc-no-save-pin"), "source-freshness", 7),
     ("mooncake-load-retry", None, None, "requests-finish", 5),
+    ("pd-chunked", None, None, "pd-send-fresh", 4),
+    ("pd-chunked", Some("vllm-main"), Some("pre-59102"), "pd-send-fresh", 4),
+    ("pd-shared", None, None, "pd-send-fresh", 4),
 ];
 
 #[test]

@@ -19,6 +19,7 @@ pub fn action_label(scope: &Scope, a: &Action) -> String {
         Action::Abort(r) => format!("abort {}", name(r)),
         Action::Error(r) => format!("error {}", name(r)),
         Action::StreamInput(r) => format!("next input for {}", name(r)),
+        Action::ConsumerRead(r) => format!("consumer reads {}", name(r)),
     }
 }
 
@@ -42,6 +43,10 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         Event::Arrived { .. } => return None,
         Event::Lookup { req, local, external, load_async } => match external {
             None => format!("{} lookup: G1 hit {local}, host busy (retry)", n(req)),
+            // NIXL's producer requests load nothing from the connector.
+            Some(_) if scope.cfg.connector_kind() == crate::system::config::ConnectorKind::Nixl => {
+                format!("{} lookup: G1 hit {local}", n(req))
+            }
             Some(x) => format!(
                 "{} lookup: G1 hit {local}, {} hit {x}{}",
                 n(req),
@@ -94,6 +99,10 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
                 n(req),
                 keys(k)
             )
+        }
+        Event::PdSaved { req, blocks } => format!("{}'s blocks {blocks:?} copied to the host buffer", n(req)),
+        Event::PdRead { req, blocks } => {
+            format!("the consumer reads {}'s blocks {blocks:?} from the host buffer", n(req))
         }
         Event::Flush { job } => format!("flush job {job}"),
         Event::TransferDone { job } => format!("job {job} copied"),
@@ -244,6 +253,25 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
     }
     if let Some(mc) = e.conn.mooncake() {
         render_mooncake(&mut s, scope, mc);
+    }
+    if let Some(nx) = e.conn.nixl() {
+        let slots: Vec<String> = (1..nx.host.len())
+            .filter(|&b| nx.host[b] != ContentTag::Empty)
+            .map(|b| format!("{b}: {}", content(scope, nx.host[b])))
+            .collect();
+        let _ = writeln!(s, "NIXL host buffer {{{}}}", slots.join(", "));
+        let names = |v: &[u16]| v.iter().map(|r| wl.requests[*r as usize].name.as_str()).collect::<Vec<_>>().join(" ");
+        let _ = writeln!(s, "    need save: [{}]", names(&nx.need_save));
+        for x in &nx.sending {
+            let _ = writeln!(
+                s,
+                "    send {} blocks {:?} ({} tokens){}",
+                wl.requests[x.req as usize].name,
+                x.blocks,
+                x.tokens,
+                if x.read { " read by the consumer" } else { "" }
+            );
+        }
     }
     if e.ghost.violations != 0 {
         let _ = writeln!(s, "violations flagged: {:#x}", e.ghost.violations);

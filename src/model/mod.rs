@@ -1,6 +1,6 @@
 //! The stateright `Model` over one engine (`system::Engine`), for a scope read from a model
 //! file. Environment actions: arrivals, engine steps, transfer completion or failure, client
-//! aborts and request errors. Engine decisions stay deterministic; only the environment
+//! aborts and request errors, and (NIXL P/D) the consumer's read of a finished request. Engine decisions stay deterministic; only the environment
 //! branches.
 
 pub mod display;
@@ -42,6 +42,9 @@ pub enum Action {
     Error(u16),
     /// The client sends streaming session `r` its next input (or ends the session).
     StreamInput(u16),
+    /// NIXL P/D: the consumer (decode instance) reads finished request `r`'s blocks from the
+    /// producer's host buffer.
+    ConsumerRead(u16),
 }
 
 /// A model state: the engine, plus the scope for rendering (not part of identity).
@@ -151,6 +154,7 @@ impl KvModel {
             Action::Abort(r) => e.abort(ctx, r, ev),
             Action::Error(r) => e.error(ctx, r, ev),
             Action::StreamInput(r) => e.stream_input(ctx, r, ev),
+            Action::ConsumerRead(r) => e.consumer_read(ctx, r, ev),
         }
         if canonical {
             e.canonicalize();
@@ -180,6 +184,9 @@ impl KvModel {
             return false;
         }
         if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some() {
+            return false;
+        }
+        if !s.consumer_readable().is_empty() {
             return false;
         }
         self.apply(s, Action::Step, &mut Events::off(), true).is_none()
@@ -244,6 +251,9 @@ impl Model for KvModel {
             if self.stream_input_enabled(e, r) {
                 out.push(Action::StreamInput(r));
             }
+        }
+        for r in e.consumer_readable() {
+            out.push(Action::ConsumerRead(r));
         }
         for (r, q) in e.reqs.iter().enumerate() {
             if f.abort && q.status.is_live() {

@@ -4,7 +4,7 @@
 //! description = "two requests sharing a prefix, one host chunk"
 //! [engine]
 //! profile = "vllm-0.33"
-//! connector = "offloading"          # or "none", "simple-cpu", "mooncake"
+//! connector = "offloading"          # or "none", "simple-cpu", "mooncake", "nixl"
 //! block_size = 2
 //! gpu_blocks = 4                    # num_gpu_blocks, including the null block 0
 //! max_num_batched_tokens = 4
@@ -309,6 +309,14 @@ impl Scope {
                     format!("request {nm}: prompt + output exceed max_model_len {max_model_len}"),
                 ));
             }
+            if cfg.connector == ConnectorConfig::Nixl && (output.len() != 1 || !r.turns.is_empty()) {
+                return Err(bad(
+                    r.output.span(),
+                    format!(
+                        "request {nm}: with connector = \"nixl\" every request is a P/D prefill request (max_tokens = 1): one output token, no further inputs"
+                    ),
+                ));
+            }
             let end = end_kind(&r.end).map_err(|(sp, m)| bad(sp, m))?;
             let first = RequestSpec::new(nm, prompt, output, end, b);
             let mut turns: Vec<RequestSpec> = Vec::new();
@@ -502,6 +510,17 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             }
             ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: n })
         }
+        "nixl" => {
+            // The producer side in host-buffer mode, synchronous scheduling only.
+            if e.async_scheduling {
+                return Err(bad(
+                    e.connector.span(),
+                    "connector = \"nixl\" is modelled with synchronous scheduling only (async_scheduling = false)"
+                        .into(),
+                ));
+            }
+            ConnectorConfig::Nixl
+        }
         "mooncake" => ConnectorConfig::Mooncake(super::scope_mooncake::config(
             raw.mooncake.as_ref(),
             e.async_scheduling,
@@ -530,10 +549,8 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             })
         }
         other => {
-            return Err(bad(
-                e.connector.span(),
-                format!("connector must be \"none\", \"offloading\", \"simple-cpu\" or \"mooncake\", got \"{other}\""),
-            ))
+            let known = "\"none\", \"offloading\", \"simple-cpu\", \"mooncake\" or \"nixl\"";
+            return Err(bad(e.connector.span(), format!("connector must be {known}, got \"{other}\"")));
         }
     };
     let cfg = EngineConfig {

@@ -145,6 +145,13 @@ pub const CATALOGUE: &[PropDef] = &[
         check: |_, s| !s.engine.ghost.has(Breach::ConnectorAssert),
     },
     PropDef {
+        name: "pd-send-fresh",
+        kind: Kind::Always,
+        offload_only: true,
+        rows_only: false,
+        check: |_, s| !s.engine.ghost.has(Breach::PdStaleSend),
+    },
+    PropDef {
         name: "requests-finish",
         kind: Kind::Always,
         offload_only: false,
@@ -169,6 +176,8 @@ pub const CATALOGUE: &[PropDef] = &[
     mark!("reach-stream-park", Mark::SessionParked, false),
     mark!("reach-stream-resume", Mark::SessionResumed, false),
     mark!("reach-readmit-full-table", Mark::ReadmitFullTable, true),
+    mark!("reach-pd-send", Mark::PdSend, true),
+    mark!("reach-pd-partial-save", Mark::PdPartialSave, true),
     PropDef {
         name: "reach-stale-pin",
         kind: Kind::Sometimes,
@@ -247,6 +256,14 @@ pub const CONNECTOR_SCOPED: &[(&str, &[ConnectorKind])] = &[
     ("final-store-kept", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
     // Only the Mooncake store asserts on the scheduler's external token count.
     ("connector-assert", &[ConnectorKind::Mooncake]),
+    // NIXL's producer side: a host buffer indexed by block id, no keyed host tier, no loads.
+    ("pd-send-fresh", &[ConnectorKind::Nixl]),
+    ("reach-pd-send", &[ConnectorKind::Nixl]),
+    ("reach-pd-partial-save", &[ConnectorKind::Nixl]),
+    ("host-integrity", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
+    ("source-freshness", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
+    ("load-safety", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
+    ("reach-host-hit", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
 ];
 
 /// Does `p` apply to a model with this engine configuration?

@@ -151,6 +151,14 @@ impl ReplayModel {
     /// `[[request]]` entries, if any, are ignored).
     pub fn parse(name: &str, path: &Path, text: &str) -> Result<ReplayModel> {
         let (raw, profile, cfg) = parse_engine(path, text)?;
+        if cfg.connector_kind() == crate::system::ConnectorKind::Nixl {
+            // Nothing in a trace plays the decode instance that reads the held blocks.
+            return Err(KvmcError::input(
+                path,
+                1,
+                "trace replay does not model the NIXL consumer (connector = \"nixl\" is for kvmc check)",
+            ));
+        }
         let (description, rr) = raw_parts(raw);
         let mut r = ReplayCfg::default();
         let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);

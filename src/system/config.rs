@@ -63,6 +63,9 @@ pub enum ConnectorConfig {
     Offloading(OffloadConfig),
     SimpleCpu(SimpleCpuConfig),
     Mooncake(MooncakeConfig),
+    /// NixlConnector, producer (prefill) side, host-buffer mode (`kv_buffer_device = "cpu"`):
+    /// every request is a P/D prefill request (`do_remote_decode`).
+    Nixl,
 }
 
 /// Which connector, without its settings (what a property or an action applies to).
@@ -72,6 +75,7 @@ pub enum ConnectorKind {
     Offloading,
     SimpleCpu,
     Mooncake,
+    Nixl,
 }
 
 /// Router replay (`AuxOutputConfig` with routed experts enabled).
@@ -137,6 +141,7 @@ impl EngineConfig {
             ConnectorConfig::Offloading(_) => ConnectorKind::Offloading,
             ConnectorConfig::SimpleCpu(_) => ConnectorKind::SimpleCpu,
             ConnectorConfig::Mooncake(_) => ConnectorKind::Mooncake,
+            ConnectorConfig::Nixl => ConnectorKind::Nixl,
         }
     }
     /// The engine runs an offload connector (any kind).

@@ -222,6 +222,19 @@ impl Engine {
         scheduler_output::finish_requests(self, ctx, &[r], FinishReason::Error, ev);
     }
 
+    /// NIXL P/D: the consumer reads finished request `r`'s blocks from the producer's host
+    /// buffer and notifies it (the producer frees them at its next step).
+    pub fn consumer_read(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
+        let spec = ctx.wl.spec(r, self.reqs[r as usize].turn);
+        let nx = self.conn.nixl_mut().expect("consumer reads need connector = \"nixl\"");
+        nx.consumer_read(r, spec, ctx.wl, ctx.cfg.block_size, &mut self.ghost, ev);
+    }
+
+    /// Requests whose blocks the consumer may read now (NIXL P/D).
+    pub fn consumer_readable(&self) -> Vec<ReqId> {
+        self.conn.nixl().map_or(Vec::new(), |nx| nx.readable().collect())
+    }
+
     /// The job a handler completes next: the oldest submitted job of that direction.
     pub fn next_transfer(&self, d: Direction) -> Option<JobId> {
         self.conn.next_transfer(d)
@@ -234,7 +247,7 @@ impl Engine {
             Connector::Offloading(oc) => conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev),
             Connector::SimpleCpu(sc) => sc_worker::complete(sc, &mut self.pool, d, job, ev),
             Connector::Mooncake(mc) => mc_worker::complete(mc, &mut self.pool, ctx, d, job, None, &mut self.ghost, ev),
-            Connector::None => panic!("transfers need a connector"),
+            Connector::None | Connector::Nixl(_) => panic!("transfers need a connector with transfer jobs"),
         }
     }
 

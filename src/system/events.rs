@@ -76,6 +76,16 @@ pub enum Event {
     HostEvicted {
         key: BlockHash,
     },
+    /// NIXL host-buffer mode: `save_kv_to_host` copied these blocks of the request.
+    PdSaved {
+        req: ReqId,
+        blocks: Vec<BlockId>,
+    },
+    /// NIXL P/D: the consumer read the request's blocks from the host buffer.
+    PdRead {
+        req: ReqId,
+        blocks: Vec<BlockId>,
+    },
     /// `complete_store`: these write-pending keys became ready (vLLM's CPU BlockStored).
     HostStored {
         keys: Vec<BlockHash>,

@@ -46,6 +46,9 @@ pub enum Breach {
     /// than its LoadSpec's `kvpool_cached_tokens - vllm_cached_tokens`: the scheduler's
     /// AssertionError kills the engine (connector-assert).
     ConnectorAssert = 1 << 13,
+    /// NIXL P/D: the consumer read a block from the producer's host buffer whose copy is not
+    /// the KV of the request's tokens (copied before its last write) (pd-send-fresh).
+    PdStaleSend = 1 << 14,
 }
 
 /// What a transition did, for reachability guards.
@@ -88,6 +91,11 @@ pub enum Mark {
     RowsFromStore = 1 << 22,
     /// Router replay: a local hit was cut or an external hit refused because of rows.
     RowsCut = 1 << 23,
+    /// NIXL P/D: the consumer read a finished request's blocks from the host buffer.
+    PdSend = 1 << 24,
+    /// NIXL P/D: a block was copied to the host buffer while its request had written only
+    /// part of the prompt positions it holds.
+    PdPartialSave = 1 << 25,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]

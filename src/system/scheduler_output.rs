@@ -101,6 +101,11 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
     }
     // _update_from_kv_xfer_finished: connector first, then finished loads.
     e.conn.update_connector_output(&w, &e.reqs, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
+    for &r in &w.finished_sending {
+        if e.reqs[r as usize].status.is_finished() {
+            free_blocks(e, ctx, r, ev);
+        }
+    }
     for r in w.finished_recving {
         if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
             if !e.finished_recving.contains(&r) {
@@ -323,17 +328,18 @@ pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishRe
 }
 
 /// `_free_request`: tell the connector, report the id next step, free the blocks unless the
-/// free is delayed.
+/// free is delayed (an async load still filling them, or the connector's `delay_free_blocks`).
 fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events) {
     e.ghost.idle_steps = 0;
     let spec = ctx.wl.spec(r, e.reqs[r as usize].turn);
     if let Some(a) = e.aux.as_mut() {
         a.sched.request_finished(r, spec, &e.reqs[r as usize], &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size);
     }
-    e.conn.request_finished(r, &e.reqs[r as usize], spec, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
+    let delay_free =
+        e.conn.request_finished(r, &e.reqs[r as usize], spec, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
     e.reqs[r as usize].inflight_prefill = false;
     e.finished_since.push(r);
-    if !delay {
+    if !delay && !delay_free {
         free_blocks(e, ctx, r, ev);
     }
 }

@@ -26,6 +26,8 @@ pub struct WorkerOut {
     pub completed: Vec<JobId>,
     pub finished_recving: Vec<ReqId>,
     pub invalid_blocks: BTreeSet<BlockId>,
+    /// `finished_sending`: requests whose delayed blocks the consumer is done with (NIXL).
+    pub finished_sending: Vec<ReqId>,
     /// Router replay: the rows each request emitted (`aux_output_connector_output`).
     pub rows: Vec<RowsOutput>,
 }
@@ -59,6 +61,11 @@ pub fn execute(
     let mut w = match &mut e.conn {
         Connector::SimpleCpu(sc) => sc_conn::after_forward(sc, &mut e.pool, ctx, input, &mut e.ghost, ev),
         Connector::Mooncake(mc) => mc_conn::after_forward(mc, &mut e.pool, ctx, out, input, &mut e.ghost, ev),
+        Connector::Nixl(nx) => {
+            // wait_for_save (host-buffer copies), then get_finished.
+            nx.save_kv_to_host(&e.pool, &e.reqs, ctx.wl, ctx.cfg.block_size, scratch, &mut e.ghost, ev);
+            WorkerOut { finished_sending: nx.get_finished(), ..WorkerOut::default() }
+        }
         _ => WorkerOut::default(),
     };
     if let Some(a) = e.aux.as_mut() {

@@ -4,10 +4,11 @@
 //! `on_new_request`, `get_num_new_matched_tokens`, `update_state_after_alloc`,
 //! `build_connector_meta`, `request_finished`, `update_connector_output`. [`Connector`]
 //! dispatches each hook to the connector the engine runs (OffloadingConnector,
-//! SimpleCPUOffloadConnector or MooncakeStoreConnector).
+//! SimpleCPUOffloadConnector, MooncakeStoreConnector or NixlConnector's producer side).
 
 pub mod mooncake;
 pub mod mooncake_worker;
+pub mod nixl;
 pub mod offloading;
 mod offloading_store;
 pub mod simple_cpu;
@@ -28,6 +29,7 @@ use super::workload::{RequestSpec, Workload};
 use std::collections::BTreeSet;
 
 pub use mooncake::McState;
+pub use nixl::NxState;
 pub use offloading::{Job, JobKind, OcReq, OcState, Phase};
 pub use simple_cpu::ScState;
 
@@ -38,6 +40,7 @@ pub enum Connector {
     Offloading(Box<OcState>),
     SimpleCpu(Box<ScState>),
     Mooncake(Box<McState>),
+    Nixl(Box<NxState>),
 }
 
 impl Connector {
@@ -49,6 +52,19 @@ impl Connector {
             }
             ConnectorConfig::SimpleCpu(s) => Connector::SimpleCpu(Box::new(ScState::new(num_reqs, s.cpu_blocks))),
             ConnectorConfig::Mooncake(m) => Connector::Mooncake(Box::new(McState::new(num_reqs, m, cfg.block_size))),
+            ConnectorConfig::Nixl => Connector::Nixl(Box::new(NxState::new(cfg.num_gpu_blocks))),
+        }
+    }
+    pub fn nixl(&self) -> Option<&NxState> {
+        match self {
+            Connector::Nixl(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn nixl_mut(&mut self) -> Option<&mut NxState> {
+        match self {
+            Connector::Nixl(s) => Some(s),
+            _ => None,
         }
     }
     pub fn mooncake(&self) -> Option<&McState> {
@@ -90,7 +106,8 @@ impl Connector {
     /// `has_pending_push_work`.
     pub fn has_pending_work(&self) -> bool {
         match self {
-            Connector::None => false,
+            // NIXL's has_pending_push_work is False (its held blocks keep the engine stepping).
+            Connector::None | Connector::Nixl(_) => false,
             Connector::Offloading(s) => s.has_pending_work(),
             Connector::SimpleCpu(s) => s.has_pending_work(),
             Connector::Mooncake(s) => s.has_pending_work(),
@@ -118,7 +135,8 @@ impl Connector {
         ghost: &mut Ghost,
     ) -> (Option<u32>, bool) {
         match self {
-            Connector::None => (Some(0), false),
+            // NIXL's producer requests (do_remote_decode) load nothing.
+            Connector::None | Connector::Nixl(_) => (Some(0), false),
             // `max_new`: prime-rl's load limit. It wraps `_max_loadable_tokens` of the
             // OffloadingConnector and `get_num_new_matched_tokens` of the Mooncake store;
             // SimpleCPU is not wrapped.
@@ -151,6 +169,7 @@ impl Connector {
             }
             Connector::SimpleCpu(sc) => sc.update_state_after_alloc(r, req, pool, num_external, c, ghost, ev),
             Connector::Mooncake(mc) => mc.update_state_after_alloc(r, req, &spec.name, num_external, ghost, ev),
+            Connector::Nixl(nx) => nx.update_state_after_alloc(r),
         }
     }
 
@@ -172,10 +191,13 @@ impl Connector {
             Connector::Offloading(oc) => oc.build_connector_meta(out, reqs, wl, pool, c, scratch, ghost, ev),
             Connector::SimpleCpu(sc) => sc.build_connector_meta(out, reqs, wl, pool, c, ghost, ev),
             Connector::Mooncake(mc) => mc.build_connector_meta(out, reqs, wl, pool, c, ev),
+            Connector::Nixl(nx) => nx.build_connector_meta(out, reqs, wl, c, scratch),
         }
     }
 
     /// `request_finished` / `request_finished_all_groups`, before the blocks are freed.
+    /// Returns `delay_free_blocks`: the blocks stay held until the worker reports the request
+    /// in `finished_sending`.
     #[allow(clippy::too_many_arguments)]
     pub fn request_finished(
         &mut self,
@@ -186,14 +208,16 @@ impl Connector {
         c: &ConnCtx,
         ghost: &mut Ghost,
         ev: &mut Events,
-    ) {
+    ) -> bool {
         match self {
             // MooncakeStoreConnector returns (False, None) and keeps its state until the id
             // comes back in `finished_req_ids`.
             Connector::None | Connector::Mooncake(_) => {}
             Connector::Offloading(oc) => oc.request_finished(r, req, spec, c),
             Connector::SimpleCpu(sc) => sc.request_finished(r, req, spec, pool, c, ghost, ev),
+            Connector::Nixl(nx) => return nx.request_finished(r, req),
         }
+        false
     }
 
     /// `update_connector_output(kv_connector_output)`.
@@ -207,7 +231,7 @@ impl Connector {
         ev: &mut Events,
     ) {
         match self {
-            Connector::None => {}
+            Connector::None | Connector::Nixl(_) => {}
             Connector::Offloading(oc) => oc.update_connector_output(&w.completed, reqs, c, ghost, ev),
             Connector::SimpleCpu(sc) => {
                 sc.update_connector_output(&w.completed, &w.finished_recving, pool, c, ghost, ev)
@@ -219,7 +243,7 @@ impl Connector {
     /// The transfer a worker stream completes next (the oldest launched one of `d`).
     pub fn next_transfer(&self, d: Direction) -> Option<JobId> {
         match self {
-            Connector::None => None,
+            Connector::None | Connector::Nixl(_) => None,
             Connector::Offloading(oc) => oc
                 .jobs
                 .iter()
@@ -234,7 +258,7 @@ impl Connector {
     /// GPU blocks an unfinished load is still filling (no forward may touch them).
     pub fn loading_blocks(&self) -> BTreeSet<BlockId> {
         match self {
-            Connector::None => BTreeSet::new(),
+            Connector::None | Connector::Nixl(_) => BTreeSet::new(),
             Connector::Offloading(oc) => oc
                 .jobs
                 .iter()
@@ -258,7 +282,7 @@ impl Connector {
     /// Renumber ids densely (model checker only). `outside`: ids in in-flight worker reports.
     pub fn canonicalize<'a>(&mut self, outside: impl Iterator<Item = &'a mut JobId>) {
         match self {
-            Connector::None => {}
+            Connector::None | Connector::Nixl(_) => {}
             Connector::Offloading(oc) => oc.canonicalize(outside),
             Connector::SimpleCpu(sc) => sc.canonicalize(outside),
             Connector::Mooncake(mc) => mc.canonicalize(outside),
@@ -333,6 +357,8 @@ pub struct StepScratch {
     pub flush: BTreeSet<JobId>,
     /// Router replay: this step's `AuxOutputConnectorMetadata`.
     pub aux: Option<crate::system::expert_rows::AuxMeta>,
+    /// NIXL host-buffer mode: this step's `reqs_to_save` (request, block ids to copy).
+    pub nixl_save: Vec<(ReqId, Vec<BlockId>)>,
 }
 
 /// A small growable bit set with a canonical representation (no trailing zero words).

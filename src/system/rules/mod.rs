@@ -160,6 +160,11 @@ pub struct Rules {
     /// MooncakeStoreConnector: a save job references (touches) the request's blocks until
     /// the worker reports it (`_reference_save_blocks`).
     pub mc_save_pins: bool,
+    /// NixlConnector, host-buffer mode: a step's save set also holds the block that straddles
+    /// the request's chunked-prefill boundary (partly written by the previous step, completed
+    /// by this one), also when the step allocates no new block (#59102). Before the fix only
+    /// the step's newly allocated block ids are copied to the host buffer.
+    pub nixl_resave_partial: bool,
     /// Variant: the row store evicts referenced rows too.
     pub aux_store_evicts_live: bool,
     /// Mutation: the worker also emits the row of the last sampled token.
@@ -223,6 +228,7 @@ fn vllm_033() -> Rules {
         scpu_register_at_prep: false,
         scpu_release_head_first: true,
         mc_save_pins: true,
+        nixl_resave_partial: false,
         aux_emit: EmitStart::V033,
         aux_retain: true,
         aux_clamp: None,
@@ -237,7 +243,7 @@ fn vllm_033() -> Rules {
 }
 
 fn vllm_main() -> Rules {
-    Rules { error_watermark_computed: true, scpu_refresh_on_gpu_hit: true, ..vllm_033() }
+    Rules { error_watermark_computed: true, scpu_refresh_on_gpu_hit: true, nixl_resave_partial: true, ..vllm_033() }
 }
 
 /// 0.32.0: no cursor reset at restart (#63010), `yield_req_data` without the full-table
@@ -292,12 +298,12 @@ pub const PROFILES: &[Profile] = &[
     },
     Profile {
         name: "vllm-0.33",
-        summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 still present",
+                summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 and #59102 (NIXL host buffer) still present",
         rules: vllm_033,
     },
     Profile {
         name: "vllm-main",
-        summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit)",
+                summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit), #59102 (NIXL host buffer re-saves the block straddling a chunk boundary)",
         rules: vllm_main,
     },
     Profile {

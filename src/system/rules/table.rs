@@ -145,6 +145,12 @@ pub const RULE_ROWS: &[RuleRow] = &[
         value: |r| r.mc_save_pins.to_string(),
     },
     RuleRow {
+        name: "nixl_resave_partial",
+        what: "NIXL host buffer re-saves the block straddling a chunk boundary",
+        upstream: "#59102",
+        value: |r| r.nixl_resave_partial.to_string(),
+    },
+    RuleRow {
         name: "aux_emit",
         what: "router replay: emit start",
         upstream: "AuxOutputSchedulerConnector",

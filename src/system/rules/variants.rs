@@ -60,7 +60,19 @@ pub const VARIANTS: &[Variant] = &[
         name: "fix-63937",
         summary: "an error finish stores only computed tokens (what vllm-main does)",
         upstream: "vllm #63937",
-        apply: |r| r.error_watermark_computed = true,
+                apply: |r| r.error_watermark_computed = true,
+    },
+    Variant {
+        name: "fix-59102",
+        summary: "NIXL host-buffer mode re-saves the block straddling a chunked-prefill boundary (what vllm-main does)",
+        upstream: "vllm #59102",
+        apply: |r| r.nixl_resave_partial = true,
+    },
+    Variant {
+        name: "pre-59102",
+        summary: "NIXL host-buffer mode copies only each step's newly allocated blocks to the host buffer",
+        upstream: "vllm #59102",
+        apply: |r| r.nixl_resave_partial = false,
     },
     Variant {
         name: "fix-s10",

@@ -1,0 +1,95 @@
+//! NixlConnector, producer side in host-buffer mode (#59102): the save sets per step, the
+//! delayed free until the consumer's read, and the shortest counterexample on vLLM 0.33.
+
+use crate::common::*;
+use crate::rows::{req, scripted};
+use kvmc::check::{replay, Verdict};
+use kvmc::model::Action;
+use kvmc::system::Event;
+use stateright::Model;
+
+/// (request, blocks) of every host-buffer copy, in order.
+fn saves(ev: &[Event]) -> Vec<(u16, Vec<u32>)> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::PdSaved { req, blocks } => Some((*req, blocks.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn vllm_033_sends_the_block_straddling_the_chunk_boundary_stale() {
+    // pd-chunked: block size 2, budget 3, A = "ab|cd" (max_tokens 1). Step 1 computes [0,3)
+    // and copies blocks 1 and 2 (block 2 holds "c" only); step 2 computes [3,4) into block 2,
+    // allocates nothing and copies nothing; A finishes, keeps its blocks; the consumer reads.
+    let r = check("pd-chunked", None, None);
+    assert_eq!(r.verdict("pd-send-fresh"), Verdict::Violated);
+    let path = r.outcome("pd-send-fresh").unwrap().path.clone().unwrap();
+    let m = model("pd-chunked", None, None);
+    let labels: Vec<String> = path.iter().map(|a| m.format_action(a)).collect();
+    assert_eq!(labels, ["arrive A", "step", "step", "consumer reads A"]);
+    let states = replay(&m, &path).expect("counterexample replays");
+    let last = &states[states.len() - 2].engine;
+    let story = m.format_step(&states[states.len() - 2], path[path.len() - 1]).unwrap();
+    assert!(story.contains("VIOLATION pd-send-fresh"), "{story}");
+    assert!(story.contains("block 2 (its block 1, 2 positions) holds A.1[:1]"), "{story}");
+    // Before the read A is finished and still holds both blocks (delay_free_blocks).
+    assert!(last.reqs[0].status.is_finished());
+    assert_eq!(last.reqs[0].table, vec![1, 2]);
+    assert_eq!(r.reached("reach-pd-partial-save"), Some(true));
+}
+
+#[test]
+fn the_fix_resaves_the_straddling_block_and_the_read_frees_the_blocks() {
+    for (profile, variant, resaved) in
+        [(None, None, false), (None, Some("fix-59102"), true), (Some("vllm-main"), None, true)]
+    {
+        let m = model("pd-chunked", profile, variant);
+        let (ev, e) = scripted(&m);
+        let mut want = vec![(0, vec![1, 2])];
+        if resaved {
+            want.push((0, vec![2]));
+        }
+        assert_eq!(saves(&ev), want, "{profile:?} {variant:?}");
+        // scripted() never reads: A is finished and holds its blocks for the consumer.
+        assert!(e.reqs[0].status.is_finished());
+        assert_eq!(e.reqs[0].table, vec![1, 2]);
+        assert_eq!(e.consumer_readable(), vec![0]);
+        assert!(!m.is_stuck(&e), "the consumer's read is still to come");
+        // The read, then a step: finished_sending frees the blocks.
+        let mut read_ev = kvmc::system::Events::on();
+        let e = m.apply(&e, Action::ConsumerRead(0), &mut read_ev, false).unwrap();
+        let stale = read_ev.list.iter().any(|x| matches!(x, Event::Violation { property: "pd-send-fresh", .. }));
+        assert_eq!(stale, !resaved, "{profile:?} {variant:?}");
+        let e = m.apply(&e, Action::Step, &mut kvmc::system::Events::off(), false).unwrap();
+        assert!(e.reqs[0].table.is_empty());
+        assert!(!e.has_work());
+    }
+}
+
+#[test]
+fn a_shared_prefix_hit_is_copied_again_with_the_new_request_s_full_table() {
+    // pd-shared: B arrives after A was read and freed; it hits A's first block (freed but
+    // cached) and its whole table is saved, the hit block included.
+    let m = model("pd-shared", Some("vllm-main"), None);
+    let (a, b) = (req(&m, "A"), req(&m, "B"));
+    let mut e = m.init().engine;
+    let mut ev = kvmc::system::Events::on();
+    for act in [Action::Arrive(a), Action::Step, Action::Step, Action::ConsumerRead(a), Action::Step, Action::Arrive(b)]
+    {
+        e = m.apply(&e, act, &mut ev, false).unwrap_or_else(|| panic!("{act:?} changes the state"));
+    }
+    let mut ev = kvmc::system::Events::on();
+    e = m.apply(&e, Action::Step, &mut ev, false).unwrap();
+    assert_eq!(crate::rows::lookup(&ev.list, b), (2, Some(0)), "B hits A's first block in G1");
+    assert_eq!(saves(&ev.list), vec![(b, e.reqs[b as usize].table.clone())]);
+    assert_eq!(e.reqs[b as usize].table[0], 1, "A's first block");
+    let r = check("pd-shared", Some("vllm-main"), None);
+    for p in ["g1-accounting", "g1-cache-sound", "kv-read-integrity", "pd-send-fresh", "requests-finish"] {
+        assert_eq!(r.verdict(p), Verdict::Holds, "{p}");
+    }
+    for g in ["reach-g1-hit", "reach-g1-eviction", "reach-pd-send", "reach-pd-partial-save", "reach-all-finished"] {
+        assert_eq!(r.reached(g), Some(true), "{g}");
+    }
+}
