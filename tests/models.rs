@@ -20,7 +20,7 @@ const PINNED: &[(&str, usize)] = &[
     ("mooncake-pool", 2945),
     ("mooncake-preempt", 3024),
     ("pd-chunked", 9),
-    ("pd-shared", 134),
+    ("pd-shared", 1904),
     ("preempt-store", 40),
     ("restart-recompute", 3120),
     ("scpu-async-abort", 137),

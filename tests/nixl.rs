@@ -68,28 +68,51 @@ fn the_fix_resaves_the_straddling_block_and_the_read_frees_the_blocks() {
     }
 }
 
-#[test]
-fn a_shared_prefix_hit_is_copied_again_with_the_new_request_s_full_table() {
-    // pd-shared: B arrives after A was read and freed; it hits A's first block (freed but
-    // cached) and its whole table is saved, the hit block included.
-    let m = model("pd-shared", Some("vllm-main"), None);
-    let (a, b) = (req(&m, "A"), req(&m, "B"));
+/// Apply `acts` in order (each must change the state); the events of the last one.
+fn run(m: &kvmc::model::KvModel, acts: &[Action]) -> (kvmc::system::Engine, Vec<Event>) {
     let mut e = m.init().engine;
     let mut ev = kvmc::system::Events::on();
-    for act in [Action::Arrive(a), Action::Step, Action::Step, Action::ConsumerRead(a), Action::Step, Action::Arrive(b)]
-    {
+    for &act in acts {
+        ev = kvmc::system::Events::on();
         e = m.apply(&e, act, &mut ev, false).unwrap_or_else(|| panic!("{act:?} changes the state"));
     }
-    let mut ev = kvmc::system::Events::on();
-    e = m.apply(&e, Action::Step, &mut ev, false).unwrap();
-    assert_eq!(crate::rows::lookup(&ev.list, b), (2, Some(0)), "B hits A's first block in G1");
-    assert_eq!(saves(&ev.list), vec![(b, e.reqs[b as usize].table.clone())]);
-    assert_eq!(e.reqs[b as usize].table[0], 1, "A's first block");
+    (e, ev.list)
+}
+
+#[test]
+fn a_shared_prefix_hit_is_copied_again_with_the_new_request_s_full_table() {
+    // pd-shared: B hits A's first block, which A (finished) still holds for the consumer, or
+    // which A's finished_sending has freed (cached). Either way B's whole table is saved, the
+    // hit block included.
+    let m = model("pd-shared", Some("vllm-main"), None);
+    let (a, b) = (req(&m, "A"), req(&m, "B"));
+    let (arrive_a, step) = (Action::Arrive(a), Action::Step);
+    let held = [arrive_a, step, step, Action::Arrive(b), step];
+    let freed = [arrive_a, step, step, Action::ConsumerRead(a), step, Action::Arrive(b), step];
+    for (acts, holders) in [(&held[..], 2), (&freed[..], 1)] {
+        let (e, ev) = run(&m, acts);
+        assert_eq!(crate::rows::lookup(&ev, b), (2, Some(0)), "B hits A's first block in G1");
+        assert_eq!(saves(&ev), vec![(b, e.reqs[b as usize].table.clone())]);
+        assert_eq!(e.reqs[b as usize].table[0], 1, "A's first block");
+        assert_eq!(e.pool.ref_cnt[1], holders, "A's held table and B, or B alone");
+    }
+    // A's read after B's hit: A's blocks go back, B keeps the shared one.
+    let (e, _) = run(&m, &[arrive_a, step, step, Action::Arrive(b), step, Action::ConsumerRead(a), step]);
+    assert!(e.reqs[a as usize].table.is_empty());
+    assert_eq!(e.pool.ref_cnt[1], 1);
     let r = check("pd-shared", Some("vllm-main"), None);
     for p in ["g1-accounting", "g1-cache-sound", "kv-read-integrity", "pd-send-fresh", "requests-finish"] {
         assert_eq!(r.verdict(p), Verdict::Holds, "{p}");
     }
-    for g in ["reach-g1-hit", "reach-g1-eviction", "reach-pd-send", "reach-pd-partial-save", "reach-all-finished"] {
+    for g in [
+        "reach-g1-hit",
+        "reach-g1-eviction",
+        "reach-preemption",
+        "reach-abort",
+        "reach-pd-send",
+        "reach-pd-partial-save",
+        "reach-all-finished",
+    ] {
         assert_eq!(r.reached(g), Some(true), "{g}");
     }
 }
