@@ -175,6 +175,23 @@ fn simple_cpu_scopes_parse_or_say_what_is_not_modelled() {
     assert!(err(format!("{no_cache}[simple_cpu]\ncpu_blocks = 3\n{req}")).contains("prefix caching"));
 }
 
+/// NIXL scopes: producer requests sample one token (max_tokens = 1); what is not modelled is
+/// named in the error.
+#[test]
+fn nixl_scopes_parse_or_say_what_is_not_modelled() {
+    let base = "[engine]\nconnector = \"nixl\"\nblock_size = 2\ngpu_blocks = 4\nmax_num_batched_tokens = 3\n";
+    let req = "[[request]]\nname = \"A\"\nprompt = \"ab|cd\"\noutput = \"x\"\n";
+    let s = Scope::parse("t", Path::new("t.toml"), &format!("{base}{req}")).expect("parses");
+    assert_eq!(s.cfg.connector_kind(), kvmc::system::ConnectorKind::Nixl);
+    let err = |text: String| Scope::parse("t", Path::new("t.toml"), &text).unwrap_err().to_string();
+    assert!(err(format!("{base}{}", req.replace("\"x\"", "\"xy\""))).contains("max_tokens = 1"));
+    assert!(err(format!("{base}{req}[[request.turn]]\ninput = \"e\"\noutput = \"y\"\n")).contains("no further inputs"));
+    assert!(err(format!("{}{req}", base.replace("[engine]\n", "[engine]\nasync_scheduling = true\n")))
+        .contains("synchronous scheduling only"));
+    assert!(err(format!("{base}{req}[router_replay]\n")).contains("not modelled"));
+    assert!(err(format!("{base}{req}[faults]\nload_failure = true\n")).contains("load_failure"));
+}
+
 mod traces {
     //! The trace parser (src/replay/trace.rs): never panics; a bad row is an input error that
     //! names the file and its line; valid rows round-trip.

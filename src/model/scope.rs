@@ -519,6 +519,13 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                         .into(),
                 ));
             }
+            if raw.router_replay.is_some() {
+                return Err(bad(
+                    e.connector.span(),
+                    "[router_replay] with connector = \"nixl\" (P/D rows: decode floor, router merge) is not modelled"
+                        .into(),
+                ));
+            }
             ConnectorConfig::Nixl
         }
         "mooncake" => ConnectorConfig::Mooncake(super::scope_mooncake::config(
