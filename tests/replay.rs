@@ -343,6 +343,7 @@ fn bad_replay_models_exit_2() {
         ("load", ("load = \"closed-loop\"", "load = \"open\""), "load ="),
         ("conc", ("concurrency = 1", "concurrency = 0"), "concurrency ="),
         ("unknown", ("trace_block_size = 64", "trace_block_size = 64\nwarp = 9"), "warp ="),
+        ("store0", ("trace_block_size = 64", "trace_block_size = 64\nstore_steps = 0"), "store_steps ="),
     ] {
         let text = session_model(false).replace(edit.0, edit.1);
         let line = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
