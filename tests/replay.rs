@@ -343,6 +343,7 @@ fn bad_replay_models_exit_2() {
         ("load", ("load = \"closed-loop\"", "load = \"open\""), "load ="),
         ("conc", ("concurrency = 1", "concurrency = 0"), "concurrency ="),
         ("unknown", ("trace_block_size = 64", "trace_block_size = 64\nwarp = 9"), "warp ="),
+        ("store0", ("trace_block_size = 64", "trace_block_size = 64\nstore_steps = 0"), "store_steps ="),
     ] {
         let text = session_model(false).replace(edit.0, edit.1);
         let line = text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
@@ -561,4 +562,21 @@ fn replay_evaluates_every_always_property() {
     for p in kvmc::props::CATALOGUE.iter().filter(|p| p.kind == kvmc::props::Kind::Always) {
         assert!(kvmc::replay::invariants::handles(p.name), "replay does not evaluate {}", p.name);
     }
+}
+
+/// A huge step story (a large engine frees thousands of blocks in one step) is abridged
+/// without `--verbose`, but keeps its first events and every violation note.
+#[test]
+fn long_step_stories_keep_the_violation() {
+    use kvmc::replay::report::abridge;
+    let short = "A computes [0,2); A samples token 2";
+    assert_eq!(abridge(short), short);
+    let mut items: Vec<String> = (0..500).map(|i| format!("G1 block {i} loses A.{i}")).collect();
+    items.insert(300, "VIOLATION kv-read-integrity: B reads block 7".to_string());
+    let long = items.join("; ");
+    let a = abridge(&long);
+    assert!(a.len() < 800, "{a}");
+    assert!(a.starts_with("G1 block 0 loses A.0; G1 block 1 loses A.1"), "{a}");
+    assert!(a.contains("VIOLATION kv-read-integrity: B reads block 7"), "{a}");
+    assert!(a.ends_with("... 496 more events (--verbose shows all)"), "{a}");
 }

@@ -7,8 +7,8 @@
 //! concurrency = 64          # closed loop: requests kept unfinished
 //! prefill_ms = 60.0         # a step that computes any prefill token
 //! decode_ms = 20.0          # a step that only decodes
-//! store_steps = 1           # a store built in step k completes at the end of step k + 1
-//! load_steps = 1
+//! store_steps = 1           # a store built in step k (submitted in k + 1) finishes at the end of k + 1
+//! load_steps = 0            # a load built (and submitted) in step k finishes at the end of step k
 //! ```
 
 use crate::error::{line_of_offset, KvmcError, Result};
@@ -30,7 +30,7 @@ pub(crate) struct RawReplay {
     #[serde(default)]
     decode_ms: Option<Spanned<f64>>,
     #[serde(default)]
-    store_steps: Option<u32>,
+    store_steps: Option<Spanned<u32>>,
     #[serde(default)]
     load_steps: Option<u32>,
     #[serde(default)]
@@ -89,9 +89,12 @@ pub struct ReplayCfg {
     /// Model time of a step that only decodes, in microseconds.
     pub decode_us: u64,
     /// A store built in step k completes at the end of step k + store_steps (at least 1: a
-    /// store is submitted in the step after the one that built it).
+    /// store is submitted in the step after the one that built it). The worker reports a
+    /// copy in the step after it finished.
     pub store_steps: u32,
-    /// A load built in step k completes at the end of step k + load_steps.
+    /// A load built in step k (and submitted in it) completes at the end of step k +
+    /// load_steps; 0 (the default) is vLLM with a copy shorter than a step: the request
+    /// waits one step in WAITING_FOR_REMOTE_KVS.
     pub load_steps: u32,
     /// Tokens per trace block (`hash_ids` entry): 512 for Mooncake.
     pub trace_block_size: u32,
@@ -114,7 +117,7 @@ impl Default for ReplayCfg {
             prefill_us: 60_000,
             decode_us: 20_000,
             store_steps: 1,
-            load_steps: 1,
+            load_steps: 0,
             trace_block_size: 512,
             speedup: 1.0,
             progress_steps: 10_000,
@@ -192,8 +195,15 @@ impl ReplayModel {
                     *slot = ms_to_us(ms);
                 }
             }
-            if let Some(s) = x.store_steps {
-                r.store_steps = s.max(1);
+            if let Some(s) = &x.store_steps {
+                if *s.get_ref() == 0 {
+                    return Err(bad(
+                        s.span(),
+                        "store_steps must be at least 1: a store is submitted in the step after the one that built it"
+                            .into(),
+                    ));
+                }
+                r.store_steps = *s.get_ref();
             }
             if let Some(s) = x.load_steps {
                 r.load_steps = s;

@@ -120,12 +120,18 @@ pub fn text(o: &Outcome) -> String {
             );
             if let (Some(m), Some(sc)) = (&f.model_file, &f.scenario_file) {
                 let _ = writeln!(s, "  {:<26} history written: {} and {}", "", m.display(), sc.display());
+                // The scenario names its profile and variant; explore needs them as flags.
+                let mut flags = format!(" --profile {}", o.profile);
+                if let Some(v) = &o.variant {
+                    flags.push_str(&format!(" --variant {v}"));
+                }
                 let _ = writeln!(
                     s,
-                    "  {:<26} re-run: kvmc replay {}   |   kvmc explore {} --path {}",
+                    "  {:<26} re-run: kvmc replay {}   |   kvmc explore {}{} --path {}",
                     "",
                     sc.display(),
                     m.display(),
+                    flags,
                     sc.display()
                 );
             }
@@ -242,6 +248,7 @@ pub fn scenario_text(o: &ScenarioOutcome, verbose: bool) -> String {
         let _ = writeln!(s, "  ... ({from} earlier actions; --verbose shows all)");
     }
     for (i, (a, st)) in o.story.iter().enumerate().skip(from) {
+        let st = if verbose { st.clone() } else { abridge(st) };
         let _ = writeln!(s, "  {:>6}. {:<28} {}", i + 1, a, st);
     }
     match &o.violation {
@@ -253,6 +260,43 @@ pub fn scenario_text(o: &ScenarioOutcome, verbose: bool) -> String {
         }
     }
     s
+}
+
+/// A step of a large engine can tell thousands of events (every block a finish frees, every
+/// hash an allocation evicts). Without `--verbose` a long story keeps its first events and
+/// every violation note, each cut to a readable length, and says how many it left out.
+pub fn abridge(story: &str) -> String {
+    const LONG: usize = 600;
+    const ITEM: usize = 240;
+    if story.len() <= LONG {
+        return story.to_string();
+    }
+    let cut = |t: &str, n: usize| -> String {
+        if t.len() <= n {
+            return t.to_string();
+        }
+        let mut end = n;
+        while !t.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{} ... ({} more characters)", &t[..end], t.len() - end)
+    };
+    let items: Vec<&str> = story.split("; ").collect();
+    let mut kept = Vec::new();
+    let mut left = 0usize;
+    for (i, t) in items.iter().enumerate() {
+        if t.contains("VIOLATION") {
+            kept.push(cut(t, 2 * ITEM));
+        } else if i < 4 {
+            kept.push(cut(t, ITEM));
+        } else {
+            left += 1;
+        }
+    }
+    if left > 0 {
+        kept.push(format!("... {left} more events (--verbose shows all)"));
+    }
+    kept.join("; ")
 }
 
 pub fn scenario_json(o: &ScenarioOutcome) -> serde_json::Value {

@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""Replay a Mooncake trace through vLLM 0.33's real scheduler side.
+
+Real: vllm.v1.core.sched.scheduler.Scheduler (synchronous), its KVCacheManager
+(prefix caching, chunked prefill), the OffloadingConnector scheduler side with
+the CPUOffloadingSpec's CPUOffloadingManager (LRU), and the OffloadingConnector
+*worker* side (OffloadingConnectorWorker: store deferral, flushes on
+preemption, sync/async loads, completion metadata).
+
+Faked: the model (no forward pass; sampled tokens are a deterministic function
+of row and position) and the OffloadingWorker under the connector worker (no
+KV tensors; a copy completes a fixed number of steps after submission).
+
+Run (from a venv with vllm==0.33.0, e.g. the one scripts/record-fixtures.sh makes):
+    python tests/conformance/vllm/scheduler_replay.py [--limit N] [--json-out F]
+and compare with
+    kvmc replay ../shared/traces/conversation_trace.jsonl --model models/replay-mooncake.toml
+(docs/replay.md, "Against vLLM 0.33"). --copy-steps 1 here is kvmc's store_steps = 1,
+load_steps = 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The project root is three levels up; the shared traces sit next to it (../shared/traces).
+TRACE = os.path.normpath(os.path.join(HERE, "..", "..", "..", "..", "shared", "traces", "conversation_trace.jsonl"))
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--trace", default=TRACE)
+    p.add_argument("--limit", type=int, default=0, help="first N rows (0: all)")
+    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--gpu-blocks", type=int, default=8192)
+    p.add_argument("--host-chunks", type=int, default=65536)
+    p.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-model-len", type=int, default=0,
+                   help="0: (gpu_blocks - 1) * block_size, as kvmc")
+    p.add_argument("--trace-block-size", type=int, default=512)
+    p.add_argument("--copy-steps", type=int, default=1,
+                   help="a store/load built in step k is reported done by the "
+                        "worker at the end of step k + copy-steps")
+    p.add_argument("--progress-every", type=int, default=500)
+    p.add_argument("--json-out", default="")
+    p.add_argument("--per-request", default="",
+                   help="write one TSV row per request (kvmc --per-request columns)")
+    return p.parse_args()
+
+
+args = parse_args()
+T0_WALL = time.perf_counter()
+T0_CPU = time.process_time()
+
+import torch  # noqa: E402
+
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import (  # noqa: E402
+    OffloadingConnector,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+    resolve_cache_hit_alignment_tokens,
+    resolve_kv_cache_block_sizes,
+)
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheTensor,
+)
+from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult  # noqa: E402
+from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+T_IMPORT = time.perf_counter() - T0_WALL
+
+# --------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------
+BS = args.block_size
+NUM_GPU_BLOCKS = args.gpu_blocks
+MAX_MODEL_LEN = args.max_model_len or (NUM_GPU_BLOCKS - 1) * BS
+LAYERS = ["model.layers.0.self_attn.attn", "model.layers.1.self_attn.attn"]
+KV_SPEC = FullAttentionSpec(
+    block_size=BS, num_kv_heads=2, head_size=64, dtype=torch.bfloat16
+)
+PAGE = KV_SPEC.page_size_bytes  # per layer per block
+BYTES_PER_BLOCK = PAGE * len(LAYERS)
+PAGESIZE = os.sysconf("SC_PAGE_SIZE")
+ALIGNED = -(-BYTES_PER_BLOCK // PAGESIZE) * PAGESIZE
+CPU_BYTES = args.host_chunks * ALIGNED  # -> exactly host_chunks chunks of 1 block
+
+model_config = ModelConfig(
+    model=os.path.join(HERE, "scheduler-replay-model"),
+    skip_tokenizer_init=True,
+    max_model_len=MAX_MODEL_LEN,
+    dtype="bfloat16",
+    seed=0,
+)
+scheduler_config = SchedulerConfig(
+    max_num_seqs=args.max_num_seqs,
+    max_num_batched_tokens=args.max_num_batched_tokens,
+    max_model_len=MAX_MODEL_LEN,
+    enable_chunked_prefill=True,
+    is_encoder_decoder=False,
+    async_scheduling=False,
+)
+cache_config = CacheConfig(
+    block_size=BS, enable_prefix_caching=True, cache_dtype="auto"
+)
+kv_transfer_config = KVTransferConfig(
+    kv_connector="OffloadingConnector",
+    kv_role="kv_both",
+    kv_connector_extra_config={"cpu_bytes_to_use": CPU_BYTES},  # LRU, 1 blk/chunk
+)
+vllm_config = VllmConfig(
+    model_config=model_config,
+    scheduler_config=scheduler_config,
+    cache_config=cache_config,
+    kv_transfer_config=kv_transfer_config,
+    device_config=DeviceConfig(device="cpu"),
+)
+vllm_config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
+
+
+def make_kv_cache_config() -> KVCacheConfig:
+    return KVCacheConfig(
+        num_blocks=NUM_GPU_BLOCKS,
+        kv_cache_tensors=[
+            KVCacheTensor(
+                size=NUM_GPU_BLOCKS * BYTES_PER_BLOCK,
+                layers=list(LAYERS),
+                layer_stride=PAGE * NUM_GPU_BLOCKS,
+                block_stride=PAGE,
+            )
+        ],
+        kv_cache_groups=[KVCacheGroupSpec(list(LAYERS), KV_SPEC)],
+    )
+
+
+sched_kv_cfg = make_kv_cache_config()
+worker_kv_cfg = make_kv_cache_config()
+sched_bs, hash_bs = resolve_kv_cache_block_sizes(sched_kv_cfg, vllm_config)
+align = resolve_cache_hit_alignment_tokens(sched_kv_cfg, vllm_config, sched_bs, hash_bs)
+for c in (sched_kv_cfg, worker_kv_cfg):
+    c.hash_block_size = hash_bs
+    c.cache_hit_alignment_tokens = align
+
+scheduler = Scheduler(
+    vllm_config=vllm_config,
+    kv_cache_config=sched_kv_cfg,
+    structured_output_manager=StructuredOutputManager(vllm_config),
+    block_size=sched_bs,
+    hash_block_size=hash_bs,
+    log_stats=False,
+)
+sconn = scheduler.connector
+assert isinstance(sconn, OffloadingConnector)
+cpu_manager = sconn.connector_scheduler.manager if hasattr(
+    sconn.connector_scheduler, "manager") else None
+
+
+# --------------------------------------------------------------------------
+# Fake OffloadingWorker under the real OffloadingConnectorWorker
+# --------------------------------------------------------------------------
+class FakeOffloadingWorker(OffloadingWorker):
+    """Completes copies by step count. A store built in step k is submitted by
+    OffloadingConnectorWorker at the start of step k+1 (its own deferral), so
+    it is due `copy_steps - 1` steps after submission; a load is submitted in
+    the step that built it, so it is due `copy_steps` steps after submission.
+    wait() (flushes, sync loads) completes the jobs at once."""
+
+    def __init__(self, copy_steps: int):
+        self.copy_steps = copy_steps
+        self.step = 0
+        self.pending: dict[int, int] = {}  # job_id -> due step
+        self.done_now: list[int] = []
+        self.store_jobs = 0
+        self.store_chunks = 0
+        self.load_jobs = 0
+        self.load_chunks = 0
+        self.sync_load_jobs = 0
+        self.flushed_jobs = 0
+
+    def submit_store(self, job_id, src_spec, dst_spec) -> bool:
+        self.store_jobs += 1
+        self.store_chunks += len(dst_spec.block_ids)
+        self.pending[job_id] = self.step + self.copy_steps - 1
+        return True
+
+    def submit_load(self, job_id, src_spec, dst_spec, expedited=False) -> bool:
+        self.load_jobs += 1
+        self.load_chunks += len(src_spec.block_ids)
+        if expedited:
+            self.sync_load_jobs += 1
+        self.pending[job_id] = self.step + self.copy_steps
+        return True
+
+    def wait(self, job_ids) -> None:
+        for j in job_ids:
+            if self.pending.pop(j, None) is not None:
+                self.done_now.append(j)
+                self.flushed_jobs += 1
+
+    def get_finished(self) -> list[TransferResult]:
+        due = [j for j, d in self.pending.items() if d <= self.step]
+        for j in due:
+            del self.pending[j]
+        out = [TransferResult(job_id=j, success=True) for j in self.done_now + due]
+        self.done_now = []
+        return out
+
+
+wconn = OffloadingConnector(vllm_config, KVConnectorRole.WORKER, worker_kv_cfg)
+fake_worker = FakeOffloadingWorker(args.copy_steps)
+wconn.connector_worker.worker = fake_worker  # instead of register_kv_caches()
+
+# --------------------------------------------------------------------------
+# Instrumentation (wrappers that only observe)
+# --------------------------------------------------------------------------
+C = dict(
+    g1_hit_first=0, host_first=0, g1_hit_again=0, host_again=0,
+    admissions_with_hits=0, preemptions=0,
+    prefill_first=0, decode_first=0, recomputed=0,
+    scheduled_tokens=0, nonempty_steps=0,
+)
+hw: dict[str, int] = {}          # req -> highest position reached
+PR: dict[str, list] = {}         # per request: [arrival_ms, finish_ms, g1, restored,
+                                 #   computed, recomputed, preemptions]
+model_ms = 0.0                   # kvmc's model time: 60 ms prefill step, 20 ms decode
+first_alloc_done: set[str] = set()
+
+_orig_alloc = scheduler.kv_cache_manager.allocate_slots
+
+
+def _alloc(request, num_new_tokens, *a, **kw):
+    before = request.num_computed_tokens
+    res = _orig_alloc(request, num_new_tokens, *a, **kw)
+    if res is not None and before == 0 and "num_new_computed_tokens" in kw:
+        loc = kw.get("num_new_computed_tokens", 0)
+        ext = kw.get("num_external_computed_tokens", 0)
+        rid = request.request_id
+        if rid not in first_alloc_done:
+            first_alloc_done.add(rid)
+            C["g1_hit_first"] += loc
+            C["host_first"] += ext
+            if rid in PR:
+                PR[rid][2] += loc
+                PR[rid][3] += ext
+            hw[rid] = loc + ext
+        else:
+            C["g1_hit_again"] += loc
+            C["host_again"] += ext
+    return res
+
+
+scheduler.kv_cache_manager.allocate_slots = _alloc
+
+DEBUG_PREEMPT = bool(os.environ.get("REPLAY_DEBUG_PREEMPT"))
+steps = 0
+_orig_preempt = scheduler._preempt_request
+
+
+def _preempt(request, *a, **kw):
+    C["preemptions"] += 1
+    if DEBUG_PREEMPT:
+        print(f"[preempt] step {steps + 1} victim {int(request.request_id) + 1} "
+              f"computed {request.num_computed_tokens} free "
+              f"{scheduler.kv_cache_manager.block_pool.get_num_free_blocks()} "
+              f"running {len(scheduler.running)}", file=sys.stderr)
+    if request.request_id in PR:
+        PR[request.request_id][6] += 1
+    return _orig_preempt(request, *a, **kw)
+
+
+scheduler._preempt_request = _preempt
+
+# --------------------------------------------------------------------------
+# Trace -> requests
+# --------------------------------------------------------------------------
+hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
+init_none_hash(hash_fn)
+block_hasher = get_request_block_hasher(
+    hash_bs, hash_fn, vllm_config.num_hash_lookahead_tokens
+)
+
+rows = []
+with open(args.trace) as f:
+    for line in f:
+        r = json.loads(line)
+        rows.append((r["input_length"], r["output_length"], r["hash_ids"]))
+        if args.limit and len(rows) >= args.limit:
+            break
+
+intern: dict[int, int] = {}
+TBS = args.trace_block_size
+
+
+def make_request(i: int) -> Request:
+    inp, out, hids = rows[i]
+    toks: list[int] = []
+    for h in hids:
+        t = intern.setdefault(h, len(intern))
+        toks.extend([t] * TBS)
+    del toks[inp:]
+    assert len(toks) == inp, (i, len(toks), inp)
+    assert inp + out <= MAX_MODEL_LEN
+    sp = SamplingParams(max_tokens=out, ignore_eos=True, temperature=0.0)
+    return Request(
+        request_id=str(i),
+        prompt_token_ids=toks,
+        sampling_params=sp,
+        pooling_params=None,
+        block_hasher=block_hasher,
+    )
+
+
+def sampled_token(rid: str, pos: int) -> int:
+    return 1_000_000_000 + int(rid) * 100_000 + pos
+
+
+# --------------------------------------------------------------------------
+# Engine loop (EngineCore.step + GPUModelRunner's connector lifecycle)
+# --------------------------------------------------------------------------
+N = len(rows)
+next_row = 0
+live: set[str] = set()
+finished = 0
+prompt_tokens = 0
+output_tokens = 0
+steps = 0
+t_start = time.perf_counter()
+next_progress = args.progress_every
+
+while True:
+    while len(live) < args.concurrency and next_row < N:
+        req = make_request(next_row)
+        prompt_tokens += req.num_prompt_tokens
+        if args.per_request:
+            PR[req.request_id] = [model_ms, 0.0, 0, 0, 0, 0, 0]
+        scheduler.add_request(req)
+        live.add(req.request_id)
+        next_row += 1
+    if not scheduler.has_requests():
+        if next_row >= N:
+            break
+        continue
+
+    so = scheduler.schedule()
+    steps += 1
+    fake_worker.step = steps
+
+    # --- worker side (GPUModelRunner.execute_model + KV connector mixin) ---
+    md = so.kv_connector_metadata
+    wconn.handle_preemptions(md)
+    wconn.bind_connector_metadata(md)
+    if so.has_sync_kv_loads:
+        wconn.start_load_kv(None)
+    # (forward pass would run here)
+    if not so.has_sync_kv_loads:
+        wconn.start_load_kv(None)
+    wconn.wait_for_save()
+    fin_send, fin_recv = wconn.get_finished(so.finished_req_ids)
+    kv_out = KVConnectorOutput(
+        finished_sending=set(fin_send or ()),
+        finished_recving=set(fin_recv or ()),
+        kv_connector_worker_meta=wconn.build_connector_worker_meta(),
+    )
+    wconn.clear_connector_metadata()
+
+    nst = so.num_scheduled_tokens
+    if so.total_num_scheduled_tokens == 0:
+        mro = ModelRunnerOutput.with_kv_conn_output_only(kv_out)
+    else:
+        C["nonempty_steps"] += 1
+        req_ids = list(nst.keys())
+        sampled = []
+        any_prefill = False
+        for rid in req_ids:
+            n = nst[rid]
+            r = scheduler.requests[rid]
+            end = r.num_computed_tokens  # already advanced by schedule()
+            start = end - n
+            h = hw.get(rid, 0)
+            new = max(0, end - max(start, h))
+            C["recomputed"] += n - new
+            if n == 1 and start >= r.num_prompt_tokens:
+                C["decode_first"] += new
+            else:
+                C["prefill_first"] += new
+                any_prefill = True
+                if rid in PR:
+                    PR[rid][4] += new
+            if rid in PR:
+                PR[rid][5] += n - new
+            if end > h:
+                hw[rid] = end
+            C["scheduled_tokens"] += n
+            # The runner discards the sample of a partial prefill chunk.
+            sampled.append([sampled_token(rid, end)] if end >= r.num_tokens else [])
+        model_ms += 60.0 if any_prefill else 20.0
+        mro = ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+            kv_connector_output=kv_out,
+        )
+
+    outs = scheduler.update_from_output(so, mro)
+    for eco in outs.values():
+        for o in eco.outputs:
+            output_tokens += len(o.new_token_ids)
+            if o.finish_reason is not None and o.request_id in live:
+                live.discard(o.request_id)
+                hw.pop(o.request_id, None)
+                if o.request_id in PR:
+                    PR[o.request_id][1] = model_ms
+                finished += 1
+                if finished >= next_progress:
+                    el = time.perf_counter() - t_start
+                    print(
+                        f"[progress] finished {finished}/{N} steps {steps} "
+                        f"elapsed {el:.1f}s",
+                        file=sys.stderr, flush=True,
+                    )
+                    next_progress += args.progress_every
+
+wall = time.perf_counter() - T0_WALL
+cpu = time.process_time() - T0_CPU
+loop_wall = time.perf_counter() - t_start
+
+try:
+    import resource
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+except Exception:
+    peak_rss_mib = float("nan")
+
+res = dict(
+    rows=N,
+    finished=finished,
+    engine_steps=steps,
+    nonempty_steps=C["nonempty_steps"],
+    prompt_tokens=prompt_tokens,
+    output_tokens=output_tokens,
+    g1_hit_tokens_first=C["g1_hit_first"],
+    host_restored_tokens_first=C["host_first"],
+    prefill_computed_first=C["prefill_first"],
+    decode_first=C["decode_first"],
+    recomputed=C["recomputed"],
+    g1_hit_tokens_after_preemption=C["g1_hit_again"],
+    host_restored_tokens_after_preemption=C["host_again"],
+    scheduled_tokens=C["scheduled_tokens"],
+    preemptions=C["preemptions"],
+    store_jobs=fake_worker.store_jobs,
+    store_chunks=fake_worker.store_chunks,
+    load_jobs=fake_worker.load_jobs,
+    load_chunks=fake_worker.load_chunks,
+    sync_load_jobs=fake_worker.sync_load_jobs,
+    flushed_jobs=fake_worker.flushed_jobs,
+    pending_copies_at_end=len(fake_worker.pending),
+    copy_steps=args.copy_steps,
+    import_s=round(T_IMPORT, 2),
+    loop_wall_s=round(loop_wall, 2),
+    wall_s=round(wall, 2),
+    cpu_s=round(cpu, 2),
+    peak_rss_mib=round(peak_rss_mib, 1),
+)
+print(json.dumps(res, indent=1))
+if args.per_request:
+    with open(args.per_request, "w") as f:
+        f.write("line\tarrival_ms\tfinish_ms\tg1_hit\trestored\tcomputed\trecomp\tpreempt\n")
+        for rid in sorted(PR, key=int):
+            a, fin, g, h, c, rc, pe = PR[rid]
+            f.write(f"{int(rid) + 1}\t{a:.1f}\t{fin:.1f}\t{g}\t{h}\t{c}\t{rc}\t{pe}\n")
+if args.json_out:
+    with open(args.json_out, "w") as f:
+        json.dump(res, f, indent=1)
