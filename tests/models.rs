@@ -151,9 +151,9 @@ const FOUND: &[Found] = &[
     ("mooncake-preempt", None, Some("mut-mc-no-save-pin"), "host-integrity", 7),
     ("mooncake-preempt", None, Some("mut-mc-no-save-pin"), "source-freshness", 7),
     ("mooncake-load-retry", None, None, "requests-finish", 5),
-    ("pd-chunked", None, None, "pd-send-fresh", 4),
-    ("pd-chunked", Some("vllm-main"), Some("pre-59102"), "pd-send-fresh", 4),
-    ("pd-shared", None, None, "pd-send-fresh", 4),
+    ("pd-chunked", None, None, "handoff-integrity", 4),
+    ("pd-chunked", Some("vllm-main"), None, "handoff-integrity", 4),
+    ("pd-shared", None, None, "handoff-integrity", 4),
 ];
 
 #[test]

@@ -24,15 +24,15 @@ fn vllm_033_sends_the_block_straddling_the_chunk_boundary_stale() {
     // and copies blocks 1 and 2 (block 2 holds "c" only); step 2 computes [3,4) into block 2,
     // allocates nothing and copies nothing; A finishes, keeps its blocks; the consumer reads.
     let r = check("pd-chunked", None, None);
-    assert_eq!(r.verdict("pd-send-fresh"), Verdict::Violated);
-    let path = r.outcome("pd-send-fresh").unwrap().path.clone().unwrap();
+    assert_eq!(r.verdict("handoff-integrity"), Verdict::Violated);
+    let path = r.outcome("handoff-integrity").unwrap().path.clone().unwrap();
     let m = model("pd-chunked", None, None);
     let labels: Vec<String> = path.iter().map(|a| m.format_action(a)).collect();
     assert_eq!(labels, ["arrive A", "step", "step", "consumer reads A"]);
     let states = replay(&m, &path).expect("counterexample replays");
     let last = &states[states.len() - 2].engine;
     let story = m.format_step(&states[states.len() - 2], path[path.len() - 1]).unwrap();
-    assert!(story.contains("VIOLATION pd-send-fresh"), "{story}");
+    assert!(story.contains("VIOLATION handoff-integrity"), "{story}");
     assert!(story.contains("block 2 (its block 1, 2 positions) holds A.1[:1]"), "{story}");
     // Before the read A is finished and still holds both blocks (delay_free_blocks).
     assert!(last.reqs[0].status.is_finished());
@@ -42,9 +42,12 @@ fn vllm_033_sends_the_block_straddling_the_chunk_boundary_stale() {
 
 #[test]
 fn the_fix_resaves_the_straddling_block_and_the_read_frees_the_blocks() {
-    for (profile, variant, resaved) in
-        [(None, None, false), (None, Some("fix-59102"), true), (Some("vllm-main"), None, true)]
-    {
+    for (profile, variant, resaved) in [
+        (None, None, false),
+        (None, Some("fix-59102"), true),
+        (Some("vllm-main"), None, false),
+        (Some("vllm-main"), Some("fix-59102"), true),
+    ] {
         let m = model("pd-chunked", profile, variant);
         let (ev, e) = scripted(&m);
         let mut want = vec![(0, vec![1, 2])];
@@ -60,7 +63,7 @@ fn the_fix_resaves_the_straddling_block_and_the_read_frees_the_blocks() {
         // The read, then a step: finished_sending frees the blocks.
         let mut read_ev = kvmc::system::Events::on();
         let e = m.apply(&e, Action::ConsumerRead(0), &mut read_ev, false).unwrap();
-        let stale = read_ev.list.iter().any(|x| matches!(x, Event::Violation { property: "pd-send-fresh", .. }));
+        let stale = read_ev.list.iter().any(|x| matches!(x, Event::Violation { property: "handoff-integrity", .. }));
         assert_eq!(stale, !resaved, "{profile:?} {variant:?}");
         let e = m.apply(&e, Action::Step, &mut kvmc::system::Events::off(), false).unwrap();
         assert!(e.reqs[0].table.is_empty());
@@ -84,7 +87,7 @@ fn a_shared_prefix_hit_is_copied_again_with_the_new_request_s_full_table() {
     // pd-shared: B hits A's first block, which A (finished) still holds for the consumer, or
     // which A's finished_sending has freed (cached). Either way B's whole table is saved, the
     // hit block included.
-    let m = model("pd-shared", Some("vllm-main"), None);
+    let m = model("pd-shared", None, Some("fix-59102"));
     let (a, b) = (req(&m, "A"), req(&m, "B"));
     let (arrive_a, step) = (Action::Arrive(a), Action::Step);
     let held = [arrive_a, step, step, Action::Arrive(b), step];
@@ -100,8 +103,8 @@ fn a_shared_prefix_hit_is_copied_again_with_the_new_request_s_full_table() {
     let (e, _) = run(&m, &[arrive_a, step, step, Action::Arrive(b), step, Action::ConsumerRead(a), step]);
     assert!(e.reqs[a as usize].table.is_empty());
     assert_eq!(e.pool.ref_cnt[1], 1);
-    let r = check("pd-shared", Some("vllm-main"), None);
-    for p in ["g1-accounting", "g1-cache-sound", "kv-read-integrity", "pd-send-fresh", "requests-finish"] {
+    let r = check("pd-shared", None, Some("fix-59102"));
+    for p in ["g1-accounting", "g1-cache-sound", "kv-read-integrity", "handoff-integrity", "requests-finish"] {
         assert_eq!(r.verdict(p), Verdict::Holds, "{p}");
     }
     for g in [
@@ -109,7 +112,7 @@ fn a_shared_prefix_hit_is_copied_again_with_the_new_request_s_full_table() {
         "reach-g1-eviction",
         "reach-preemption",
         "reach-abort",
-        "reach-pd-send",
+        "reach-pd-handoff",
         "reach-pd-partial-save",
         "reach-all-finished",
     ] {

@@ -145,7 +145,7 @@ pub const CATALOGUE: &[PropDef] = &[
         check: |_, s| !s.engine.ghost.has(Breach::ConnectorAssert),
     },
     PropDef {
-        name: "pd-send-fresh",
+        name: "handoff-integrity",
         kind: Kind::Always,
         offload_only: true,
         rows_only: false,
@@ -176,7 +176,7 @@ pub const CATALOGUE: &[PropDef] = &[
     mark!("reach-stream-park", Mark::SessionParked, false),
     mark!("reach-stream-resume", Mark::SessionResumed, false),
     mark!("reach-readmit-full-table", Mark::ReadmitFullTable, true),
-    mark!("reach-pd-send", Mark::PdSend, true),
+    mark!("reach-pd-handoff", Mark::PdHandoff, true),
     mark!("reach-pd-partial-save", Mark::PdPartialSave, true),
     PropDef {
         name: "reach-stale-pin",
@@ -257,8 +257,8 @@ pub const CONNECTOR_SCOPED: &[(&str, &[ConnectorKind])] = &[
     // Only the Mooncake store asserts on the scheduler's external token count.
     ("connector-assert", &[ConnectorKind::Mooncake]),
     // NIXL's producer side: a host buffer indexed by block id, no keyed host tier, no loads.
-    ("pd-send-fresh", &[ConnectorKind::Nixl]),
-    ("reach-pd-send", &[ConnectorKind::Nixl]),
+    ("handoff-integrity", &[ConnectorKind::Nixl]),
+    ("reach-pd-handoff", &[ConnectorKind::Nixl]),
     ("reach-pd-partial-save", &[ConnectorKind::Nixl]),
     ("host-integrity", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
     ("source-freshness", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),

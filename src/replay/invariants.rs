@@ -71,7 +71,7 @@ pub fn flag_of(name: &str) -> Option<&'static [Breach]> {
         "rows-exact" => &[Breach::RowsInexact],
         "start-anchored" => &[Breach::StartNotAnchored],
         "connector-assert" => &[Breach::ConnectorAssert],
-        "pd-send-fresh" => &[Breach::PdStaleSend],
+        "handoff-integrity" => &[Breach::PdStaleSend],
         _ => return None,
     })
 }

@@ -47,7 +47,7 @@ pub enum Breach {
     /// AssertionError kills the engine (connector-assert).
     ConnectorAssert = 1 << 13,
     /// NIXL P/D: the consumer read a block from the producer's host buffer whose copy is not
-    /// the KV of the request's tokens (copied before its last write) (pd-send-fresh).
+    /// the KV of the request's tokens (copied before its last write) (handoff-integrity).
     PdStaleSend = 1 << 14,
 }
 
@@ -92,7 +92,7 @@ pub enum Mark {
     /// Router replay: a local hit was cut or an external hit refused because of rows.
     RowsCut = 1 << 23,
     /// NIXL P/D: the consumer read a finished request's blocks from the host buffer.
-    PdSend = 1 << 24,
+    PdHandoff = 1 << 24,
     /// NIXL P/D: a block was copied to the host buffer while its request had written only
     /// part of the prompt positions it holds.
     PdPartialSave = 1 << 25,

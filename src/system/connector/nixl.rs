@@ -30,9 +30,10 @@
 //! the step that allocated it, partly written, and the next chunk completes it without
 //! allocating it again: nothing copies it again and the consumer reads a half-stale block.
 //! vLLM 0.24, 0.32 and 0.33 all save only new block ids (`_build_save_meta` is the same in the
-//! three releases). The fix (profile `vllm-main`, rule `nixl_resave_partial`) re-saves the block
-//! that straddles the boundary: a step that starts in the middle of a block copies that block
-//! again, also when it allocates no new block. (The PR text was not available; this is the
+//! three releases; the fix is open upstream, so `vllm-main` has the bug too). The fix (variant
+//! `fix-59102`, rule `nixl_resave_partial`) re-saves the block that straddles the boundary:
+//! a step that starts in the middle of a block copies that block again, also when it
+//! allocates no new block. (The PR text was not available; this is the
 //! rule its summary names, "re-save the block that straddles a chunked-prefill boundary".)
 //!
 //! Not modelled: the consumer's own instance (its allocation, its load into G1, its
@@ -149,7 +150,7 @@ impl NxState {
 
     /// The consumer reads request `r`'s blocks from the host buffer (a NIXL READ of
     /// `remote_block_ids`) and notifies the producer. Each block must hold the KV of the
-    /// request's own tokens over the positions it sends (pd-send-fresh).
+    /// request's own tokens over the positions it sends (handoff-integrity).
     pub fn consumer_read(
         &mut self,
         r: ReqId,
@@ -171,13 +172,13 @@ impl NxState {
                 stale.push(format!("block {blk} (its block {i}, {need} positions) holds {}", wl.describe(tag)));
             }
         }
-        ghost.mark(Mark::PdSend);
+        ghost.mark(Mark::PdHandoff);
         let blocks = s.blocks.clone();
         ev.emit(|| Event::PdRead { req: r, blocks });
         if !stale.is_empty() {
             ghost.breach(Breach::PdStaleSend);
             ev.emit(|| Event::Violation {
-                property: "pd-send-fresh",
+                property: "handoff-integrity",
                 detail: format!(
                     "the consumer reads {}'s KV from the host buffer: {}; the GPU block was written after its last copy",
                     spec.name,

@@ -162,8 +162,9 @@ pub struct Rules {
     pub mc_save_pins: bool,
     /// NixlConnector, host-buffer mode: a step's save set also holds the block that straddles
     /// the request's chunked-prefill boundary (partly written by the previous step, completed
-    /// by this one), also when the step allocates no new block (#59102). Before the fix only
-    /// the step's newly allocated block ids are copied to the host buffer.
+    /// by this one), also when the step allocates no new block (#59102, open upstream: false in
+    /// every profile, `fix-59102`). Without it only the step's newly allocated block ids are
+    /// copied to the host buffer.
     pub nixl_resave_partial: bool,
     /// Variant: the row store evicts referenced rows too.
     pub aux_store_evicts_live: bool,
@@ -243,7 +244,7 @@ fn vllm_033() -> Rules {
 }
 
 fn vllm_main() -> Rules {
-    Rules { error_watermark_computed: true, scpu_refresh_on_gpu_hit: true, nixl_resave_partial: true, ..vllm_033() }
+    Rules { error_watermark_computed: true, scpu_refresh_on_gpu_hit: true, ..vllm_033() }
 }
 
 /// 0.32.0: no cursor reset at restart (#63010), `yield_req_data` without the full-table
@@ -303,7 +304,7 @@ pub const PROFILES: &[Profile] = &[
     },
     Profile {
         name: "vllm-main",
-                summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit), #59102 (NIXL host buffer re-saves the block straddling a chunk boundary)",
+                summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit); #59102 (NIXL host buffer) is still open",
         rules: vllm_main,
     },
     Profile {

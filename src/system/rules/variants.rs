@@ -64,15 +64,9 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "fix-59102",
-        summary: "NIXL host-buffer mode re-saves the block straddling a chunked-prefill boundary (what vllm-main does)",
+        summary: "NIXL host-buffer mode re-saves the block straddling a chunked-prefill boundary (#59102, open upstream)",
         upstream: "vllm #59102",
         apply: |r| r.nixl_resave_partial = true,
-    },
-    Variant {
-        name: "pre-59102",
-        summary: "NIXL host-buffer mode copies only each step's newly allocated blocks to the host buffer",
-        upstream: "vllm #59102",
-        apply: |r| r.nixl_resave_partial = false,
     },
     Variant {
         name: "fix-s10",
