@@ -1,5 +1,6 @@
 //! kvmc's integration tests: one binary, one module per concern.
 
+mod arc;
 mod cli;
 mod common;
 mod conform;

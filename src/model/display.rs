@@ -213,6 +213,18 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
             oc.host.num_free_slots(),
             oc.host.eviction_order().iter().map(|k| label(scope, *k)).collect::<Vec<_>>()
         );
+        if let Some(a) = oc.host.arc.as_deref() {
+            let l = |v: &[crate::system::host_tier::Key]| v.iter().map(|k| label(scope, *k)).collect::<Vec<_>>();
+            let _ = writeln!(
+                s,
+                "    ARC T1 {:?} T2 {:?} B1 {:?} B2 {:?} target {}",
+                l(&a.t1),
+                l(&a.t2),
+                l(&a.b1),
+                l(&a.b2),
+                a.target.get()
+            );
+        }
         let _ = writeln!(s, "    key       slot ref  rank      content");
         for (k, en) in oc.host.entries() {
             let c: Vec<String> = en.content.iter().map(|t| content(scope, *t)).collect();

@@ -29,7 +29,8 @@ use crate::error::{line_of_offset, toml_error, KvmcError, Result};
 use crate::system::config::RowsConfig;
 use crate::system::workload::{next_turn_spec, TurnInput};
 use crate::system::{
-    ConnectorConfig, EndKind, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
+    ConnectorConfig, EndKind, EngineConfig, EvictionPolicy, LoadFailurePolicy, OffloadConfig, RequestSpec,
+    SimpleCpuConfig, Workload,
 };
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -109,6 +110,8 @@ struct RawOffload {
     offload_prompt_only: bool,
     #[serde(default)]
     sync_load_budget_tokens: u32,
+    #[serde(default)]
+    eviction_policy: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -548,7 +551,21 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             if *o.host_chunks.get_ref() == 0 {
                 return Err(bad(o.host_chunks.span(), "host_chunks must be positive".into()));
             }
+            let eviction_policy = match &o.eviction_policy {
+                None => EvictionPolicy::Lru,
+                Some(p) => match p.get_ref().as_str() {
+                    "lru" => EvictionPolicy::Lru,
+                    "arc" => EvictionPolicy::Arc,
+                    other => {
+                        return Err(bad(
+                            p.span(),
+                            format!("eviction_policy must be \"lru\" or \"arc\", got \"{other}\""),
+                        ))
+                    }
+                },
+            };
             ConnectorConfig::Offloading(OffloadConfig {
+                eviction_policy,
                 host_chunks: *o.host_chunks.get_ref(),
                 blocks_per_chunk: bpc,
                 offload_prompt_only: o.offload_prompt_only,

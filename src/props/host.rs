@@ -3,6 +3,7 @@
 use crate::model::{KvModel, KvState};
 use crate::system::connector::{OcState, ScState};
 use crate::system::ghost::Breach;
+use crate::system::host_arc::ArcLists;
 use crate::system::host_tier::{HostEntry, Key};
 use crate::system::types::{ContentTag, NULL_BLOCK};
 use crate::system::{Engine, Rules, Workload};
@@ -48,6 +49,27 @@ fn integrity_simple_cpu(b: u32, sc: &ScState) -> bool {
             .iter()
             .all(|&cb| sc.cpu.hash[cb as usize] == Some(*h) && sc.cpu.content[cb as usize] == ContentTag::full(*h, b))
     })
+}
+
+/// The ARC lists of an OffloadingConnector run with `eviction_policy = "arc"`.
+pub fn arc(s: &KvState) -> Option<&ArcLists> {
+    s.engine.conn.offloading().and_then(|oc| oc.host.arc.as_deref())
+}
+
+/// `arc-bounds`: the ARC lists agree with the host entries and stay within their bounds
+/// (`ArcLists::bounds_hold`); vacuous under LRU.
+pub fn arc_bounds(_m: &KvModel, s: &KvState) -> bool {
+    engine_arc_bounds(&s.engine)
+}
+
+/// `arc-bounds` over an engine (replay calls it directly).
+pub fn engine_arc_bounds(e: &Engine) -> bool {
+    let Some(a) = e.conn.offloading().and_then(|oc| oc.host.arc.as_deref()) else {
+        return true;
+    };
+    let resident: std::collections::BTreeSet<Key> =
+        e.conn.offloading().unwrap().host.entries().map(|(k, _)| *k).collect();
+    a.bounds_hold(&resident)
 }
 
 /// `host-accounting`: vLLM's counters match the entries, capacity is never exceeded, every

@@ -109,6 +109,7 @@ pub const CATALOGUE: &[PropDef] = &[
         rows_only: false,
         check: eviction::eviction_order,
     },
+    PropDef { name: "arc-bounds", kind: Kind::Always, offload_only: true, rows_only: false, check: host::arc_bounds },
     PropDef {
         name: "final-store-kept",
         kind: Kind::Always,
@@ -179,6 +180,20 @@ pub const CATALOGUE: &[PropDef] = &[
     mark!("reach-pd-handoff", Mark::PdHandoff, true),
     mark!("reach-pd-partial-save", Mark::PdPartialSave, true),
     PropDef {
+        name: "reach-arc-t2",
+        kind: Kind::Sometimes,
+        offload_only: true,
+        rows_only: false,
+        check: |_, s| host::arc(s).is_some_and(|a| !a.t2.is_empty()),
+    },
+    PropDef {
+        name: "reach-arc-ghost-hit",
+        kind: Kind::Sometimes,
+        offload_only: true,
+        rows_only: false,
+        check: |_, s| host::arc(s).is_some_and(|a| a.target.get() != 0.0),
+    },
+    PropDef {
         name: "reach-stale-pin",
         kind: Kind::Sometimes,
         offload_only: true,
@@ -240,6 +255,9 @@ pub const CONNECTOR_SCOPED: &[(&str, &[ConnectorKind])] = &[
     ("reach-partial-store", &[ConnectorKind::SimpleCpu]),
     ("reach-host-refresh", &[ConnectorKind::SimpleCpu]),
     ("reach-sync-load", &[ConnectorKind::Offloading]),
+    ("arc-bounds", &[ConnectorKind::Offloading]),
+    ("reach-arc-t2", &[ConnectorKind::Offloading]),
+    ("reach-arc-ghost-hit", &[ConnectorKind::Offloading]),
     ("reach-lookup-inflight", &[ConnectorKind::Offloading]),
     ("reach-store-refused", &[ConnectorKind::Offloading]),
     ("reach-load-failure", &[ConnectorKind::Offloading, ConnectorKind::Mooncake]),
@@ -266,9 +284,17 @@ pub const CONNECTOR_SCOPED: &[(&str, &[ConnectorKind])] = &[
     ("reach-host-hit", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
 ];
 
+/// Properties and guards about the host tier's ARC policy (`eviction_policy = "arc"`).
+pub const ARC_ONLY: &[&str] = &["arc-bounds", "reach-arc-t2", "reach-arc-ghost-hit"];
+
 /// Does `p` apply to a model with this engine configuration?
 pub fn applies(p: &PropDef, cfg: &EngineConfig) -> bool {
     let kind = cfg.connector_kind();
+    // ARC's properties speak about ARC models only; eviction-order has no ARC reference.
+    let arc = cfg.offload().is_some_and(|o| o.eviction_policy == crate::system::EvictionPolicy::Arc);
+    if ARC_ONLY.contains(&p.name) != arc && (ARC_ONLY.contains(&p.name) || p.name == "eviction-order") {
+        return false;
+    }
     if let Some((_, only)) = CONNECTOR_SCOPED.iter().find(|(n, _)| *n == p.name) {
         if !only.contains(&kind) {
             return false;

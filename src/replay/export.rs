@@ -63,6 +63,9 @@ fn engine_toml(cfg: &EngineConfig, profile: &str) -> String {
         let _ = writeln!(s, "blocks_per_chunk = {}", o.blocks_per_chunk);
         let _ = writeln!(s, "offload_prompt_only = {}", o.offload_prompt_only);
         let _ = writeln!(s, "sync_load_budget_tokens = {}", o.sync_load_budget_tokens);
+        if o.eviction_policy == crate::system::EvictionPolicy::Arc {
+            let _ = writeln!(s, "eviction_policy = \"arc\"");
+        }
     }
     s
 }

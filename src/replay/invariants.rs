@@ -16,6 +16,8 @@
 //!   holders' progress).
 //! - host-integrity and host-accounting: keys whose entry changed and keys of load jobs that
 //!   appeared or completed; running counts of write-pending and evictable keys.
+//! - arc-bounds: the whole ARC state after every action (vacuous under LRU; ARC replays run
+//!   without an index, correct but O(resident keys) per action).
 //! - requests-finish: the idle-step counter (a deadlock or livelock shows up as steps without
 //!   progress).
 //!
@@ -55,7 +57,7 @@ pub fn properties(cfg: &EngineConfig) -> Vec<&'static str> {
 /// The properties whose predicate is a state predicate (evaluated from change logs); every
 /// other always-property is a ghost flag raised inside transitions.
 const STATE_PREDICATES: &[&str] =
-    &["g1-accounting", "g1-cache-sound", "host-integrity", "host-accounting", "requests-finish"];
+    &["g1-accounting", "g1-cache-sound", "host-integrity", "host-accounting", "arc-bounds", "requests-finish"];
 
 /// The ghost breach behind a flag property (None: not a flag property).
 pub fn flag_of(name: &str) -> Option<&'static [Breach]> {
@@ -101,6 +103,7 @@ pub fn full(e: &Engine, wl: &Workload, cfg: &EngineConfig, rules: &Rules, progre
             "g1-cache-sound" => g1::engine_cache_sound(e, b),
             "host-integrity" => host::engine_integrity(e, b, bpc, wl),
             "host-accounting" => host::engine_accounting(e, rules),
+            "arc-bounds" => host::engine_arc_bounds(e),
             "requests-finish" => u32::from(e.ghost.idle_steps) <= progress_steps,
             other => flag_violation(e, other).is_none(),
         };
@@ -304,6 +307,12 @@ impl Checker {
                 "host-integrity" | "host-accounting" => {
                     if name == "host-integrity" {
                         self.host_check(e, wl, &moves, &written, &mut first);
+                    }
+                }
+                "arc-bounds" => {
+                    // Over the whole ARC state (vacuous under LRU): O(resident keys) per action.
+                    if !host::engine_arc_bounds(e) {
+                        first(v(name, "the ARC lists disagree with the host entries or exceed their bounds"));
                     }
                 }
                 "requests-finish" => {

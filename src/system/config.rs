@@ -22,6 +22,18 @@ pub struct OffloadConfig {
     pub offload_prompt_only: bool,
     /// Sync-load budget in tokens (`sync_load_budget_bytes` / kv bytes per token; 0 = off).
     pub sync_load_budget_tokens: u32,
+    /// The CPU tier's cache policy (`eviction_policy`, default "lru").
+    pub eviction_policy: EvictionPolicy,
+}
+
+/// `kv_connector_extra_config["eviction_policy"]`: the CPU manager's `CachePolicy`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub enum EvictionPolicy {
+    /// `LRUCachePolicy` (which LRU: the profile's rule `host_lru`).
+    #[default]
+    Lru,
+    /// `ARCCachePolicy` (`system/host_arc.rs`).
+    Arc,
 }
 
 /// SimpleCPUOffloadConnector's settings (`kv_connector_extra_config`).

@@ -22,15 +22,21 @@
 //!
 //! `order` is the eviction-order reference (`host_order`), ghost state checked at every
 //! eviction.
+//!
+//! With `eviction_policy = "arc"` the policy is `host_arc::ArcLists` instead: ranks stay
+//! (0, 0), the reference order stays empty (property arc-bounds checks the ARC lists), and the
+//! manager's calls go to the ARC lists (`prepare_store`: `on_store_miss`, `insert`, `evict`;
+//! `touch` under 0.24; `on_request_finished` under 0.32+).
 
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
+use super::host_arc::ArcLists;
 use super::host_order::RefOrder;
 use super::rank_queue::RankSet;
 use super::rules::HostLru;
 use super::side::{HostLog, KeyMap, KeyMapIter, Side};
 use super::types::{BlockHash, ContentTag};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// An offload key (`make_offload_key`): the block hash of the chunk's last block (one group).
 pub type Key = BlockHash;
@@ -62,6 +68,11 @@ pub struct ReqAccess {
     /// Keys this request has offered, loaded or reused, with their end-token positions.
     pub seen: BTreeMap<u32, Key>,
     pub finished: bool,
+    /// ARC only (0.32+; empty otherwise): keys this request inserted, ready keys it reused
+    /// (not ones it inserted), keys already reported to `on_store_miss`.
+    pub inserted: BTreeSet<Key>,
+    pub reused: BTreeSet<Key>,
+    pub store_missed: BTreeSet<Key>,
 }
 
 /// The result of a successful `prepare_store`.
@@ -86,8 +97,10 @@ pub struct HostTier {
     pub policy: HostLru,
     /// Mutation: evict from the most recently used end.
     evict_mru: bool,
-    /// Ghost: the eviction-order reference.
+    /// Ghost: the eviction-order reference (LRU only).
     pub order: RefOrder,
+    /// The ARC policy (`eviction_policy = "arc"`); None: the profile's LRU.
+    pub arc: Option<Box<ArcLists>>,
     /// Trace replay's change log (not state; off in the checker).
     pub log: Side<HostLog>,
 }
@@ -103,6 +116,7 @@ impl HostTier {
             policy,
             evict_mru,
             order: RefOrder::default(),
+            arc: None,
             capacity,
             num_allocated: 0,
             free_list: Vec::new(),
@@ -113,6 +127,11 @@ impl HostTier {
             num_write_pending: 0,
             log: Side::default(),
         }
+    }
+
+    /// Use ARC (`fallback`: rule arc_t1_fallback; `trim`: rule arc_ghost_trim) instead of the LRU.
+    pub fn use_arc(&mut self, fallback: bool, trim: bool) {
+        self.arc = Some(Box::new(ArcLists::new(self.capacity, fallback, trim)));
     }
 
     /// Replay: log every key whose entry changes, and keep the eviction-order reference
@@ -165,8 +184,13 @@ impl HostTier {
     pub fn num_free_slots(&self) -> u32 {
         self.free_list.len() as u32 + self.capacity - self.num_allocated
     }
-    /// Keys in eviction order (first = next victim), evictable ones only.
+    /// Keys in eviction order (first = next victim), evictable ones only. Under ARC: T1's
+    /// evictable keys, then T2's (the victims' sources depend on the target).
     pub fn eviction_order(&self) -> Vec<Key> {
+        if let Some(a) = self.arc.as_deref() {
+            let ready = |k: &&Key| self.entries.get(k).is_some_and(|e| e.ref_cnt == 0);
+            return a.t1.iter().chain(&a.t2).filter(ready).copied().collect();
+        }
         self.evictable.iter().map(|(_, k)| k).collect()
     }
 
@@ -194,20 +218,27 @@ impl HostTier {
 
     /// `k` becomes evictable (ref count reached 0).
     fn release(&mut self, k: Key) {
-        if self.policy == HostLru::ReleaseOrder {
+        if self.policy == HostLru::ReleaseOrder && self.arc.is_none() {
             let r = self.fresh_rank();
             self.entries.get_mut(&k).expect("resident").rank = r;
         }
         let e = self.entries.get(&k).expect("resident");
         self.num_evictable += 1;
         self.evictable.insert(e.rank, k);
-        self.order.released(self.policy, k);
+        if self.arc.is_none() {
+            self.order.released(self.policy, k);
+        }
     }
 
     /// `touch(keys)` (0.24's connector, at lookup and after a successful store): a request's
     /// evictable keys become most recently used, its head last.
     pub fn touch(&mut self, keys: &[Key]) {
         if self.policy != HostLru::ReleaseOrder {
+            return;
+        }
+        if let Some(arc) = self.arc.as_mut() {
+            let entries = &self.entries;
+            arc.touch(keys, |k| entries.get(k).is_some_and(|e| e.ref_cnt >= 0));
             return;
         }
         for k in keys.iter().rev() {
@@ -241,7 +272,7 @@ impl HostTier {
         for (k, p) in &new {
             acc.seen.insert(*p, *k);
         }
-        if self.policy == HostLru::InsertRank {
+        if self.policy == HostLru::InsertRank || self.arc.is_some() {
             return; // 0.32: reuse only matters at finish
         }
         let rr = self.request_rank(acc);
@@ -276,8 +307,21 @@ impl HostTier {
                 Lookup::HitPending => {}
             }
         }
+        let arc_requests = self.arc.is_some() && self.policy != HostLru::ReleaseOrder;
+        if arc_requests {
+            // ARC learns from B1/B2 before insert drops the ghost entry, once per request.
+            let new: Vec<Key> = to_store.iter().map(|(k, _)| *k).filter(|k| !acc.store_missed.contains(k)).collect();
+            if let Some(arc) = self.arc.as_mut() {
+                arc.on_store_miss(&new);
+            }
+            acc.store_missed.extend(new);
+        }
         // Recency is recorded before any early return.
         self.record_access(&recorded, acc);
+        if arc_requests {
+            let ready: Vec<Key> = recorded.iter().map(|(k, _)| *k).filter(|k| self.lookup(k) == Lookup::Hit).collect();
+            self.record_reuse(ready.into_iter(), acc);
+        }
         if to_store.is_empty() {
             return Some(StoreOut::default());
         }
@@ -290,6 +334,18 @@ impl HostTier {
             }
             let protected: std::collections::HashSet<Key, std::hash::BuildHasherDefault<super::side::WordHasher>> =
                 keys.iter().map(|(k, _)| *k).collect();
+            if self.arc.is_some() {
+                let entries = &self.entries;
+                let arc = self.arc.as_mut().expect("arc");
+                let victims = arc.evict(need as usize, |k| {
+                    !protected.contains(k) && entries.get(k).is_some_and(|e| e.ref_cnt == 0)
+                })?;
+                for k in victims {
+                    self.evict_one((0, 0), k, ghost, ev);
+                    evicted.push(k);
+                }
+                return Some(self.insert_all(&to_store, evicted, acc));
+            }
             let eligible = |(_, k): &(Rank, Key)| !protected.contains(k);
             let victims: Vec<(Rank, Key)> = if self.evict_mru {
                 self.evictable.iter_rev().filter(eligible).take(need as usize).collect()
@@ -309,24 +365,42 @@ impl HostTier {
                 ev.emit(|| Event::WrongVictims { got, want, policy });
             }
             for (r, k) in victims {
-                self.evictable.remove(r, k);
-                let e = self.entries.remove(&k).expect("evictable key is resident");
-                if e.ref_cnt != 0 {
-                    ghost.breach(Breach::EvictedPinned);
-                }
-                self.num_evictable -= 1;
-                self.free_list.push(e.slot);
-                self.order.evicted(&k);
-                self.note(k, Some(e.ref_cnt), None);
+                self.evict_one(r, k, ghost, ev);
                 evicted.push(k);
-                ev.stat(|s| s.host_evictions += 1);
-                ghost.mark(Mark::HostEviction);
-                ev.emit(|| Event::HostEvicted { key: k });
             }
         }
-        let rr = if self.policy == HostLru::RequestRank { self.request_rank(acc) } else { 0 };
+        Some(self.insert_all(&to_store, evicted, acc))
+    }
+
+    /// A reuse of ready keys (ARC, 0.32+): not counted for keys this request inserted.
+    fn record_reuse(&mut self, keys: impl Iterator<Item = Key>, acc: &mut ReqAccess) {
+        let keys: Vec<Key> = keys.filter(|k| !acc.inserted.contains(k)).collect();
+        acc.reused.extend(keys);
+    }
+
+    /// Evict evictable `k` (at rank `r`).
+    fn evict_one(&mut self, r: Rank, k: Key, ghost: &mut Ghost, ev: &mut Events) {
+        self.evictable.remove(r, k);
+        let e = self.entries.remove(&k).expect("evictable key is resident");
+        if e.ref_cnt != 0 {
+            ghost.breach(Breach::EvictedPinned);
+        }
+        self.num_evictable -= 1;
+        self.free_list.push(e.slot);
+        if self.arc.is_none() {
+            self.order.evicted(&k);
+        }
+        self.note(k, Some(e.ref_cnt), None);
+        ev.stat(|s| s.host_evictions += 1);
+        ghost.mark(Mark::HostEviction);
+        ev.emit(|| Event::HostEvicted { key: k });
+    }
+
+    /// Allocate slots for `to_store` (room was made) and insert them write-pending.
+    fn insert_all(&mut self, to_store: &[(Key, u32)], evicted: Vec<Key>, acc: &mut ReqAccess) -> StoreOut {
+        let rr = if self.policy == HostLru::RequestRank && self.arc.is_none() { self.request_rank(acc) } else { 0 };
         let mut slots = Vec::with_capacity(to_store.len());
-        for &(k, p) in &to_store {
+        for &(k, p) in to_store {
             let slot = if self.num_allocated < self.capacity {
                 self.num_allocated += 1;
                 self.num_allocated - 1
@@ -335,16 +409,24 @@ impl HostTier {
             };
             slots.push(slot);
             let rank = match self.policy {
+                _ if self.arc.is_some() => (0, 0),
                 HostLru::RequestRank => (rr, -(p as i64)),
                 HostLru::InsertRank => self.fresh_rank(),
                 HostLru::ReleaseOrder => (0, 0),
             };
             let old = self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank, content: Vec::new() });
-            self.order.inserted(self.policy, k, rank);
+            if let Some(arc) = self.arc.as_mut() {
+                arc.insert(k);
+                if self.policy != HostLru::ReleaseOrder {
+                    acc.inserted.insert(k);
+                }
+            } else {
+                self.order.inserted(self.policy, k, rank);
+            }
             self.note(k, old.map(|o| o.ref_cnt), Some(-1));
         }
         self.num_write_pending += to_store.len() as u32;
-        Some(StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted })
+        StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted }
     }
 
     /// The copy of a store landed in the chunk slot of `k`.
@@ -389,7 +471,9 @@ impl HostTier {
                         if self.policy == HostLru::ReleaseOrder {
                             e.rank = (0, 0);
                         }
-                        self.order.pinned(self.policy, *k);
+                        if self.arc.is_none() {
+                            self.order.pinned(self.policy, *k);
+                        }
                     }
                     e.ref_cnt += 1;
                     let rc = e.ref_cnt;
@@ -403,6 +487,9 @@ impl HostTier {
             }
         }
         self.record_access(keys, acc);
+        if self.arc.is_some() && self.policy != HostLru::ReleaseOrder {
+            self.record_reuse(keys.iter().map(|(k, _)| *k), acc);
+        }
         slots
     }
 
@@ -437,6 +524,12 @@ impl HostTier {
         acc.finished = true;
         if self.policy == HostLru::ReleaseOrder {
             return; // 0.24's CPU manager: the base no-op
+        }
+        if let Some(arc) = self.arc.as_mut() {
+            let keys: Vec<Key> = acc.seen.values().copied().collect();
+            let insertion_only: BTreeSet<Key> = acc.inserted.difference(&acc.reused).copied().collect();
+            arc.on_request_finished(&keys, &insertion_only, &acc.reused);
+            return;
         }
         let keys: Vec<Key> = acc.seen.values().rev().copied().collect();
         let mut reranked = Vec::new();

@@ -9,6 +9,7 @@ pub mod events;
 pub mod expert_rows;
 pub mod ghost;
 pub mod gpu_pool;
+pub mod host_arc;
 pub mod host_order;
 pub mod host_tier;
 pub mod kv_manager;
@@ -23,8 +24,8 @@ pub mod worker;
 pub mod workload;
 
 pub use config::{
-    ConnectorConfig, ConnectorKind, EngineConfig, KvRole, LoadFailurePolicy, MooncakeConfig, OffloadConfig,
-    SimpleCpuConfig,
+    ConnectorConfig, ConnectorKind, EngineConfig, EvictionPolicy, KvRole, LoadFailurePolicy, MooncakeConfig,
+    OffloadConfig, SimpleCpuConfig,
 };
 pub use engine::{Ctx, Direction, Engine};
 pub use events::{Event, Events};

@@ -47,9 +47,7 @@ impl Connector {
     pub fn new(cfg: &EngineConfig, num_reqs: usize, rules: &Rules) -> Self {
         match &cfg.connector {
             ConnectorConfig::None => Connector::None,
-            ConnectorConfig::Offloading(o) => {
-                Connector::Offloading(Box::new(OcState::new(num_reqs, o.host_chunks, rules)))
-            }
+            ConnectorConfig::Offloading(o) => Connector::Offloading(Box::new(OcState::new(num_reqs, o, rules))),
             ConnectorConfig::SimpleCpu(s) => Connector::SimpleCpu(Box::new(ScState::new(num_reqs, s.cpu_blocks))),
             ConnectorConfig::Mooncake(m) => Connector::Mooncake(Box::new(McState::new(num_reqs, m, cfg.block_size))),
             ConnectorConfig::Nixl => Connector::Nixl(Box::new(NxState::new(cfg.num_gpu_blocks))),

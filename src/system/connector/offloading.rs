@@ -108,14 +108,12 @@ pub struct OcState {
 }
 
 impl OcState {
-    pub fn new(num_reqs: usize, host_chunks: u32, rules: &Rules) -> Self {
-        OcState {
-            reqs: vec![None; num_reqs],
-            jobs: Vec::new(),
-            next_job: 0,
-            fences: BTreeMap::new(),
-            host: HostTier::with_policy(host_chunks, rules.host_lru, rules.evict_mru),
+    pub fn new(num_reqs: usize, o: &crate::system::config::OffloadConfig, rules: &Rules) -> Self {
+        let mut host = HostTier::with_policy(o.host_chunks, rules.host_lru, rules.evict_mru);
+        if o.eviction_policy == crate::system::config::EvictionPolicy::Arc {
+            host.use_arc(rules.arc_t1_fallback, rules.arc_ghost_trim);
         }
+        OcState { reqs: vec![None; num_reqs], jobs: Vec::new(), next_job: 0, fences: BTreeMap::new(), host }
     }
 
     /// The request's offload keys so far, in chunk order.

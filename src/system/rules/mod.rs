@@ -108,6 +108,10 @@ pub struct Rules {
     pub double_complete: bool,
     /// The host tier's eviction order.
     pub host_lru: HostLru,
+    /// ARC's `evict` falls back to T1 when T2 has no candidate (0.32+; 0.24 returns None).
+    pub arc_t1_fallback: bool,
+    /// ARC trims its ghost lists to the capacity after an eviction (false: a mutation).
+    pub arc_ghost_trim: bool,
     /// Not in vLLM: prepare_store evicts from the most recently used end (a negative control
     /// for eviction-order).
     pub evict_mru: bool,
@@ -214,6 +218,8 @@ fn vllm_033() -> Rules {
         cursor_advance_on_store_failure: false,
         double_complete: false,
         host_lru: HostLru::RequestRank,
+        arc_t1_fallback: true,
+        arc_ghost_trim: true,
         evict_mru: false,
         cursor_monotonic: true,
         visit_finished: true,
@@ -277,6 +283,7 @@ fn prime_rl() -> Rules {
 fn vllm_024() -> Rules {
     Rules {
         host_lru: HostLru::ReleaseOrder,
+        arc_t1_fallback: false,
         cursor_monotonic: false,
         visit_finished: false,
         scpu_finish_flush: false,

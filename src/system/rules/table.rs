@@ -121,6 +121,18 @@ pub const RULE_ROWS: &[RuleRow] = &[
         },
     },
     RuleRow {
+        name: "arc_t1_fallback",
+        what: "ARC evicts from T1 when T2 has no candidate (else the store is refused)",
+        upstream: "ARCCachePolicy.evict (0.32)",
+        value: |r| r.arc_t1_fallback.to_string(),
+    },
+    RuleRow {
+        name: "arc_ghost_trim",
+        what: "ARC trims B1/B2 to the capacity after an eviction",
+        upstream: "ARCCachePolicy.evict",
+        value: |r| r.arc_ghost_trim.to_string(),
+    },
+    RuleRow {
         name: "cursor_monotonic",
         what: "store cursor only moves forward",
         upstream: "OffloadingConnectorScheduler.advance_stored_idx",

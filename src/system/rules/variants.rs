@@ -4,7 +4,7 @@
 use super::{Clamp, Cut, FinishWatermark, Variant};
 
 pub const VARIANTS: &[Variant] = &[
-    Variant {
+        Variant {
         name: "pre-60810",
         summary: "a resumed streaming session's full block table is appended to the connector's mirror",
         upstream: "vllm #60810",
@@ -187,6 +187,24 @@ pub const VARIANTS: &[Variant] = &[
         summary: "prepare_store evicts the most recently used evictable keys instead of the least",
         upstream: "mutation",
         apply: |r| r.evict_mru = true,
+    },
+        Variant {
+        name: "no-arc-t1-fallback",
+        summary: "ARC's evict without the final T1 fallback (0.24's): when int(target) exceeds |T1| and T2 has no candidate, the store is refused",
+        upstream: "ARCCachePolicy.evict (0.32 added the fallback)",
+        apply: |r| r.arc_t1_fallback = false,
+    },
+        Variant {
+        name: "fix-arc-t1-fallback",
+        summary: "ARC's evict with 0.32's final T1 fallback (on vllm-0.24)",
+        upstream: "ARCCachePolicy.evict (0.32)",
+        apply: |r| r.arc_t1_fallback = true,
+    },
+    Variant {
+        name: "mut-arc-no-ghost-trim",
+        summary: "ARC never trims its ghost lists B1/B2 to the capacity",
+        upstream: "mutation",
+        apply: |r| r.arc_ghost_trim = false,
     },
     Variant {
         name: "mut-double-complete",
