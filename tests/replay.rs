@@ -603,3 +603,27 @@ fn long_step_stories_keep_the_violation() {
     assert!(a.contains("VIOLATION kv-read-integrity: B reads block 7"), "{a}");
     assert!(a.ends_with("... 496 more events (--verbose shows all)"), "{a}");
 }
+
+/// Every connector replays, and a slot a finished request left is reused only once the
+/// connector keeps nothing of it: more rows than the closed loop's concurrency, sessions whose
+/// later turns hit what their earlier turns stored.
+#[test]
+fn simple_cpu_and_mooncake_replay_with_slot_reuse() {
+    for (conn, table) in [("simple-cpu", "[simple_cpu]\ncpu_blocks = 64"), ("mooncake", "")] {
+        let model = session_model(false)
+            .replace("connector = \"offloading\"", &format!("connector = \"{conn}\""))
+            .replace("[offload]\nhost_chunks = 4096", table)
+            .replace("enable_prefix_caching = false", "enable_prefix_caching = true")
+            .replace("concurrency = 1", "concurrency = 2");
+        let o = replay_text(&session_trace(4, 3), &model, conn, 1);
+        assert!(o.finding.is_none(), "{conn}: {:?}", o.finding);
+        let m = &o.metrics;
+        assert_eq!((m.requests, m.finished), (12, 12), "{conn}");
+        assert!(m.store_jobs > 0 && m.stored_chunks > 0, "{conn}: stores are counted: {m:?}");
+        assert!(o.checks.full >= m.actions, "{conn}: the full predicates ran after every action");
+        for r in &o.requests {
+            let reached = r.g1_hit_tokens + r.host_hit_tokens + r.prefill_tokens + r.decode_tokens;
+            assert_eq!(reached, u64::from(r.prompt_tokens + r.output_tokens) - 1, "{conn}: line {}", r.line);
+        }
+    }
+}

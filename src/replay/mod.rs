@@ -202,7 +202,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         add(&mut total, &m);
         checks.evaluations += inst.checker.checks;
         checks.examined += inst.checker.examined;
-        checks.full += inst.full_checks;
+        checks.full += inst.full_checks + inst.checker.full_runs;
         checks.properties = invariants::properties(&model.cfg);
         marks |= inst.marks;
     }
