@@ -302,11 +302,6 @@ fn bad_traces_exit_2_naming_file_and_line() {
             "without a session_id",
         ),
         ("bad-hash", r#"{"input_length": 10, "output_length": 5, "hash_ids": [-1]}"#, "bad row"),
-        (
-            "too-long",
-            r#"{"input_length": 5000, "output_length": 5, "hash_ids": [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,45,46,47,48,49,50,51,52,53,54,55,56,57,58,59,60,61,62,63,64,65,66,67,68,69,70,71,72,73,74,75,76,77,78,79]}"#,
-            "max_model_len",
-        ),
     ];
     for (name, bad, want) in cases {
         let out = d.join(format!("out-{name}"));
@@ -333,6 +328,34 @@ fn bad_traces_exit_2_naming_file_and_line() {
     assert!(stderr(&o).contains("empty.jsonl:1:"), "{}", stderr(&o));
     let o = kvmc(&["replay", empty.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "a trace needs --model");
+}
+
+/// vLLM's input processor refuses a prompt of max_model_len tokens or more, and the engine
+/// stops any other request at max_model_len: a trace with such rows still replays.
+#[test]
+fn prompts_that_do_not_fit_are_rejected_and_answers_capped_like_vllm() {
+    // session_model: 256 GPU blocks of 16 tokens, so max_model_len = 255 * 16 = 4080.
+    let ids = |from: u32, n: u32| (from..from + n).map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+    let trace = [
+        format!(r#"{{"input_length": 100, "output_length": 5, "hash_ids": [{}]}}"#, ids(0, 2)),
+        format!(r#"{{"input_length": 4080, "output_length": 5, "hash_ids": [{}]}}"#, ids(10, 64)),
+        format!(r#"{{"input_length": 4000, "output_length": 200, "hash_ids": [{}]}}"#, ids(100, 63)),
+        format!(r#"{{"session_id": "s", "input_length": 5000, "output_length": 5, "hash_ids": [{}]}}"#, ids(200, 79)),
+        format!(
+            r#"{{"session_id": "s", "delay": 0, "input_length": 10, "output_length": 5, "hash_ids": [{}]}}"#,
+            ids(300, 1)
+        ),
+    ]
+    .join("\n");
+    let o = replay_text(&trace, &session_model(false), "reject", 1);
+    assert!(o.finding.is_none(), "{:?}", o.finding);
+    let m = &o.metrics;
+    assert_eq!((m.requests, m.finished, m.rejected), (5, 2, 3), "the long prompt and the whole session are refused");
+    let rows: Vec<(u32, u32)> = o.requests.iter().map(|r| (r.prompt_tokens, r.output_tokens)).collect();
+    assert_eq!(rows, vec![(100, 5), (4000, 80)], "the answer stops at max_model_len");
+    assert_eq!(m.prompt_tokens, 4100);
+    assert_eq!(m.output_tokens, 85);
+    assert_eq!(m.decode_tokens + m.prefill_tokens + m.g1_hit_tokens + m.host_hit_tokens, 4100 + 85 - 2);
 }
 
 #[test]
@@ -579,4 +602,28 @@ fn long_step_stories_keep_the_violation() {
     assert!(a.starts_with("G1 block 0 loses A.0; G1 block 1 loses A.1"), "{a}");
     assert!(a.contains("VIOLATION kv-read-integrity: B reads block 7"), "{a}");
     assert!(a.ends_with("... 496 more events (--verbose shows all)"), "{a}");
+}
+
+/// Every connector replays, and a slot a finished request left is reused only once the
+/// connector keeps nothing of it: more rows than the closed loop's concurrency, sessions whose
+/// later turns hit what their earlier turns stored.
+#[test]
+fn simple_cpu_and_mooncake_replay_with_slot_reuse() {
+    for (conn, table) in [("simple-cpu", "[simple_cpu]\ncpu_blocks = 64"), ("mooncake", "")] {
+        let model = session_model(false)
+            .replace("connector = \"offloading\"", &format!("connector = \"{conn}\""))
+            .replace("[offload]\nhost_chunks = 4096", table)
+            .replace("enable_prefix_caching = false", "enable_prefix_caching = true")
+            .replace("concurrency = 1", "concurrency = 2");
+        let o = replay_text(&session_trace(4, 3), &model, conn, 1);
+        assert!(o.finding.is_none(), "{conn}: {:?}", o.finding);
+        let m = &o.metrics;
+        assert_eq!((m.requests, m.finished), (12, 12), "{conn}");
+        assert!(m.store_jobs > 0 && m.stored_chunks > 0, "{conn}: stores are counted: {m:?}");
+        assert!(o.checks.full >= m.actions, "{conn}: the full predicates ran after every action");
+        for r in &o.requests {
+            let reached = r.g1_hit_tokens + r.host_hit_tokens + r.prefill_tokens + r.decode_tokens;
+            assert_eq!(reached, u64::from(r.prompt_tokens + r.output_tokens) - 1, "{conn}: line {}", r.line);
+        }
+    }
 }

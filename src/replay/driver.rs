@@ -30,6 +30,9 @@ pub struct RowResult {
     pub engine: u16,
     pub arrived: bool,
     pub finished: bool,
+    /// Refused before it reached the engine: its prompt does not fit `max_model_len` (vLLM's
+    /// input processor raises), or an earlier turn of its session was refused.
+    pub rejected: bool,
     pub arrival_us: u64,
     pub finish_us: u64,
     pub stats: ReqStats,
@@ -84,7 +87,13 @@ pub struct Driver<'a> {
     prefix_engine: HashMap<u32, u16>,
     rr_next: u32,
     pub now: u64,
+    /// Rows done: finished, or rejected.
     pub finished: u32,
+    pub rejected: u32,
+    /// Output tokens each row generates: its `output_length`, capped so that prompt and output
+    /// fit `max_model_len` (the engine stops a request there, `check_stop`).
+    pub out_len: Vec<u32>,
+    refuse: Vec<bool>,
     unfinished: u32,
     full_every: u64,
 }
@@ -125,18 +134,14 @@ impl Instance {
 impl<'a> Driver<'a> {
     pub fn new(trace: &'a Trace, model: &'a ReplayModel, rules: Rules, full_every: u64) -> Result<Driver<'a>> {
         let cfg = &model.cfg;
-        for r in &trace.rows {
-            let total = u64::from(r.prompt_len) + u64::from(r.output_len);
-            if total > u64::from(cfg.max_model_len) {
-                return Err(KvmcError::input(
-                    &trace.path,
-                    r.line as usize,
-                    format!(
-                        "prompt {} + output {} tokens exceed the model's max_model_len {}",
-                        r.prompt_len, r.output_len, cfg.max_model_len
-                    ),
-                ));
-            }
+        // vLLM's input processor refuses a prompt of max_model_len tokens or more (there is no
+        // room for one output token); the engine stops any other request at max_model_len. A
+        // session whose turn is refused has no later turns (their prompts build on it).
+        let mut refuse = vec![false; trace.rows.len()];
+        let mut out_len = Vec::with_capacity(trace.rows.len());
+        for (i, r) in trace.rows.iter().enumerate() {
+            refuse[i] = r.prompt_len >= cfg.max_model_len || r.prev.is_some_and(|p| refuse[p as usize]);
+            out_len.push(r.output_len.min(cfg.max_model_len.saturating_sub(r.prompt_len)));
         }
         let bpc = cfg.offload().map_or(1, |o| o.blocks_per_chunk);
         let inst = (0..model.replay.engines).map(|_| Instance::new(model, &rules, bpc)).collect();
@@ -154,6 +159,9 @@ impl<'a> Driver<'a> {
             rr_next: 0,
             now: 0,
             finished: 0,
+            rejected: 0,
+            out_len,
+            refuse,
             unfinished: 0,
             full_every,
         };
@@ -215,6 +223,10 @@ impl<'a> Driver<'a> {
             };
             while self.unfinished < cap {
                 let Some(Reverse(r)) = self.eligible.pop() else { break };
+                if self.refuse[r as usize] {
+                    self.reject(r);
+                    continue;
+                }
                 if let Some(f) = self.arrive(r)? {
                     return Ok(Some(f));
                 }
@@ -312,8 +324,18 @@ impl<'a> Driver<'a> {
             }
             _ => t.prompt(r),
         };
-        let output: Vec<Token> = t.output(r).collect();
+        let output: Vec<Token> = t.output(r).take(self.out_len[r as usize] as usize).collect();
         RequestSpec::new(&t.name(r), prompt, output, EndKind::Length, self.model.cfg.block_size)
+    }
+
+    /// Row `r` never reaches an engine; a later turn of its session is refused in turn.
+    fn reject(&mut self, r: u32) {
+        self.results[r as usize].rejected = true;
+        self.rejected += 1;
+        self.finished += 1;
+        if let Some(nx) = self.trace.rows[r as usize].next {
+            self.timed.push(Reverse((self.now, nx)));
+        }
     }
 
     fn arrive(&mut self, r: u32) -> Result<Option<Found>> {

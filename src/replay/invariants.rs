@@ -140,6 +140,9 @@ pub struct Checker {
     pub checks: u64,
     /// Blocks, cached entries and host keys examined.
     pub examined: u64,
+    /// Actions after which the full-state predicates ran instead (connectors without change
+    /// logs: SimpleCPU, Mooncake).
+    pub full_runs: u64,
 }
 
 impl Checker {
@@ -169,6 +172,7 @@ impl Checker {
             loads: BTreeMap::new(),
             checks: 0,
             examined: 0,
+            full_runs: 0,
         }
     }
 
@@ -211,6 +215,7 @@ impl Checker {
             .unwrap_or_default();
         let e = &*e;
         if !self.incremental {
+            self.full_runs += 1;
             return full(e, wl, &self.cfg, &self.rules, self.progress_steps);
         }
         let mut found: Vec<Violation> = Vec::new();

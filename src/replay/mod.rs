@@ -44,6 +44,8 @@ pub struct Options {
 pub struct Metrics {
     pub requests: u64,
     pub finished: u64,
+    /// Rows refused before reaching an engine (prompt of max_model_len tokens or more).
+    pub rejected: u64,
     pub prompt_tokens: u64,
     pub output_tokens: u64,
     /// Token positions first served from G1 prefix hits.
@@ -200,23 +202,24 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         add(&mut total, &m);
         checks.evaluations += inst.checker.checks;
         checks.examined += inst.checker.examined;
-        checks.full += inst.full_checks;
+        checks.full += inst.full_checks + inst.checker.full_runs;
         checks.properties = invariants::properties(&model.cfg);
         marks |= inst.marks;
     }
     total.model_seconds = d.inst.iter().map(|i| i.clock).max().unwrap_or(0) as f64 / 1e6;
     total.requests = trace.rows.len() as u64;
-    total.finished = u64::from(d.finished);
+    total.finished = u64::from(d.finished - d.rejected);
+    total.rejected = u64::from(d.rejected);
     for (i, r) in trace.rows.iter().enumerate() {
         if d.results[i].arrived {
             total.prompt_tokens += u64::from(r.prompt_len);
-            total.output_tokens += u64::from(r.output_len);
+            total.output_tokens += u64::from(d.out_len[i]);
         }
     }
     for (pe, inst) in per_engine.iter_mut().zip(&d.inst) {
         for &r in &inst.arrived {
             pe.prompt_tokens += u64::from(trace.rows[r as usize].prompt_len);
-            pe.output_tokens += u64::from(trace.rows[r as usize].output_len);
+            pe.output_tokens += u64::from(d.out_len[r as usize]);
         }
     }
     checks.reached = crate::props::CATALOGUE
@@ -229,7 +232,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         .iter()
         .enumerate()
         .filter(|(_, r)| r.finished)
-        .map(|(i, r)| request_row(trace, i as u32, r))
+        .map(|(i, r)| request_row(trace, i as u32, r, d.out_len[i]))
         .collect();
     let finding = match found {
         None => None,
@@ -292,7 +295,7 @@ fn add(t: &mut Metrics, m: &Metrics) {
     t.actions += m.actions;
 }
 
-fn request_row(t: &Trace, i: u32, r: &RowResult) -> RequestRow {
+fn request_row(t: &Trace, i: u32, r: &RowResult, output: u32) -> RequestRow {
     let row = &t.rows[i as usize];
     let s: &ReqStats = &r.stats;
     RequestRow {
@@ -303,7 +306,7 @@ fn request_row(t: &Trace, i: u32, r: &RowResult) -> RequestRow {
         arrival_ms: r.arrival_us as f64 / 1000.0,
         finish_ms: r.finish_us as f64 / 1000.0,
         prompt_tokens: row.prompt_len,
-        output_tokens: row.output_len,
+        output_tokens: output,
         g1_hit_tokens: s.g1_hit_tokens,
         host_hit_tokens: s.host_hit_tokens,
         prefill_tokens: s.prefill_tokens,

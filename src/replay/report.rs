@@ -35,7 +35,12 @@ fn metrics_lines(s: &mut String, m: &Metrics, indent: &str) {
     let row = |s: &mut String, k: &str, v: String| {
         let _ = writeln!(s, "{indent}{k:<26} {v}");
     };
-    row(s, "requests", format!("{} finished of {}", thousands(m.finished), thousands(m.requests)));
+    let rejected = if m.rejected > 0 {
+        format!(", {} rejected (prompt of max_model_len tokens or more, or a refused session)", thousands(m.rejected))
+    } else {
+        String::new()
+    };
+    row(s, "requests", format!("{} finished of {}{rejected}", thousands(m.finished), thousands(m.requests)));
     row(s, "prompt tokens", thousands(m.prompt_tokens));
     let part = |n: u64| format!("{:>14}  {:>6}", thousands(n), pct(n, m.prompt_tokens));
     row(s, "  served from G1 hits", part(m.g1_hit_tokens));

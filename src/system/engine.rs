@@ -132,9 +132,7 @@ impl Engine {
     /// Trace replay: one more request slot (a pending request of `wl`'s new last slot).
     pub fn add_slot(&mut self) -> ReqId {
         self.reqs.push(ReqState::new());
-        if let Some(oc) = self.conn.offloading_mut() {
-            oc.reqs.push(None);
-        }
+        self.conn.add_slot();
         (self.reqs.len() - 1) as ReqId
     }
 
@@ -147,10 +145,7 @@ impl Engine {
             && !self.finished_since.contains(&r)
             && !self.finished_recving.contains(&r)
             && !self.failed_recving.contains(&r)
-            && self
-                .conn
-                .offloading()
-                .is_none_or(|oc| oc.reqs[r as usize].is_none() && oc.jobs.iter().all(|j| j.req != r))
+            && self.conn.slot_idle(r)
             && self
                 .batches
                 .iter()
@@ -161,6 +156,7 @@ impl Engine {
     pub fn reset_slot(&mut self, r: ReqId) {
         debug_assert!(self.slot_reusable(r));
         self.reqs[r as usize] = ReqState::new();
+        self.conn.reset_slot(r);
     }
 
     /// Requests not yet finished, or finished but still holding blocks or connector state.

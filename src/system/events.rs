@@ -246,6 +246,8 @@ pub struct ReqStats {
     pub admissions: u32,
     /// Engine steps in which the request was scheduled.
     pub steps: u32,
+    /// The G1 hit of the request's pending async load (its load starts there).
+    pub async_local: u32,
 }
 
 /// Split positions `[a, b)` at the high-water mark: (new, seen before).

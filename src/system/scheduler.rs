@@ -100,7 +100,6 @@ fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
 fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
     let k = kv_ctx(&ctx, r, e.reqs[r as usize].turn);
     let failed = e.failed_recving.contains(&r);
-    let num_local = e.conn.offloading().and_then(|oc| oc.reqs[r as usize].as_ref()).map_or(0, |st| st.num_local);
     let q = &mut e.reqs[r as usize];
     if failed {
         if q.num_computed > 0 {
@@ -122,7 +121,10 @@ fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Eve
     e.finished_recving.retain(|&x| x != r);
     // What the async load kept: the loaded tokens, less the last token of a fully loaded
     // prompt (recomputed) and anything a failure rewound.
-    ev.stat(|s| s.loaded(r, num_local, num_computed.max(num_local)));
+    ev.stat(|s| {
+        let from = s.req(r).async_local;
+        s.loaded(r, from, num_computed.max(from))
+    });
     ev.emit(|| Event::Promoted { req: r, num_computed, failed });
 }
 
@@ -463,7 +465,12 @@ fn schedule_waiting(
         // Replay metrics: G1 hits now; a synchronous load's tokens now, an async load's when
         // it lands (update_waiting_for_remote_kv).
         let sync_ext = if load_async { 0 } else { ext };
-        ev.stat(|s| s.served(r, local, local + sync_ext));
+        ev.stat(|s| {
+            s.served(r, local, local + sync_ext);
+            if load_async {
+                s.req(r).async_local = local;
+            }
+        });
         let q = &mut e.reqs[r as usize];
         if load_async {
             q.status = Status::WaitingForRemoteKvs;

@@ -112,6 +112,52 @@ impl Connector {
         }
     }
 
+    /// Trace replay: room for one more request slot.
+    pub fn add_slot(&mut self) {
+        match self {
+            Connector::None | Connector::Nixl(_) => {}
+            Connector::Offloading(s) => s.reqs.push(None),
+            Connector::SimpleCpu(s) => s.reqs.push(Default::default()),
+            Connector::Mooncake(s) => s.reqs.push(Default::default()),
+        }
+    }
+
+    /// Trace replay: the connector keeps nothing for slot `r` and no job of its names it.
+    pub fn slot_idle(&self, r: ReqId) -> bool {
+        let i = r as usize;
+        match self {
+            Connector::None => true,
+            // Not replayed (the replay driver refuses NIXL models).
+            Connector::Nixl(_) => false,
+            Connector::Offloading(oc) => oc.reqs[i].is_none() && oc.jobs.iter().all(|j| j.req != r),
+            Connector::SimpleCpu(sc) => {
+                let q = &sc.reqs[i];
+                q.store.is_none()
+                    && q.pending.is_none()
+                    && q.load.is_none()
+                    && sc.stores.iter().all(|e| !e.reqs.contains(&r) && e.parts.iter().all(|t| t.req != r))
+                    && sc.loads.iter().all(|e| !e.reqs.contains(&r))
+                    && sc.pending_finished.iter().all(|t| t.req != r)
+            }
+            Connector::Mooncake(mc) => {
+                mc.reqs[i] == Default::default()
+                    && mc.unfinished.iter().all(|(x, _)| *x != r)
+                    && mc.saves.iter().all(|j| j.req != r)
+                    && mc.loads.iter().all(|j| j.req != r)
+            }
+        }
+    }
+
+    /// Trace replay: idle slot `r` starts afresh (ghost records included).
+    pub fn reset_slot(&mut self, r: ReqId) {
+        let i = r as usize;
+        match self {
+            Connector::SimpleCpu(s) => s.reqs[i] = Default::default(),
+            Connector::Mooncake(s) => s.reqs[i] = Default::default(),
+            Connector::None | Connector::Nixl(_) | Connector::Offloading(_) => {}
+        }
+    }
+
     /// `on_new_request` (only the OffloadingConnector keeps state from arrival on).
     pub fn on_new_request(&mut self, r: ReqId) {
         if let Connector::Offloading(oc) = self {

@@ -374,6 +374,11 @@ impl McState {
                     blocks: table.clone(),
                     slots: Vec::new(),
                 });
+                let n = hashes.len().saturating_sub((from / b) as usize) as u64;
+                ev.stat(|s| {
+                    s.store_jobs += 1;
+                    s.stored_chunks += n;
+                });
                 self.saves.push(SaveJob { id, req: r, token_len, blocks: table, hashes, pinned, phase: Phase::Built });
             }
         }
@@ -404,6 +409,11 @@ impl McState {
             blocks: blocks.clone(),
             slots: Vec::new(),
             sync: false,
+        });
+        let n = keys.len() as u64;
+        ev.stat(|s| {
+            s.load_jobs += 1;
+            s.loaded_chunks += n;
         });
         self.loads.push(LoadJob { id, req: r, keys, blocks, phase: Phase::Built, invalid_from: None });
     }

@@ -127,6 +127,11 @@ impl ScState {
                     slots: t.cpu.clone(),
                 });
             }
+            let n: u64 = parts.iter().map(|t| t.gpu.len() as u64).sum();
+            ev.stat(|s| {
+                s.store_jobs += 1;
+                s.stored_chunks += n;
+            });
             self.stores.push(StoreEvent { id, parts, reqs: event_reqs, phase: Phase::Built, snapshot: Vec::new() });
         }
         // Loads prepared this step form one load event.
@@ -152,6 +157,11 @@ impl ScState {
                     sync: false,
                 });
             }
+            let n = cpu.len() as u64;
+            ev.stat(|s| {
+                s.load_jobs += 1;
+                s.loaded_chunks += n;
+            });
             self.loads.push(LoadEvent { id, reqs: new, gpu, cpu, phase: Phase::Built });
         }
     }
