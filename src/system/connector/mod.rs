@@ -390,6 +390,17 @@ pub struct SchedOut {
     pub finished: Vec<ReqId>,
 }
 
+impl SchedOut {
+    /// `yield_req_data` order (Model Runner V2): `scheduled_new_reqs` (requests admitted from
+    /// WAITING, then those resumed after a preemption, which MRV2 appends to them), then the
+    /// cached (running) requests; each group in scheduling order.
+    pub fn yield_order(&self) -> impl Iterator<Item = &Scheduled> {
+        let new = self.scheduled.iter().filter(|s| s.full_table && !s.resumed);
+        let resumed = self.scheduled.iter().filter(|s| s.full_table && s.resumed);
+        new.chain(resumed).chain(self.scheduled.iter().filter(|s| !s.full_table))
+    }
+}
+
 /// Per-step connector scratch (`_current_batch_*`), cleared at the end of every step.
 #[derive(Clone, Debug, Default)]
 pub struct StepScratch {

@@ -304,7 +304,7 @@ impl McState {
         let mut metas: Vec<Meta> = Vec::new();
         // New requests (and, under Model Runner V2, requests resumed after preemption): a
         // tracker over the full prefill range.
-        for s in out.scheduled.iter().filter(|s| s.full_table) {
+        for s in out.yield_order().filter(|s| s.full_table) {
             let q = &reqs[s.req as usize];
             let load = self.reqs[s.req as usize].load_spec.take();
             debug_assert!(

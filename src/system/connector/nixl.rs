@@ -98,9 +98,7 @@ impl NxState {
         scratch: &mut StepScratch,
     ) {
         let b = c.block_size;
-        let new_first =
-            out.scheduled.iter().filter(|s| s.full_table).chain(out.scheduled.iter().filter(|s| !s.full_table));
-        for s in new_first {
+        for s in out.yield_order() {
             let Ok(pos) = self.need_save.binary_search(&s.req) else { continue };
             let q = &reqs[s.req as usize];
             let mut blocks = s.blocks.clone();

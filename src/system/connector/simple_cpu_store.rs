@@ -67,8 +67,8 @@ impl ScState {
             }
             q.owed.clear();
         }
-        // yield_req_data order: new requests (full tables) first, then cached requests.
-        let order = out.scheduled.iter().filter(|s| s.full_table).chain(out.scheduled.iter().filter(|s| !s.full_table));
+        // yield_req_data order: new requests, then resumed ones (MRV2), then cached requests.
+        let order = out.yield_order();
         let mut parts: Vec<Transfer> = Vec::new();
         let mut event_reqs: Vec<ReqId> = Vec::new();
         for s in order {
