@@ -627,3 +627,25 @@ fn simple_cpu_and_mooncake_replay_with_slot_reuse() {
         }
     }
 }
+
+/// A host tier too small for the traffic refuses finish-time stores (final-store-kept, a
+/// quality finding every release has): the replay stops there, unless that property is
+/// skipped, and then runs to the end with every other invariant checked.
+#[test]
+fn skipping_a_known_quality_finding_replays_to_the_end() {
+    let model = session_model(false).replace("host_chunks = 4096", "host_chunks = 4");
+    let d = tempdir("skip");
+    let t = Trace::parse(&d.join("t.jsonl"), &session_trace(3, 3), 64, None).expect("trace parses");
+    let m = ReplayModel::parse("m", &d.join("m.toml"), &model).expect("model parses");
+    let run = |skip: Vec<String>| {
+        let opts = Options { out_dir: Some(d.clone()), skip_properties: skip, ..Default::default() };
+        run_trace(&t, &m, &opts).expect("replay runs")
+    };
+    let stopped = run(Vec::new());
+    assert_eq!(stopped.finding.as_ref().map(|f| f.property.as_str()), Some("final-store-kept"));
+    let full = run(vec!["final-store-kept".into()]);
+    assert!(full.finding.is_none(), "{:?}", full.finding);
+    assert_eq!(full.metrics.finished, 9);
+    assert!(!full.checks.properties.contains(&"final-store-kept"));
+    assert!(full.checks.properties.contains(&"host-integrity"));
+}

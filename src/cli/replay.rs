@@ -52,6 +52,10 @@ pub struct ReplayArgs {
     /// Replay only the first N requests of the trace.
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Do not evaluate this always-property (repeatable): e.g. final-store-kept, a quality
+    /// finding every release violates, to replay small host tiers to the end.
+    #[arg(long, value_name = "PROPERTY")]
+    pub skip_property: Vec<String>,
     /// Scenarios: show every action, not only the last few.
     #[arg(long)]
     pub verbose: bool,
@@ -103,6 +107,7 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
         full_check_every: a.full_check_every,
         out_dir: a.out.clone(),
         progress: !a.quiet && std::io::stderr().is_terminal(),
+        skip_properties: a.skip_property.clone(),
     };
     let o = replay::run_trace(&trace, &model, &opts)?;
     match a.format {

@@ -94,16 +94,18 @@ pub struct Driver<'a> {
     /// fit `max_model_len` (the engine stops a request there, `check_stop`).
     pub out_len: Vec<u32>,
     refuse: Vec<bool>,
+    /// Properties left out (`--skip-property`).
+    pub skip: Vec<&'static str>,
     unfinished: u32,
     full_every: u64,
 }
 
 impl Instance {
-    fn new(model: &ReplayModel, rules: &Rules, bpc: u32) -> Instance {
+    fn new(model: &ReplayModel, rules: &Rules, bpc: u32, skip: &[&'static str]) -> Instance {
         let wl = Workload::lazy(model.cfg.block_size, bpc > 1);
         let mut engine = Engine::new(&model.cfg, &wl, rules);
         engine.enable_replay_aids();
-        let checker = Checker::new(&engine, &model.cfg, rules, model.replay.progress_steps);
+        let checker = Checker::new(&engine, &model.cfg, rules, model.replay.progress_steps).skipping(skip);
         Instance {
             engine,
             wl,
@@ -132,7 +134,13 @@ impl Instance {
 }
 
 impl<'a> Driver<'a> {
-    pub fn new(trace: &'a Trace, model: &'a ReplayModel, rules: Rules, full_every: u64) -> Result<Driver<'a>> {
+    pub fn new(
+        trace: &'a Trace,
+        model: &'a ReplayModel,
+        rules: Rules,
+        full_every: u64,
+        skip: Vec<&'static str>,
+    ) -> Result<Driver<'a>> {
         let cfg = &model.cfg;
         // vLLM's input processor refuses a prompt of max_model_len tokens or more (there is no
         // room for one output token); the engine stops any other request at max_model_len. A
@@ -144,7 +152,7 @@ impl<'a> Driver<'a> {
             out_len.push(r.output_len.min(cfg.max_model_len.saturating_sub(r.prompt_len)));
         }
         let bpc = cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-        let inst = (0..model.replay.engines).map(|_| Instance::new(model, &rules, bpc)).collect();
+        let inst = (0..model.replay.engines).map(|_| Instance::new(model, &rules, bpc, &skip)).collect();
         let mut d = Driver {
             trace,
             model,
@@ -162,6 +170,7 @@ impl<'a> Driver<'a> {
             rejected: 0,
             out_len,
             refuse,
+            skip,
             unfinished: 0,
             full_every,
         };
@@ -260,9 +269,14 @@ impl<'a> Driver<'a> {
         for k in 0..self.inst.len() {
             let inst = &mut self.inst[k];
             inst.full_checks += 1;
-            if let Some(v) =
-                invariants::full(&inst.engine, &inst.wl, &self.model.cfg, &self.rules, self.model.replay.progress_steps)
-            {
+            if let Some(v) = invariants::full(
+                &inst.engine,
+                &inst.wl,
+                &self.model.cfg,
+                &self.rules,
+                self.model.replay.progress_steps,
+                &self.skip,
+            ) {
                 return Ok(Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps }));
             }
         }
@@ -391,6 +405,7 @@ impl<'a> Driver<'a> {
                 &self.model.cfg,
                 &self.rules,
                 self.model.replay.progress_steps,
+                &self.skip,
             );
             if full.as_ref().map(|v| v.property) != found.as_ref().map(|v| v.property) {
                 return Err(KvmcError::Internal(format!(
@@ -410,13 +425,13 @@ impl<'a> Driver<'a> {
         let (prefill_us, decode_us) = (self.model.replay.prefill_us, self.model.replay.decode_us);
         {
             let inst = &mut self.inst[k];
-            let (p0, d0) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_tokens, s.decode_tokens));
+            let (p0, d0) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_pass_tokens, s.decode_tokens));
             inst.engine.ghost.marks = 0;
             inst.engine.ghost.idle_steps = inst.engine.ghost.idle_steps.saturating_add(1);
             let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
             inst.engine.step(ctx, &Default::default(), &mut inst.ev);
             inst.steps += 1;
-            let (p1, d1) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_tokens, s.decode_tokens));
+            let (p1, d1) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_pass_tokens, s.decode_tokens));
             inst.clock += if p1 > p0 {
                 prefill_us
             } else if d1 > d0 {
@@ -440,9 +455,14 @@ impl<'a> Driver<'a> {
         if self.full_every > 1 && self.inst[k].steps % self.full_every == 0 {
             let inst = &mut self.inst[k];
             inst.full_checks += 1;
-            if let Some(v) =
-                invariants::full(&inst.engine, &inst.wl, &self.model.cfg, &self.rules, self.model.replay.progress_steps)
-            {
+            if let Some(v) = invariants::full(
+                &inst.engine,
+                &inst.wl,
+                &self.model.cfg,
+                &self.rules,
+                self.model.replay.progress_steps,
+                &self.skip,
+            ) {
                 return Ok(Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps }));
             }
         }

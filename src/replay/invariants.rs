@@ -94,10 +94,17 @@ fn flag_violation(e: &Engine, name: &'static str) -> Option<Violation> {
 }
 
 /// The catalogue's predicates over the whole state (the checker's own code).
-pub fn full(e: &Engine, wl: &Workload, cfg: &EngineConfig, rules: &Rules, progress_steps: u32) -> Option<Violation> {
+pub fn full(
+    e: &Engine,
+    wl: &Workload,
+    cfg: &EngineConfig,
+    rules: &Rules,
+    progress_steps: u32,
+    skip: &[&str],
+) -> Option<Violation> {
     let b = wl.block_size;
     let bpc = cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    for name in properties(cfg) {
+    for name in properties(cfg).into_iter().filter(|p| !skip.contains(p)) {
         let ok = match name {
             "g1-accounting" => g1::engine_accounting(e, rules),
             "g1-cache-sound" => g1::engine_cache_sound(e, b),
@@ -143,6 +150,8 @@ pub struct Checker {
     /// Actions after which the full-state predicates ran instead (connectors without change
     /// logs: SimpleCPU, Mooncake).
     pub full_runs: u64,
+    /// Properties not evaluated (`kvmc replay --skip-property`).
+    skip: Vec<&'static str>,
 }
 
 impl Checker {
@@ -173,7 +182,20 @@ impl Checker {
             checks: 0,
             examined: 0,
             full_runs: 0,
+            skip: Vec::new(),
         }
+    }
+
+    /// Leave `skip` out of every evaluation.
+    pub fn skipping(mut self, skip: &[&'static str]) -> Self {
+        self.props.retain(|p| !skip.contains(p));
+        self.skip = skip.to_vec();
+        self
+    }
+
+    /// The properties evaluated after every action.
+    pub fn properties(&self) -> &[&'static str] {
+        &self.props
     }
 
     pub fn num_properties(&self) -> usize {
@@ -216,7 +238,7 @@ impl Checker {
         let e = &*e;
         if !self.incremental {
             self.full_runs += 1;
-            return full(e, wl, &self.cfg, &self.rules, self.progress_steps);
+            return full(e, wl, &self.cfg, &self.rules, self.progress_steps, &self.skip);
         }
         let mut found: Vec<Violation> = Vec::new();
         let mut first = |x: Option<Violation>| found.extend(x);

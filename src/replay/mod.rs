@@ -37,6 +37,9 @@ pub struct Options {
     pub out_dir: Option<PathBuf>,
     /// A progress bar on stderr.
     pub progress: bool,
+    /// Always-properties not to evaluate (`--skip-property`), e.g. a known quality finding
+    /// that every release violates.
+    pub skip_properties: Vec<String>,
 }
 
 /// Engine-wide totals of one replay.
@@ -170,7 +173,18 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     let profile = opts.profile.clone().unwrap_or_else(|| model.profile.clone());
     let rules = crate::system::rules::resolve(&profile, opts.variant.as_deref()).map_err(KvmcError::Usage)?;
     let full_every = opts.full_check_every.unwrap_or(model.replay.full_check_every);
-    let mut d = driver::Driver::new(trace, model, rules, full_every)?;
+    let mut skip: Vec<&'static str> = Vec::new();
+    for name in &opts.skip_properties {
+        match crate::props::CATALOGUE.iter().find(|p| p.name == name && p.kind == crate::props::Kind::Always) {
+            Some(p) => skip.push(p.name),
+            None => {
+                return Err(KvmcError::Usage(format!(
+                    "--skip-property {name}: no such always-property (kvmc list shows the catalogue)"
+                )))
+            }
+        }
+    }
+    let mut d = driver::Driver::new(trace, model, rules, full_every, skip)?;
     let bar = opts.progress.then(|| {
         let pb = indicatif::ProgressBar::new(trace.rows.len() as u64);
         pb.set_style(
@@ -203,7 +217,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         checks.evaluations += inst.checker.checks;
         checks.examined += inst.checker.examined;
         checks.full += inst.full_checks + inst.checker.full_runs;
-        checks.properties = invariants::properties(&model.cfg);
+        checks.properties = inst.checker.properties().to_vec();
         marks |= inst.marks;
     }
     total.model_seconds = d.inst.iter().map(|i| i.clock).max().unwrap_or(0) as f64 / 1e6;

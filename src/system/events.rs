@@ -265,6 +265,9 @@ pub struct Stats {
     pub decode_tokens: u64,
     pub recomputed_tokens: u64,
     pub rehit_tokens: u64,
+    /// Tokens computed by prefill passes (first time or again): what makes a step a prefill
+    /// step for replay's clock.
+    pub prefill_pass_tokens: u64,
     pub preemptions: u64,
     /// Cached G1 blocks that lost their hash (slot handed out again, or evicted).
     pub g1_evictions: u64,
@@ -332,6 +335,7 @@ impl Stats {
         } else {
             rs.prefill_tokens += new;
             self.prefill_tokens += new;
+            self.prefill_pass_tokens += u64::from(n);
         }
         self.recomputed_tokens += re;
     }

@@ -15,8 +15,12 @@ Run (from a venv with vllm==0.33.0, e.g. the one scripts/record-fixtures.sh make
     python tests/conformance/vllm/scheduler_replay.py [--limit N] [--json-out F]
 and compare with
     kvmc replay ../shared/traces/conversation_trace.jsonl --model models/replay-mooncake.toml
-(docs/replay.md, "Against vLLM 0.33"). --copy-steps 1 here is kvmc's store_steps = 1,
-load_steps = 0.
+(docs/replay.md, "Against vLLM 0.33"). --copy-steps 1 here is kvmc's load_steps = 0; add
+--store-copy-steps 2 for kvmc's store_steps = 1 (kvmc reports a store at the earliest in the
+step after the one that submitted it). Other flags: --connector simple-cpu --cpu-blocks N,
+--blocks-per-chunk, --no-prefix-caching, --offload-decode, --sessions (the mooncake-delta
+dialect), --per-request FILE.tsv, --dump-steps FILE (one line per step, to find the first
+step where two runs part).
 """
 
 from __future__ import annotations
@@ -52,6 +56,19 @@ def parse_args():
                    help="a store/load built in step k is reported done by the "
                         "worker at the end of step k + copy-steps")
     p.add_argument("--progress-every", type=int, default=500)
+    # flags for other configurations
+    p.add_argument("--blocks-per-chunk", type=int, default=1)
+    p.add_argument("--sessions", action="store_true",
+                   help="mooncake-delta: session_id/delay rows, later turns = prev prompt + answer + new input")
+    p.add_argument("--store-copy-steps", type=int, default=0,
+                   help="offloading: a store built in step k is reported done at the end of step "
+                        "k + this (default: --copy-steps). 2 = kvmc store_steps 1")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--connector", default="offloading", choices=["offloading", "simple-cpu", "none"])
+    p.add_argument("--cpu-blocks", type=int, default=0, help="simple-cpu: num_cpu_blocks")
+    p.add_argument("--lazy", action="store_true", help="simple-cpu: lazy_offload")
+    p.add_argument("--offload-decode", action="store_true", help="offloading: offload_prompt_only=False")
+    p.add_argument("--dump-steps", default="", help="per-step state dump file")
     p.add_argument("--json-out", default="")
     p.add_argument("--per-request", default="",
                    help="write one TSV row per request (kvmc --per-request columns)")
@@ -96,6 +113,8 @@ from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
+import logging  # noqa: E402
+logging.getLogger("vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler").setLevel(logging.ERROR)
 T_IMPORT = time.perf_counter() - T0_WALL
 
 # --------------------------------------------------------------------------
@@ -112,7 +131,9 @@ PAGE = KV_SPEC.page_size_bytes  # per layer per block
 BYTES_PER_BLOCK = PAGE * len(LAYERS)
 PAGESIZE = os.sysconf("SC_PAGE_SIZE")
 ALIGNED = -(-BYTES_PER_BLOCK // PAGESIZE) * PAGESIZE
-CPU_BYTES = args.host_chunks * ALIGNED  # -> exactly host_chunks chunks of 1 block
+BPC = args.blocks_per_chunk
+ALIGNED = -(-(BYTES_PER_BLOCK * BPC) // PAGESIZE) * PAGESIZE
+CPU_BYTES = args.host_chunks * ALIGNED  # -> exactly host_chunks chunks of BPC blocks
 
 model_config = ModelConfig(
     model=os.path.join(HERE, "scheduler-replay-model"),
@@ -130,13 +151,29 @@ scheduler_config = SchedulerConfig(
     async_scheduling=False,
 )
 cache_config = CacheConfig(
-    block_size=BS, enable_prefix_caching=True, cache_dtype="auto"
+    block_size=BS, enable_prefix_caching=not args.no_prefix_caching, cache_dtype="auto"
 )
-kv_transfer_config = KVTransferConfig(
-    kv_connector="OffloadingConnector",
-    kv_role="kv_both",
-    kv_connector_extra_config={"cpu_bytes_to_use": CPU_BYTES},  # LRU, 1 blk/chunk
-)
+if args.connector == "offloading":
+    _extra = {"cpu_bytes_to_use": CPU_BYTES}
+    if BPC != 1:
+        _extra["blocks_per_chunk"] = BPC
+    if args.offload_decode:
+        _extra["offload_prompt_only"] = False
+    kv_transfer_config = KVTransferConfig(
+        kv_connector="OffloadingConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config=_extra,
+    )
+elif args.connector == "simple-cpu":
+    _extra = {"num_cpu_blocks": args.cpu_blocks, "cpu_bytes_to_use": 1 << 40,
+              "lazy_offload": args.lazy}
+    kv_transfer_config = KVTransferConfig(
+        kv_connector="SimpleCPUOffloadConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config=_extra,
+    )
+else:
+    kv_transfer_config = None
 vllm_config = VllmConfig(
     model_config=model_config,
     scheduler_config=scheduler_config,
@@ -179,9 +216,11 @@ scheduler = Scheduler(
     log_stats=False,
 )
 sconn = scheduler.connector
-assert isinstance(sconn, OffloadingConnector)
-cpu_manager = sconn.connector_scheduler.manager if hasattr(
-    sconn.connector_scheduler, "manager") else None
+print(f"[replay] use_v2_model_runner={scheduler.use_v2_model_runner}", file=sys.stderr)
+if args.connector == "offloading":
+    assert isinstance(sconn, OffloadingConnector)
+    cpu_manager = sconn.connector_scheduler.manager if hasattr(
+        sconn.connector_scheduler, "manager") else None
 
 
 # --------------------------------------------------------------------------
@@ -209,10 +248,14 @@ class FakeOffloadingWorker(OffloadingWorker):
     def submit_store(self, job_id, src_spec, dst_spec) -> bool:
         self.store_jobs += 1
         self.store_chunks += len(dst_spec.block_ids)
-        self.pending[job_id] = self.step + self.copy_steps - 1
+        self.pending[job_id] = self.step + (args.store_copy_steps or self.copy_steps) - 1
         return True
 
     def submit_load(self, job_id, src_spec, dst_spec, expedited=False) -> bool:
+        try:
+            EVS.append(f"L{int(wconn.connector_worker._jobs[job_id].req_id) + 1 if False else '?'}:{len(src_spec.block_ids)}")
+        except Exception:
+            EVS.append(f"L?:{len(src_spec.block_ids)}")
         self.load_jobs += 1
         self.load_chunks += len(src_spec.block_ids)
         if expedited:
@@ -235,9 +278,106 @@ class FakeOffloadingWorker(OffloadingWorker):
         return out
 
 
-wconn = OffloadingConnector(vllm_config, KVConnectorRole.WORKER, worker_kv_cfg)
-fake_worker = FakeOffloadingWorker(args.copy_steps)
-wconn.connector_worker.worker = fake_worker  # instead of register_kv_caches()
+class FakeEvent:
+    def __init__(self, due):
+        self.due = due
+
+    def query(self):
+        return SC_STEP[0] >= self.due
+
+    def synchronize(self):
+        pass
+
+    def record(self, *a, **k):
+        pass
+
+
+SC_STEP = [0]
+
+
+class FakeSimpleCPUBackend:
+    """Stands in for DmaCopyBackend: no tensors; an event launched in step k
+    is complete from step k + copy_steps on (polled by get_finished)."""
+
+    def __init__(self, copy_steps):
+        self.copy_steps = copy_steps
+        self.store_jobs = self.store_chunks = self.load_jobs = self.load_chunks = 0
+        self.sync_load_jobs = 0
+        self.flushed_jobs = 0
+        self.pending = {}
+
+    def launch_copy(self, src_blocks, dst_blocks, is_store, event_idx,
+                    events_list, wait_event=None):
+        if is_store:
+            self.store_jobs += 1
+            self.store_chunks += len(src_blocks)
+            EVS.append(f"S?->{len(src_blocks)}")
+        else:
+            self.load_jobs += 1
+            self.load_chunks += len(src_blocks)
+            EVS.append(f"L?:{len(src_blocks)}")
+        events_list.append((event_idx, FakeEvent(SC_STEP[0] + self.copy_steps)))
+
+
+if args.connector == "offloading":
+    wconn = OffloadingConnector(vllm_config, KVConnectorRole.WORKER, worker_kv_cfg)
+    fake_worker = FakeOffloadingWorker(args.copy_steps)
+    wconn.connector_worker.worker = fake_worker  # instead of register_kv_caches()
+elif args.connector == "simple-cpu":
+    from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import (  # noqa: E402
+        SimpleCPUOffloadConnector,
+    )
+    assert isinstance(sconn, SimpleCPUOffloadConnector), type(sconn)
+    print(f"[simple-cpu] scheduler num_cpu_blocks="
+          f"{sconn.scheduler_manager.num_cpu_blocks} free="
+          f"{sconn.scheduler_manager.cpu_block_pool.get_num_free_blocks()}",
+          file=sys.stderr)
+    _sm = sconn.scheduler_manager
+    _IN_FIN = [False]
+    _orig_sel = _sm._select_eager_blocks_to_store
+
+    def _sel(state, block_ids_by_group):
+        start = state.num_stored_blocks[0]
+        req = state.request
+        out = _orig_sel(state, block_ids_by_group)
+        if os.environ.get("SEL_DEBUG") and out[0]:
+            ids = block_ids_by_group[0]
+            conf = req.num_computed_tokens - req.num_output_placeholders
+            from collections import Counter
+            cls = Counter(_sm._classify_store_candidate(_sm._gpu_block_pool.blocks[b]).name
+                          for b in ids[start:min(len(ids), conf // BS)])
+            EVS.append(f"sel{int(req.request_id) + 1}[start={start},conf={conf},ids={len(ids)},adv={out[1][0]},{dict(cls)}]")
+        if out[0]:
+            EVS.append(f"{'f' if _IN_FIN[0] else 's'}{int(state.request.request_id) + 1}->{len(out[0])}")
+        return out
+    _sm._select_eager_blocks_to_store = _sel
+    _orig_qf = _sm._queue_finished_eager_store
+
+    def _qf(request, block_ids):
+        _IN_FIN[0] = True
+        try:
+            return _orig_qf(request, block_ids)
+        finally:
+            _IN_FIN[0] = False
+    _sm._queue_finished_eager_store = _qf
+    _orig_gnm2 = _sm.get_num_new_matched_tokens
+
+    def _gnm2(request, num_computed_tokens):
+        res = _orig_gnm2(request, num_computed_tokens)
+        if res[0] is None or res[0] > 0:
+            EVS.append(f"Q{int(request.request_id) + 1}:{num_computed_tokens}+{'None' if res[0] is None else f'Some({res[0]})'}")
+        return res
+    _sm.get_num_new_matched_tokens = _gnm2
+    wconn = SimpleCPUOffloadConnector(vllm_config, KVConnectorRole.WORKER, worker_kv_cfg)
+    fake_worker = FakeSimpleCPUBackend(args.copy_steps)
+    wh = wconn.worker_handler
+    wh._backend = fake_worker           # instead of register_kv_caches()
+    wh.num_cpu_blocks = args.cpu_blocks
+    wh._store_compute_done = FakeEvent(0)  # no torch.Event / CUDA stream
+    torch.cuda.current_stream = lambda *a, **k: None
+else:
+    wconn = None
+    fake_worker = FakeSimpleCPUBackend(args.copy_steps)
 
 # --------------------------------------------------------------------------
 # Instrumentation (wrappers that only observe)
@@ -285,8 +425,42 @@ steps = 0
 _orig_preempt = scheduler._preempt_request
 
 
+STEP_PREEMPTED: list = []
+REQS: dict = {}
+EVS: list = []
+HEV = [0]
+
+if args.connector == "offloading" and args.dump_steps:
+    _cs = sconn.connector_scheduler
+    _mgr = _cs.manager
+    _orig_ps = _mgr.prepare_store
+
+    def _ps(keys, req_context, *a, **kw):
+        keys = list(keys)
+        out = _orig_ps(keys, req_context, *a, **kw)
+        r = int(req_context.req_id) + 1
+        if out is None:
+            EVS.append(f"S{r}:{len(keys)}->None")
+        else:
+            HEV[0] += len(out.evicted_keys)
+            if out.keys_to_store:
+                EVS.append(f"S{r}->{len(out.keys_to_store)}")
+        return out
+    _mgr.prepare_store = _ps
+    _orig_gnm = _cs.get_num_new_matched_tokens
+
+    def _gnm(request, num_computed_tokens, *a, **kw):
+        res = _orig_gnm(request, num_computed_tokens, *a, **kw)
+        ext = res[0]
+        if ext is None or ext > 0:
+            EVS.append(f"Q{int(request.request_id) + 1}:{num_computed_tokens}+{'None' if ext is None else f'Some({ext})'}")
+        return res
+    _cs.get_num_new_matched_tokens = _gnm
+
+
 def _preempt(request, *a, **kw):
     C["preemptions"] += 1
+    STEP_PREEMPTED.append(int(request.request_id) + 1)
     if DEBUG_PREEMPT:
         print(f"[preempt] step {steps + 1} victim {int(request.request_id) + 1} "
               f"computed {request.num_computed_tokens} free "
@@ -309,12 +483,26 @@ block_hasher = get_request_block_hasher(
 )
 
 rows = []
+SESS_PREV: dict[int, int] = {}
+SESS_NEXT: dict[int, int] = {}
+SESS_DELAY: dict[int, float] = {}
+_last_of_session: dict = {}
 with open(args.trace) as f:
     for line in f:
         r = json.loads(line)
+        i = len(rows)
         rows.append((r["input_length"], r["output_length"], r["hash_ids"]))
+        if args.sessions and r.get("session_id") is not None:
+            sid = r["session_id"]
+            if sid in _last_of_session:
+                p_ = _last_of_session[sid]
+                SESS_PREV[i] = p_
+                SESS_NEXT[p_] = i
+                SESS_DELAY[i] = float(r.get("delay", 0.0))
+            _last_of_session[sid] = i
         if args.limit and len(rows) >= args.limit:
             break
+PROMPTS: dict[int, list] = {}
 
 intern: dict[int, int] = {}
 TBS = args.trace_block_size
@@ -328,7 +516,12 @@ def make_request(i: int) -> Request:
         toks.extend([t] * TBS)
     del toks[inp:]
     assert len(toks) == inp, (i, len(toks), inp)
-    assert inp + out <= MAX_MODEL_LEN
+    if i in SESS_PREV:
+        p_ = SESS_PREV[i]
+        toks = PROMPTS.pop(p_) + list(REQS[str(p_)].output_token_ids) + toks
+    if i in SESS_NEXT:
+        PROMPTS[i] = list(toks)
+    assert len(toks) + out <= MAX_MODEL_LEN
     sp = SamplingParams(max_tokens=out, ignore_eos=True, temperature=0.0)
     return Request(
         request_id=str(i),
@@ -354,47 +547,87 @@ prompt_tokens = 0
 output_tokens = 0
 steps = 0
 t_start = time.perf_counter()
+from vllm.v1.request import RequestStatus  # noqa: E402
+PROBE_ROW = os.environ.get("PROBE_ROW")  # 1-based request id (str(i) is 0-based)
+
+
+def CPUFREE():
+    if args.connector == "simple-cpu":
+        out = [f"cpufree={sconn.scheduler_manager.cpu_block_pool.get_num_free_blocks()}"]
+        if PROBE_ROW is not None and str(int(PROBE_ROW) - 1) in REQS:
+            from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
+            pool = sconn.scheduler_manager.cpu_block_pool
+            hs = REQS[str(int(PROBE_ROW) - 1)].block_hashes
+            present = [i for i, h in enumerate(hs)
+                       if pool.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(h, 0)) is not None]
+            split = int(os.environ.get("PROBE_SPLIT", "1000000000"))
+            out.append(f"probe={sum(1 for i in present if i < 32)}/{len(present)}/{sum(1 for i in present if i < split)}/{len(hs)}")
+        return out
+    return []
+
+
+STATUS_CH = {"WAITING": "W", "WAITING_FOR_REMOTE_KVS": "R", "RUNNING": "U", "PREEMPTED": "X"}
+DUMP = open(args.dump_steps, "w") if args.dump_steps else None
 next_progress = args.progress_every
 
+import heapq  # noqa: E402
+ELIGIBLE = [i for i in range(N) if i not in SESS_PREV]
+heapq.heapify(ELIGIBLE)
+TIMED: list = []
 while True:
-    while len(live) < args.concurrency and next_row < N:
+    while TIMED and TIMED[0][0] <= model_ms + 1e-9:
+        heapq.heappush(ELIGIBLE, heapq.heappop(TIMED)[1])
+    while len(live) < args.concurrency and ELIGIBLE:
+        next_row = heapq.heappop(ELIGIBLE)
         req = make_request(next_row)
         prompt_tokens += req.num_prompt_tokens
         if args.per_request:
             PR[req.request_id] = [model_ms, 0.0, 0, 0, 0, 0, 0]
         scheduler.add_request(req)
+        REQS[req.request_id] = req
         live.add(req.request_id)
-        next_row += 1
     if not scheduler.has_requests():
-        if next_row >= N:
+        if TIMED and not ELIGIBLE:
+            model_ms = max(model_ms, TIMED[0][0])
+            continue
+        if not ELIGIBLE:
             break
         continue
 
+    STEP_PREEMPTED.clear()
     so = scheduler.schedule()
     steps += 1
     fake_worker.step = steps
+    SC_STEP[0] = steps
 
     # --- worker side (GPUModelRunner.execute_model + KV connector mixin) ---
     md = so.kv_connector_metadata
-    wconn.handle_preemptions(md)
-    wconn.bind_connector_metadata(md)
-    if so.has_sync_kv_loads:
-        wconn.start_load_kv(None)
-    # (forward pass would run here)
-    if not so.has_sync_kv_loads:
-        wconn.start_load_kv(None)
-    wconn.wait_for_save()
-    fin_send, fin_recv = wconn.get_finished(so.finished_req_ids)
-    kv_out = KVConnectorOutput(
-        finished_sending=set(fin_send or ()),
-        finished_recving=set(fin_recv or ()),
-        kv_connector_worker_meta=wconn.build_connector_worker_meta(),
-    )
-    wconn.clear_connector_metadata()
+    if wconn is None:
+        kv_out = None
+    else:
+        wconn.handle_preemptions(md)
+        wconn.bind_connector_metadata(md)
+        if so.has_sync_kv_loads:
+            wconn.start_load_kv(None)
+        # (forward pass would run here)
+        if not so.has_sync_kv_loads:
+            wconn.start_load_kv(None)
+        wconn.wait_for_save()
+        fin_send, fin_recv = wconn.get_finished(so.finished_req_ids)
+        kv_out = KVConnectorOutput(
+            finished_sending=set(fin_send or ()),
+            finished_recving=set(fin_recv or ()),
+            kv_connector_worker_meta=wconn.build_connector_worker_meta(),
+        )
+        wconn.clear_connector_metadata()
 
     nst = so.num_scheduled_tokens
+    PF0, DF0 = C["prefill_first"], C["decode_first"]
     if so.total_num_scheduled_tokens == 0:
-        mro = ModelRunnerOutput.with_kv_conn_output_only(kv_out)
+        if kv_out is None:
+            mro = ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[])
+        else:
+            mro = ModelRunnerOutput.with_kv_conn_output_only(kv_out)
     else:
         C["nonempty_steps"] += 1
         req_ids = list(nst.keys())
@@ -431,6 +664,22 @@ while True:
         )
 
     outs = scheduler.update_from_output(so, mro)
+    if DUMP is not None:
+        parts = []
+        for rid in sorted(live, key=int):
+            r = REQS[rid]
+            st = r.status
+            c = STATUS_CH.get(st.name, "F" if RequestStatus.is_finished(st) else "?")
+            parts.append(f"{int(rid) + 1}:{c}:{r.num_computed_tokens}:{r.num_output_tokens}")
+        sched_str = ",".join(f"{int(k) + 1}={v}" for k, v in sorted(nst.items(), key=lambda kv: int(kv[0])))
+        DUMP.write(
+            f"{steps} free={scheduler.kv_cache_manager.block_pool.get_num_free_blocks()} "
+            f"st={fake_worker.store_jobs}/{fake_worker.store_chunks} "
+            f"ld={fake_worker.load_jobs}/{fake_worker.load_chunks} pre={C['preemptions']} ms={model_ms:.0f} "
+            f"newpf={C['prefill_first'] - PF0} | "
+            + " ".join(parts) + f" || ev {' '.join(EVS + CPUFREE())} hev={HEV[0]} || sched {sched_str} preempted {STEP_PREEMPTED}\n")
+        EVS.clear()
+        HEV[0] = 0
     for eco in outs.values():
         for o in eco.outputs:
             output_tokens += len(o.new_token_ids)
@@ -439,6 +688,9 @@ while True:
                 hw.pop(o.request_id, None)
                 if o.request_id in PR:
                     PR[o.request_id][1] = model_ms
+                if int(o.request_id) in SESS_NEXT:
+                    nx = SESS_NEXT[int(o.request_id)]
+                    heapq.heappush(TIMED, (model_ms + SESS_DELAY.get(nx, 0.0), nx))
                 finished += 1
                 if finished >= next_progress:
                     el = time.perf_counter() - t_start
