@@ -343,3 +343,19 @@ fn expectation_files_merge_into_property_specs() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("more.toml:2: an expectation outside"), "{}", stderr(&o));
 }
+
+/// `kvmc check models/*.toml` and `kvmc bench models/*.toml` pass over replay models (no
+/// requests) with a note; a replay model alone is an input error.
+#[test]
+fn globs_skip_replay_models() {
+    let replay = root().join("models/replay-mooncake.toml");
+    let small = root().join("models/g1-pressure.toml");
+    for cmd in ["check", "bench"] {
+        let o = kvmc(&[cmd, replay.to_str().unwrap(), small.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{cmd}: {}", stderr(&o));
+        assert!(stderr(&o).contains("a replay model, skipped"), "{cmd}: {}", stderr(&o));
+    }
+    let o = kvmc(&["check", replay.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("replay-mooncake.toml:1:"), "{}", stderr(&o));
+}

@@ -102,6 +102,14 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         "model", "unique", "generated", "depth", "seconds", "unique/s", "peak MiB"
     );
     for p in paths {
+        if crate::model::scope::is_replay_model(&p) {
+            eprintln!(
+                "{}: a replay model, skipped (kvmc bench --replay TRACE --model {} measures it)",
+                p.display(),
+                p.display()
+            );
+            continue;
+        }
         let scope = Arc::new(Scope::load(&p)?);
         let defs: Vec<_> =
             props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, &scope.cfg)).collect();
