@@ -37,6 +37,16 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
     if let Some(p) = &a.path {
         let idx = if std::path::Path::new(p).is_file() {
             let acts = scenario_actions(&model, std::path::Path::new(p))?;
+            if acts.contains(&crate::model::Action::StepStoresDrain) {
+                return Err(KvmcError::input(
+                    std::path::Path::new(p),
+                    1,
+                    "the scenario has steps in which stores finish within the step (kvmc replay with \
+                     store_steps = 0), which the explorer does not offer; run it with `kvmc replay SCENARIO`, \
+                     or replay the trace with store_steps = 1 to get a scenario the explorer opens"
+                        .to_string(),
+                ));
+            }
             let mut s = model.init();
             let mut idx = vec!["0".to_string()];
             for x in acts {

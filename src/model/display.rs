@@ -12,6 +12,7 @@ pub fn action_label(scope: &Scope, a: &Action) -> String {
         Action::Arrive(r) => format!("arrive {}", name(r)),
         Action::Step => "step".to_string(),
         Action::StepDrain => "step (copies finish within it)".to_string(),
+        Action::StepStoresDrain => "step (stores finish within it)".to_string(),
         Action::StepSyncLoadFails(k) => format!("step (sync load fails from block {k})"),
         Action::TransferDone(Direction::Store) => "store copy done".to_string(),
         Action::TransferDone(Direction::Load) => "load copy done".to_string(),

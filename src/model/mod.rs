@@ -30,6 +30,10 @@ pub enum Action {
     /// One engine step in which every copy submitted so far finishes before the worker
     /// reports (stores submitted at this step's start are reported in this step).
     StepDrain,
+    /// One engine step in which the stores submitted at its start finish before the worker
+    /// reports (loads keep their time). Never explored: trace replay writes it (`store_steps
+    /// = 0`) and scenarios read it.
+    StepStoresDrain,
     /// One engine step whose sync load fails from its `k`-th block on.
     StepSyncLoadFails(u32),
     /// The worker's handler finishes its oldest copy of that direction.
@@ -127,9 +131,13 @@ impl KvModel {
         e.ghost.marks = 0;
         match a {
             Action::Arrive(r) => e.arrive(ctx, r, ev),
-            Action::Step | Action::StepDrain | Action::StepSyncLoadFails(_) => {
+            Action::Step | Action::StepDrain | Action::StepStoresDrain | Action::StepSyncLoadFails(_) => {
                 e.ghost.idle_steps = s.ghost.idle_steps.saturating_add(1);
-                let mut input = StepInput { drain: a == Action::StepDrain, ..Default::default() };
+                let mut input = StepInput {
+                    drain: a == Action::StepDrain,
+                    drain_stores: a == Action::StepStoresDrain,
+                    ..Default::default()
+                };
                 if let Action::StepSyncLoadFails(k) = a {
                     input.sync_load_fail = Some(k);
                     e.ghost.faults += 1;
@@ -138,7 +146,7 @@ impl KvModel {
                 if input.sync_load_fail.is_some() && !e.ghost.marked(Mark::LoadFailure) {
                     return None; // no sync load failed: same as a plain step
                 }
-                if input.drain && !e.ghost.marked(Mark::Drained) {
+                if (input.drain || input.drain_stores) && !e.ghost.marked(Mark::Drained) {
                     return None; // nothing finished within the step: same as a plain step
                 }
             }
@@ -159,7 +167,7 @@ impl KvModel {
         if canonical {
             e.canonicalize();
         }
-        if matches!(a, Action::Step | Action::StepDrain | Action::StepSyncLoadFails(_)) {
+        if matches!(a, Action::Step | Action::StepDrain | Action::StepStoresDrain | Action::StepSyncLoadFails(_)) {
             let unchanged = if canonical {
                 e.same_ignoring_marks(s)
             } else {

@@ -38,6 +38,8 @@ pub fn scenario_actions(model: &KvModel, path: &Path) -> Result<Vec<Action>> {
         let label = l.get_ref();
         let mut acts = Vec::new();
         model.actions(&s, &mut acts);
+        // Written by trace replay (store_steps = 0), never explored by the checker.
+        acts.push(Action::StepStoresDrain);
         let a = acts.into_iter().find(|a| model.format_action(a) == *label).ok_or_else(|| {
             KvmcError::input(path, line, format!("action {} ({label:?}) is not enabled at that point", i + 1))
         })?;

@@ -7,7 +7,7 @@
 //! concurrency = 64          # closed loop: requests kept unfinished
 //! prefill_ms = 60.0         # a step that computes any prefill token
 //! decode_ms = 20.0          # a step that only decodes
-//! store_steps = 1           # a store built in step k (submitted in k + 1) finishes at the end of k + 1
+//! store_steps = 0           # a store built in step k finishes within step k + 1, which submits it
 //! load_steps = 0            # a load built (and submitted) in step k finishes at the end of step k
 //! ```
 
@@ -88,9 +88,10 @@ pub struct ReplayCfg {
     pub prefill_us: u64,
     /// Model time of a step that only decodes, in microseconds.
     pub decode_us: u64,
-    /// A store built in step k completes at the end of step k + store_steps (at least 1: a
-    /// store is submitted in the step after the one that built it). The worker reports a
-    /// copy in the step after it finished.
+    /// A store built in step k is submitted at the start of step k + 1. 0 (the default): it
+    /// finishes within that step, before the worker reports (vLLM when a copy takes less than
+    /// a forward pass); n > 0: it finishes at the end of step k + n and is reported in the
+    /// step after.
     pub store_steps: u32,
     /// A load built in step k (and submitted in it) completes at the end of step k +
     /// load_steps; 0 (the default) is vLLM with a copy shorter than a step: the request
@@ -116,7 +117,7 @@ impl Default for ReplayCfg {
             load: Load::ClosedLoop(64),
             prefill_us: 60_000,
             decode_us: 20_000,
-            store_steps: 1,
+            store_steps: 0,
             load_steps: 0,
             trace_block_size: 512,
             speedup: 1.0,
@@ -196,13 +197,6 @@ impl ReplayModel {
                 }
             }
             if let Some(s) = &x.store_steps {
-                if *s.get_ref() == 0 {
-                    return Err(bad(
-                        s.span(),
-                        "store_steps must be at least 1: a store is submitted in the step after the one that built it"
-                            .into(),
-                    ));
-                }
                 r.store_steps = *s.get_ref();
             }
             if let Some(s) = x.load_steps {

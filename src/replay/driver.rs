@@ -9,7 +9,9 @@ use super::config::{Load, ReplayModel, Router};
 use super::invariants::{self, Checker, Violation};
 use super::trace::{Format, Trace};
 use crate::error::{KvmcError, Result};
+use crate::system::engine::StepInput;
 use crate::system::events::ReqStats;
+use crate::system::ghost::Mark;
 use crate::system::types::{JobId, ReqId, Token};
 use crate::system::{Ctx, Direction, EndKind, Engine, Events, RequestSpec, Rules, Workload};
 use std::cmp::Reverse;
@@ -21,6 +23,8 @@ pub enum Act {
     /// Trace row `r` arrives.
     Arrive(u32),
     Step,
+    /// A step in which the stores submitted at its start finished (`store_steps = 0`).
+    StepStoresDrain,
     Done(Direction),
 }
 
@@ -429,7 +433,9 @@ impl<'a> Driver<'a> {
             inst.engine.ghost.marks = 0;
             inst.engine.ghost.idle_steps = inst.engine.ghost.idle_steps.saturating_add(1);
             let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
-            inst.engine.step(ctx, &Default::default(), &mut inst.ev);
+            // store_steps = 0: a store finishes within the step that submits it.
+            let input = StepInput { drain_stores: store_l == 0, ..Default::default() };
+            inst.engine.step(ctx, &input, &mut inst.ev);
             inst.steps += 1;
             let (p1, d1) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_pass_tokens, s.decode_tokens));
             inst.clock += if p1 > p0 {
@@ -439,7 +445,11 @@ impl<'a> Driver<'a> {
             } else {
                 0
             };
-            inst.log.push(Act::Step);
+            inst.log.push(if store_l == 0 && inst.engine.ghost.marked(Mark::Drained) {
+                Act::StepStoresDrain
+            } else {
+                Act::Step
+            });
             if let Some(oc) = inst.engine.conn.offloading() {
                 for j in &oc.jobs {
                     if j.id >= inst.next_job {

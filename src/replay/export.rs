@@ -92,6 +92,7 @@ pub fn write(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: O
         model_file: None,
         scenario_file: None,
         note: None,
+        explorable: !d.inst[f.engine].log.contains(&Act::StepStoresDrain),
     };
     match build(d, f, profile, variant, out) {
         Ok((m, s, note)) => {
@@ -159,6 +160,7 @@ fn build(
         let a = match act {
             Act::Arrive(r) => Action::Arrive(pos[r]),
             Act::Step => Action::Step,
+            Act::StepStoresDrain => Action::StepStoresDrain,
             Act::Done(Direction::Store) => Action::TransferDone(Direction::Store),
             Act::Done(Direction::Load) => Action::TransferDone(Direction::Load),
         };

@@ -105,6 +105,9 @@ pub struct Finding {
     pub scenario_file: Option<PathBuf>,
     /// Why no scenario was written, or a note about it.
     pub note: Option<String>,
+    /// The scenario opens in `kvmc explore` (it has no step in which stores finish within
+    /// the step, which the explorer does not offer).
+    pub explorable: bool,
 }
 
 /// One finished trace row (`--per-request`).

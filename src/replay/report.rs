@@ -130,15 +130,19 @@ pub fn text(o: &Outcome) -> String {
                 if let Some(v) = &o.variant {
                     flags.push_str(&format!(" --variant {v}"));
                 }
-                let _ = writeln!(
-                    s,
-                    "  {:<26} re-run: kvmc replay {}   |   kvmc explore {}{} --path {}",
-                    "",
-                    sc.display(),
-                    m.display(),
-                    flags,
-                    sc.display()
-                );
+                if f.explorable {
+                    let _ = writeln!(
+                        s,
+                        "  {:<26} re-run: kvmc replay {}   |   kvmc explore {}{} --path {}",
+                        "",
+                        sc.display(),
+                        m.display(),
+                        flags,
+                        sc.display()
+                    );
+                } else {
+                    let _ = writeln!(s, "  {:<26} re-run: kvmc replay {}", "", sc.display());
+                }
             }
             if let Some(n) = &f.note {
                 let _ = writeln!(s, "  {:<26} note: {n}", "");

@@ -82,6 +82,9 @@ pub struct StepInput {
     pub sync_load_fail: Option<u32>,
     /// Every copy submitted by the end of the step finishes before the worker reports.
     pub drain: bool,
+    /// Every store submitted by the end of the step finishes before the worker reports;
+    /// loads keep their time (OffloadingConnector; trace replay's `store_steps = 0`).
+    pub drain_stores: bool,
     /// These copies (if submitted) finish before the worker reports (conformance logs).
     pub complete: Vec<JobId>,
     /// These loads (if submitted) fail before the worker reports, from that block index on.

@@ -112,8 +112,12 @@ pub fn execute(
         }
         conn::wait_for_save(oc, scratch);
         // Copies that finish while this step runs are reported by this step's get_finished.
-        let now: Vec<JobId> = if input.drain {
-            oc.jobs.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).collect()
+        let now: Vec<JobId> = if input.drain || input.drain_stores {
+            oc.jobs
+                .iter()
+                .filter(|j| j.phase == Phase::Submitted && (input.drain || j.is_store()))
+                .map(|j| j.id)
+                .collect()
         } else {
             input
                 .complete

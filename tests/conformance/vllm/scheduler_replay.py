@@ -15,9 +15,8 @@ Run (from a venv with vllm==0.33.0, e.g. the one scripts/record-fixtures.sh make
     python tests/conformance/vllm/scheduler_replay.py [--limit N] [--json-out F]
 and compare with
     kvmc replay ../shared/traces/conversation_trace.jsonl --model models/replay-mooncake.toml
-(docs/replay.md, "Against vLLM 0.33"). --copy-steps 1 here is kvmc's load_steps = 0; add
---store-copy-steps 2 for kvmc's store_steps = 1 (kvmc reports a store at the earliest in the
-step after the one that submitted it). Other flags: --connector simple-cpu --cpu-blocks N,
+(docs/replay.md, "Against vLLM 0.33"). --copy-steps 1 here is kvmc's store_steps = 0 and
+load_steps = 0 (its defaults); --store-copy-steps 2 is kvmc's store_steps = 1. Other flags: --connector simple-cpu --cpu-blocks N,
 --blocks-per-chunk, --no-prefix-caching, --offload-decode, --sessions (the mooncake-delta
 dialect), --per-request FILE.tsv, --dump-steps FILE (one line per step, to find the first
 step where two runs part).
