@@ -271,20 +271,26 @@ impl<'a> Driver<'a> {
         }
         // A last look at the whole state of every engine.
         for k in 0..self.inst.len() {
-            let inst = &mut self.inst[k];
-            inst.full_checks += 1;
-            if let Some(v) = invariants::full(
-                &inst.engine,
-                &inst.wl,
-                &self.model.cfg,
-                &self.rules,
-                self.model.replay.progress_steps,
-                &self.skip,
-            ) {
-                return Ok(Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps }));
+            if let Some(f) = self.full_check(k) {
+                return Ok(Some(f));
             }
         }
         Ok(None)
+    }
+
+    /// The full-state predicates over engine `k` (counted as one full check).
+    fn full_check(&mut self, k: usize) -> Option<Found> {
+        self.inst[k].full_checks += 1;
+        let inst = &self.inst[k];
+        let v = invariants::full(
+            &inst.engine,
+            &inst.wl,
+            &self.model.cfg,
+            &self.rules,
+            self.model.replay.progress_steps,
+            &self.skip,
+        )?;
+        Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps })
     }
 
     fn route(&mut self, r: u32) -> usize {
@@ -463,17 +469,8 @@ impl<'a> Driver<'a> {
             return Ok(Some(f));
         }
         if self.full_every > 1 && self.inst[k].steps % self.full_every == 0 {
-            let inst = &mut self.inst[k];
-            inst.full_checks += 1;
-            if let Some(v) = invariants::full(
-                &inst.engine,
-                &inst.wl,
-                &self.model.cfg,
-                &self.rules,
-                self.model.replay.progress_steps,
-                &self.skip,
-            ) {
-                return Ok(Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps }));
+            if let Some(f) = self.full_check(k) {
+                return Ok(Some(f));
             }
         }
         // Copies that are due finish between this step and the next, oldest first.
