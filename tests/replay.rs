@@ -169,13 +169,9 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// A bug variant caught by replay: the history is written as a model and a scenario that
 /// `kvmc replay` and `kvmc explore` re-run, with the same verdict.
-#[test]
-fn a_violation_is_written_as_a_scenario_the_checker_reruns() {
-    let d = tempdir("violation");
-    let trace = write(&d, "sessions.jsonl", &session_trace(2, 2));
-    let model = write(&d, "model.toml", &session_model(true));
-    let out = d.join("out");
-    let o = kvmc(&[
+/// `kvmc replay TRACE --model MODEL --variant mut-no-touch-dequeue --out OUT [extra]`.
+fn replay_mutant(trace: &Path, model: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
         "replay",
         trace.to_str().unwrap(),
         "--model",
@@ -184,7 +180,31 @@ fn a_violation_is_written_as_a_scenario_the_checker_reruns() {
         "mut-no-touch-dequeue",
         "--out",
         out.to_str().unwrap(),
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    kvmc(&args)
+}
+
+/// `kvmc explore MODEL --variant mut-no-touch-dequeue --path SCENARIO --dry-run`.
+fn explore_mutant(model: &Path, scenario: &Path) -> std::process::Output {
+    kvmc(&[
+        "explore",
+        model.to_str().unwrap(),
+        "--variant",
+        "mut-no-touch-dequeue",
+        "--path",
+        scenario.to_str().unwrap(),
+        "--dry-run",
+    ])
+}
+
+#[test]
+fn a_violation_is_written_as_a_scenario_the_checker_reruns() {
+    let d = tempdir("violation");
+    let trace = write(&d, "sessions.jsonl", &session_trace(2, 2));
+    let model = write(&d, "model.toml", &session_model(true));
+    let out = d.join("out");
+    let o = replay_mutant(&trace, &model, &out, &[]);
     assert_eq!(o.status.code(), Some(10), "{}{}", stdout(&o), stderr(&o));
     assert!(stdout(&o).contains("VIOLATED: g1-accounting"), "{}", stdout(&o));
     let scen = out.join("sessions.violation.scenario.toml");
@@ -197,59 +217,23 @@ fn a_violation_is_written_as_a_scenario_the_checker_reruns() {
     // store_steps = 0 (the default) writes steps the explorer does not offer: a clear error.
     let text = std::fs::read_to_string(&scen).unwrap();
     assert!(text.contains("step (stores finish within it)"), "{text}");
-    let ex = kvmc(&[
-        "explore",
-        m.to_str().unwrap(),
-        "--variant",
-        "mut-no-touch-dequeue",
-        "--path",
-        scen.to_str().unwrap(),
-        "--dry-run",
-    ]);
+    let ex = explore_mutant(&m, &scen);
     assert_eq!(ex.status.code(), Some(2), "{}{}", stdout(&ex), stderr(&ex));
     assert!(stderr(&ex).contains("store_steps = 1"), "{}", stderr(&ex));
     // With store_steps = 1 the scenario opens in the explorer.
     let model =
         write(&d, "model1.toml", &session_model(true).replace("concurrency = 1", "concurrency = 1\nstore_steps = 1"));
     let out = d.join("out1");
-    let o = kvmc(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--model",
-        model.to_str().unwrap(),
-        "--variant",
-        "mut-no-touch-dequeue",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let o = replay_mutant(&trace, &model, &out, &[]);
     assert_eq!(o.status.code(), Some(10), "{}{}", stdout(&o), stderr(&o));
     let scen = out.join("sessions.violation.scenario.toml");
     let m = out.join("sessions.violation.model.toml");
     assert!(!std::fs::read_to_string(&scen).unwrap().contains("stores finish within it"));
-    let ex = kvmc(&[
-        "explore",
-        m.to_str().unwrap(),
-        "--variant",
-        "mut-no-touch-dequeue",
-        "--path",
-        scen.to_str().unwrap(),
-        "--dry-run",
-    ]);
+    let ex = explore_mutant(&m, &scen);
     assert_eq!(ex.status.code(), Some(0), "{}{}", stdout(&ex), stderr(&ex));
     assert!(stdout(&ex).contains("#/steps/0/"), "{}", stdout(&ex));
     // The same variant with the full-state predicates after every action finds the same.
-    let full = kvmc(&[
-        "replay",
-        trace.to_str().unwrap(),
-        "--model",
-        model.to_str().unwrap(),
-        "--variant",
-        "mut-no-touch-dequeue",
-        "--full-check-every",
-        "1",
-        "--out",
-        d.join("out2").to_str().unwrap(),
-    ]);
+    let full = replay_mutant(&trace, &model, &d.join("out2"), &["--full-check-every", "1"]);
     assert_eq!(full.status.code(), Some(10), "{}", stderr(&full));
 }
 
