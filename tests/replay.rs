@@ -544,7 +544,7 @@ mod representations {
                     }
                 }
                 prop_assert_eq!(a.eviction_order(), b.eviction_order());
-                prop_assert_eq!(a.order.keys(), b.order.keys());
+                prop_assert_eq!(a.reference_order(), b.reference_order());
                 prop_assert_eq!(ga.violations, gb.violations);
                 prop_assert_eq!(&ea.list, &eb.list);
                 prop_assert!(a == b, "equal as states");

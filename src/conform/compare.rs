@@ -265,7 +265,7 @@ pub fn step(
         push_model("load_completed", s);
     }
     // End-of-step snapshots.
-    let cached: BTreeMap<String, Vec<u32>> = e.pool.cached().map(|(h, b)| (label(h), b.clone())).collect();
+    let cached: BTreeMap<String, Vec<u32>> = e.pool.cached().map(|(h, b)| (label(h), b.to_vec())).collect();
     push_model("g1", format!("free={:?} cached={cached:?}", e.pool.free_queue()));
     if let Some(oc) = e.conn.offloading() {
         let mut es: Vec<String> =
@@ -275,7 +275,7 @@ pub fn step(
         push_model("host", format!("entries={es:?} order={order:?}"));
     }
     if let Some(sc) = sc {
-        let cached: BTreeMap<String, Vec<u32>> = sc.cpu.cached().map(|(h, b)| (label(h), b.clone())).collect();
+        let cached: BTreeMap<String, Vec<u32>> = sc.cpu.cached().map(|(h, b)| (label(h), b.to_vec())).collect();
         let refs: BTreeMap<u32, u32> = (1..sc.cpu.num_blocks())
             .filter(|&b| sc.cpu.ref_cnt[b as usize] > 0)
             .map(|b| (b, u32::from(sc.cpu.ref_cnt[b as usize])))

@@ -35,10 +35,21 @@ pub fn entry_intact(k: &Key, en: &HostEntry, b: u32, bpc: u32, wl: &Workload) ->
     if en.ref_cnt < 0 {
         return true;
     }
-    let Some(chain) = wl.chain_ending_at(*k, bpc) else {
+    // The chunk's blocks are the `bpc` blocks whose chain ends at `k`; walk it from the end.
+    if en.content.len() != bpc as usize {
         return false;
-    };
-    en.content.len() == chain.len() && en.content.iter().zip(&chain).all(|(c, h)| *c == ContentTag::full(*h, b))
+    }
+    let mut h = *k;
+    for (i, c) in en.content.iter().enumerate().rev() {
+        if *c != ContentTag::full(h, b) {
+            return false;
+        }
+        if i > 0 {
+            let Some(p) = wl.parent_of(h) else { return false };
+            h = p;
+        }
+    }
+    true
 }
 
 /// SimpleCPU: every CPU block registered in the CPU pool's cached map under a hash holds

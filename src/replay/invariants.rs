@@ -121,6 +121,45 @@ pub fn full(
     None
 }
 
+/// The engine's change logs for one action.
+#[derive(Default)]
+struct Logs {
+    blocks: Vec<BlockId>,
+    content: Vec<BlockId>,
+    cached: Vec<(BlockHash, BlockId)>,
+    added: Vec<BlockId>,
+    removed: Vec<BlockId>,
+    moves: Vec<(Key, Option<i32>, Option<i32>)>,
+    written: Vec<Key>,
+}
+
+impl Logs {
+    /// Exchange with the engine's logs (theirs become ours, our empty vectors theirs).
+    fn swap(&mut self, e: &mut Engine) {
+        if let Some(l) = e.pool.log.get_mut() {
+            std::mem::swap(&mut self.blocks, &mut l.blocks);
+            std::mem::swap(&mut self.content, &mut l.content);
+            std::mem::swap(&mut self.cached, &mut l.cached);
+            std::mem::swap(&mut self.added, &mut l.table_added);
+            std::mem::swap(&mut self.removed, &mut l.table_removed);
+        }
+        if let Some(l) = e.conn.offloading_mut().and_then(|oc| oc.host.log.get_mut()) {
+            std::mem::swap(&mut self.moves, &mut l.moves);
+            std::mem::swap(&mut self.written, &mut l.written);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.content.clear();
+        self.cached.clear();
+        self.added.clear();
+        self.removed.clear();
+        self.moves.clear();
+        self.written.clear();
+    }
+}
+
 /// Incremental evaluation state (shadows of what the predicates count).
 pub struct Checker {
     /// Connectors other than the OffloadingConnector (whose host tier and pins replay does
@@ -140,9 +179,15 @@ pub struct Checker {
     dirty: Vec<BlockId>,
     /// Cached entries that hold bad KV under the recompute exemption.
     watch: BTreeSet<(BlockHash, BlockId)>,
+    /// Scratch sets for deduplicating one action's logged pairs and keys.
+    seen_pairs: FastMap<(BlockHash, BlockId), ()>,
+    seen_keys: FastMap<Key, ()>,
     pending: u32,
     evictable: u32,
     loads: BTreeMap<JobId, Vec<Key>>,
+    /// The change logs of the action being checked, swapped out of the engine (the emptied
+    /// vectors go back, so the logs keep their capacity from step to step).
+    logs: Logs,
     /// Property evaluations so far (properties × actions checked).
     pub checks: u64,
     /// Blocks, cached entries and host keys examined.
@@ -176,9 +221,12 @@ impl Checker {
             epoch: 0,
             dirty: Vec::new(),
             watch: BTreeSet::new(),
+            seen_pairs: FastMap::default(),
+            seen_keys: FastMap::default(),
             pending: 0,
             evictable: 0,
             loads: BTreeMap::new(),
+            logs: Logs::default(),
             checks: 0,
             examined: 0,
             full_runs: 0,
@@ -212,6 +260,16 @@ impl Checker {
 
     /// Evaluate every property after one action; drains the engine's change logs.
     pub fn check(&mut self, e: &mut Engine, wl: &Workload) -> Option<Violation> {
+        let mut logs = std::mem::take(&mut self.logs);
+        logs.swap(e);
+        let found = self.check_logs(e, wl, &logs);
+        logs.clear();
+        self.logs = logs;
+        found
+    }
+
+    /// [`check`](Self::check) over the logs taken from the engine.
+    fn check_logs(&mut self, e: &Engine, wl: &Workload, logs: &Logs) -> Option<Violation> {
         self.checks += self.props.len() as u64;
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
@@ -219,23 +277,7 @@ impl Checker {
             self.epoch = 1;
         }
         self.dirty.clear();
-        let (blocks, content, cached_pairs, added, removed) = match e.pool.log.get_mut() {
-            Some(l) => (
-                std::mem::take(&mut l.blocks),
-                std::mem::take(&mut l.content),
-                std::mem::take(&mut l.cached),
-                std::mem::take(&mut l.table_added),
-                std::mem::take(&mut l.table_removed),
-            ),
-            None => Default::default(),
-        };
-        let (moves, written) = e
-            .conn
-            .offloading_mut()
-            .and_then(|oc| oc.host.log.get_mut())
-            .map(|l| (std::mem::take(&mut l.moves), std::mem::take(&mut l.written)))
-            .unwrap_or_default();
-        let e = &*e;
+        let Logs { blocks, content, cached: cached_pairs, added, removed, moves, written } = logs;
         if !self.incremental {
             self.full_runs += 1;
             return full(e, wl, &self.cfg, &self.rules, self.progress_steps, &self.skip);
@@ -244,16 +286,16 @@ impl Checker {
         let mut first = |x: Option<Violation>| found.extend(x);
         // Tables: what entered and left them (logged where tables change).
         let mut null_in_table = false;
-        for &blk in &added {
+        for &blk in added {
             self.holders[blk as usize] += 1;
             self.touch(blk);
             null_in_table |= blk == NULL_BLOCK;
         }
-        for &blk in &removed {
+        for &blk in removed {
             self.holders[blk as usize] -= 1;
             self.touch(blk);
         }
-        for &blk in &blocks {
+        for &blk in blocks {
             self.touch(blk);
         }
         let dirty = std::mem::take(&mut self.dirty);
@@ -307,15 +349,18 @@ impl Checker {
                 "g1-cache-sound" => {
                     // Soundness of a cached entry changes only with the entry itself, the
                     // block's content, or (for exempt entries, watched) its holders.
-                    let mut cands: Vec<(BlockHash, BlockId)> = cached_pairs.clone();
-                    for &blk in &content {
-                        if let Some(h) = e.pool.hash[blk as usize] {
-                            cands.push((h, blk));
+                    // Distinct pairs in the order the logs give them (deterministic; cheaper
+                    // than sorting the step's thousands of pairs).
+                    let mut seen = std::mem::take(&mut self.seen_pairs);
+                    seen.clear();
+                    let mut cands: Vec<(BlockHash, BlockId)> = Vec::with_capacity(cached_pairs.len() + content.len());
+                    let current = content.iter().filter_map(|&blk| e.pool.hash[blk as usize].map(|h| (h, blk)));
+                    for p in cached_pairs.iter().copied().chain(current).chain(self.watch.iter().copied()) {
+                        if seen.insert(p, ()).is_none() {
+                            cands.push(p);
                         }
                     }
-                    cands.extend(self.watch.iter().copied());
-                    cands.sort_unstable();
-                    cands.dedup();
+                    self.seen_pairs = seen;
                     self.examined += cands.len() as u64;
                     for (h, blk) in cands {
                         if !e.pool.cached_under(&h).contains(&blk) {
@@ -333,7 +378,7 @@ impl Checker {
                 }
                 "host-integrity" | "host-accounting" => {
                     if name == "host-integrity" {
-                        self.host_check(e, wl, &moves, &written, &mut first);
+                        self.host_check(e, wl, moves, written, &mut first);
                     }
                 }
                 "arc-bounds" => {
@@ -406,9 +451,10 @@ impl Checker {
             self.loads = now.iter().map(|(id, ks)| (*id, (*ks).clone())).collect();
         }
         // Integrity of what was written or became ready.
-        let mut keys: Vec<Key> = written.to_vec();
-        keys.sort_unstable();
-        keys.dedup();
+        let mut seen = std::mem::take(&mut self.seen_keys);
+        seen.clear();
+        let keys: Vec<Key> = written.iter().copied().filter(|k| seen.insert(*k, ()).is_none()).collect();
+        self.seen_keys = seen;
         self.examined += (keys.len() + pinned.len()) as u64;
         for k in &keys {
             if let Some(en) = h.get(k) {

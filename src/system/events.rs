@@ -205,6 +205,11 @@ impl Events {
     pub fn counting() -> Self {
         Events { on: false, list: Vec::new(), stats: Some(Box::default()) }
     }
+    /// Are events recorded? (Callers skip building what only an event would carry.)
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        self.on
+    }
     #[inline]
     pub fn emit(&mut self, f: impl FnOnce() -> Event) {
         if self.on {

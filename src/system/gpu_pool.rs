@@ -12,7 +12,7 @@
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::side::{KeyMap, KeyMapIter, PoolLog, Side};
-use super::types::{BlockHash, BlockId, ContentTag, NULL_BLOCK};
+use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
 
 const NIL: u32 = u32::MAX;
 const OUT: u32 = u32::MAX - 1;
@@ -40,7 +40,7 @@ pub struct GpuPool {
     tail: u32,
     num_free: u32,
     /// The cached map: hash -> blocks carrying it, in insertion order (duplicates allowed).
-    cached: KeyMap<BlockHash, Vec<BlockId>>,
+    cached: KeyMap<BlockHash, BlockIds>,
     /// prime-rl's scheduler-side marks (`_track_externally_loaded_blocks`): blocks an external
     /// load filled; cleared when `get_new_blocks` hands the block out again.
     pub loaded: Vec<bool>,
@@ -160,7 +160,7 @@ impl GpuPool {
     }
 
     /// The cached map as (hash, blocks) pairs.
-    pub fn cached(&self) -> KeyMapIter<'_, BlockHash, Vec<BlockId>> {
+    pub fn cached(&self) -> KeyMapIter<'_, BlockHash, BlockIds> {
         self.cached.iter()
     }
 
@@ -237,7 +237,7 @@ impl GpuPool {
     fn evict_cached(&mut self, b: BlockId, ghost: &mut Ghost, ev: &mut Events) {
         if let Some(h) = self.hash[b as usize].take() {
             if let Some(v) = self.cached.get_mut(&h) {
-                v.retain(|&x| x != b);
+                v.retain(|x| *x != b);
                 if v.is_empty() {
                     self.cached.remove(&h);
                 }
@@ -350,7 +350,7 @@ impl GpuPool {
                     continue;
                 }
                 if let Some(v) = self.cached.get_mut(&old) {
-                    v.retain(|&x| x != b);
+                    v.retain(|x| *x != b);
                     if v.is_empty() {
                         self.cached.remove(&old);
                     }
@@ -408,7 +408,10 @@ impl GpuPool {
         // Replay: a waiting request at the head of the queue is looked up again every step
         // while it does not fit; reuse the last answer while nothing it read changed.
         if let Some(l) = self.log.get_mut() {
-            if let Some(i) = l.hit_memo.iter().position(|m| m.valid && m.hashes == query) {
+            // Hashes are chained, so two sequences of equal length that end in the same hash
+            // are the same sequence (the prefix cache itself relies on that).
+            let same = |m: &super::side::HitMemo| m.hashes.len() == query.len() && m.hashes.last() == query.last();
+            if let Some(i) = l.hit_memo.iter().position(|m| m.valid && same(m)) {
                 let m = l.hit_memo.remove(i);
                 let out = m.result.clone();
                 l.hit_memo.insert(0, m);

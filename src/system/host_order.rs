@@ -16,7 +16,7 @@
 use super::host_tier::{Key, Rank};
 use super::rank_queue::RankQueue;
 use super::rules::HostLru;
-use super::side::{FastMap, Side};
+use super::side::Side;
 
 #[derive(Clone, Debug, Default)]
 pub struct RefOrder {
@@ -28,31 +28,41 @@ pub struct RefOrder {
 
 /// The list, indexed: a key's place is (order rank, arrival sequence), so "after every key
 /// whose rank is not above" is "after every key with a smaller place". Appends (the 0.24 and
-/// 0.32 lists) use the sequence as their order rank.
+/// 0.32 lists) use the sequence as their order rank. Where each key sits ([`RefPlace`]) is
+/// kept by the caller next to the key's host entry (the host tier's map's side value), so
+/// that the reference costs no lookup of its own.
 #[derive(Clone, Debug, Default)]
 struct Indexed {
     by_place: RankQueue<(u64, Key)>,
-    /// Key -> (order rank, sequence, carried rank).
-    place_of: FastMap<Key, (Rank, u64, Rank)>,
     seq: u64,
 }
 
-/// Equal when the sequences are equal, whatever the representation.
+/// Where the indexed list holds a key: its place, arrival sequence (0: not listed) and
+/// carried rank. Replay's side data, stored with the key's host entry.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefPlace {
+    place: Rank,
+    seq: u64,
+    rank: Rank,
+}
+
+/// Equal when the key sequences are equal, whatever the representation (the indexed form's
+/// carried ranks live with the host entries; `HostTier::reference_order` reads them).
 impl PartialEq for RefOrder {
     fn eq(&self, o: &Self) -> bool {
         if !self.indexed.is_on() && !o.indexed.is_on() {
             return self.list == o.list;
         }
-        self.keys() == o.keys()
+        self.key_seq() == o.key_seq()
     }
 }
 impl Eq for RefOrder {}
 
-/// Hashes the sequence (exactly as the list form's derived hash).
+/// Hashes the list (the checker's form; replay never hashes states).
 impl std::hash::Hash for RefOrder {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         if self.indexed.is_on() {
-            self.keys().hash(h);
+            self.key_seq().hash(h);
         } else {
             self.list.hash(h);
         }
@@ -68,44 +78,59 @@ impl RefOrder {
         }
     }
 
-    /// The sequence, first = next victim.
-    pub fn keys(&self) -> Vec<(Key, Rank)> {
+    /// The keys in order, first = next victim.
+    pub fn key_seq(&self) -> Vec<Key> {
         match self.indexed.get() {
-            Some(ix) => ix.by_place.iter().map(|(_, (_, k))| (k, ix.place_of[&k].2)).collect(),
+            Some(ix) => ix.by_place.iter().map(|(_, (_, k))| k).collect(),
+            None => self.list.iter().map(|(k, _)| *k).collect(),
+        }
+    }
+
+    /// The sequence with carried ranks; `at` gives an indexed key's place.
+    pub fn keys(&self, at: impl Fn(&Key) -> Option<RefPlace>) -> Vec<(Key, Rank)> {
+        match self.indexed.get() {
+            Some(ix) => {
+                ix.by_place.iter().map(|(_, (_, k))| (k, at(&k).expect("a listed key has its place").rank)).collect()
+            }
             None => self.list.clone(),
         }
     }
 
-    fn remove(&mut self, k: &Key) -> Option<Rank> {
+    fn remove(&mut self, k: &Key, at: Option<&mut RefPlace>) -> Option<Rank> {
         if let Some(ix) = self.indexed.get_mut() {
-            let (place, seq, rank) = ix.place_of.remove(k)?;
-            ix.by_place.remove(place, (seq, *k));
-            return Some(rank);
+            // A key without a host entry has no place: it is not listed.
+            let Some(p) = at else { return None };
+            if p.seq == 0 {
+                return None;
+            }
+            ix.by_place.remove(p.place, (p.seq, *k));
+            p.seq = 0;
+            return Some(p.rank);
         }
         let i = self.list.iter().position(|(x, _)| x == k)?;
         Some(self.list.remove(i).1)
     }
 
     /// Append `k` at the end (its rank is only carried).
-    fn push_back(&mut self, k: Key, rank: Rank) {
+    fn push_back(&mut self, k: Key, rank: Rank, at: Option<&mut RefPlace>) {
         if let Some(ix) = self.indexed.get_mut() {
             // A place above every other (only list policies append, and only append).
             ix.seq += 1;
             let place = (ix.seq, 0);
             ix.by_place.insert(place, (ix.seq, k));
-            ix.place_of.insert(k, (place, ix.seq, rank));
+            *at.expect("the indexed order is given each key's place") = RefPlace { place, seq: ix.seq, rank };
             return;
         }
         self.list.push((k, rank));
     }
 
     /// Place `k` after every key whose rank is not above `rank` (0.33).
-    fn place(&mut self, k: Key, rank: Rank) {
+    fn place(&mut self, k: Key, rank: Rank, at: Option<&mut RefPlace>) {
         if let Some(ix) = self.indexed.get_mut() {
             // Places of 0.33 lists are their ranks (the list is sorted by rank).
             ix.seq += 1;
             ix.by_place.insert(rank, (ix.seq, k));
-            ix.place_of.insert(k, (rank, ix.seq, rank));
+            *at.expect("the indexed order is given each key's place") = RefPlace { place: rank, seq: ix.seq, rank };
             return;
         }
         let i = self.list.iter().position(|(_, r)| *r > rank).unwrap_or(self.list.len());
@@ -113,68 +138,63 @@ impl RefOrder {
     }
 
     /// `prepare_store` inserted `k` (write pending).
-    pub fn inserted(&mut self, p: HostLru, k: Key, rank: Rank) {
+    pub fn inserted(&mut self, p: HostLru, k: Key, rank: Rank, at: Option<&mut RefPlace>) {
         match p {
             HostLru::ReleaseOrder => {}
-            HostLru::InsertRank => self.push_back(k, (0, 0)),
-            HostLru::RequestRank => self.place(k, rank),
+            HostLru::InsertRank => self.push_back(k, (0, 0), at),
+            HostLru::RequestRank => self.place(k, rank, at),
         }
     }
 
     /// `k` became evictable (its store or its last load completed).
-    pub fn released(&mut self, p: HostLru, k: Key) {
+    pub fn released(&mut self, p: HostLru, k: Key, mut at: Option<&mut RefPlace>) {
         if p == HostLru::ReleaseOrder {
-            self.remove(&k);
-            self.push_back(k, (0, 0));
+            self.remove(&k, at.as_deref_mut());
+            self.push_back(k, (0, 0), at);
         }
     }
 
     /// `k` was pinned by a load.
-    pub fn pinned(&mut self, p: HostLru, k: Key) {
+    pub fn pinned(&mut self, p: HostLru, k: Key, at: Option<&mut RefPlace>) {
         if p == HostLru::ReleaseOrder {
-            self.remove(&k);
+            self.remove(&k, at);
         }
     }
 
     /// A request reused resident `k` and raised it to `rank` (0.33 only).
-    pub fn raised(&mut self, p: HostLru, k: Key, rank: Rank) {
+    pub fn raised(&mut self, p: HostLru, k: Key, rank: Rank, mut at: Option<&mut RefPlace>) {
         if p == HostLru::RequestRank {
-            self.remove(&k);
-            self.place(k, rank);
+            self.remove(&k, at.as_deref_mut());
+            self.place(k, rank, at);
         }
     }
 
-    /// The connector touched `keys` (chunk order; 0.24 only): move the listed ones to the end,
-    /// tail first.
-    pub fn touched(&mut self, p: HostLru, keys: &[Key]) {
-        if p == HostLru::ReleaseOrder {
-            for k in keys.iter().rev() {
-                if self.remove(k).is_some() {
-                    self.push_back(*k, (0, 0));
-                }
-            }
+    /// The connector touched `k` (0.24 only; callers go through a request's keys tail first):
+    /// a listed key moves to the end.
+    pub fn touched(&mut self, p: HostLru, k: Key, mut at: Option<&mut RefPlace>) {
+        if p == HostLru::ReleaseOrder && self.remove(&k, at.as_deref_mut()).is_some() {
+            self.push_back(k, (0, 0), at);
         }
     }
 
-    /// A request finished: its resident keys, tail first, with their fresh ranks.
-    pub fn finished(&mut self, p: HostLru, keys_tail_first: &[(Key, Rank)]) {
+    /// A finishing request re-ranked resident `k` to the fresh rank `r` (callers go through
+    /// its keys tail first): the key moves to the end.
+    pub fn finished(&mut self, p: HostLru, k: Key, r: Rank, mut at: Option<&mut RefPlace>) {
         if p == HostLru::ReleaseOrder {
             return;
         }
-        for (k, r) in keys_tail_first {
-            if self.remove(k).is_some() {
-                if p == HostLru::RequestRank {
-                    self.place(*k, *r); // a fresh rank: above every other
-                } else {
-                    self.push_back(*k, *r);
-                }
+        if self.remove(&k, at.as_deref_mut()).is_some() {
+            if p == HostLru::RequestRank {
+                self.place(k, r, at); // a fresh rank: above every other
+            } else {
+                self.push_back(k, r, at);
             }
         }
     }
 
     /// `k` left the host tier.
-    pub fn evicted(&mut self, k: &Key) {
-        self.remove(k);
+    pub fn evicted(&mut self, k: &Key, at: Option<&mut RefPlace>) {
+        self.remove(k, at);
     }
 
     /// The first `n` keys for which `eligible` holds.

@@ -31,12 +31,12 @@
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::host_arc::ArcLists;
-use super::host_order::RefOrder;
+use super::host_order::{RefOrder, RefPlace};
 use super::rank_queue::RankSet;
 use super::rules::HostLru;
 use super::side::{HostLog, KeyMap, KeyMapIter, Side};
-use super::types::{BlockHash, ContentTag};
-use std::collections::{BTreeMap, BTreeSet};
+use super::types::{BlockHash, ContentTag, Contents};
+use std::collections::BTreeSet;
 
 /// An offload key (`make_offload_key`): the block hash of the chunk's last block (one group).
 pub type Key = BlockHash;
@@ -58,7 +58,7 @@ pub struct HostEntry {
     pub slot: u32,
     pub rank: Rank,
     /// What the chunk slot holds, per GPU block of the chunk (empty until the copy lands).
-    pub content: Vec<ContentTag>,
+    pub content: Contents,
 }
 
 /// The manager's per-request context (`ReqContext` + `_RequestCacheAccess` + `_RequestRank`).
@@ -66,13 +66,60 @@ pub struct HostEntry {
 pub struct ReqAccess {
     pub rank: Option<u64>,
     /// Keys this request has offered, loaded or reused, with their end-token positions.
-    pub seen: BTreeMap<u32, Key>,
+    pub seen: PosMap,
     pub finished: bool,
     /// ARC only (0.32+; empty otherwise): keys this request inserted, ready keys it reused
     /// (not ones it inserted), keys already reported to `on_store_miss`.
     pub inserted: BTreeSet<Key>,
     pub reused: BTreeSet<Key>,
     pub store_missed: BTreeSet<Key>,
+}
+
+/// A map from end-token position to key, as a vector sorted by position: positions mostly
+/// arrive in increasing order, so an insert is usually a push. Compares, orders and hashes
+/// exactly as a `BTreeMap<u32, Key>` (a length, then each pair), so states keep their
+/// fingerprints.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct PosMap(Vec<(u32, Key)>);
+
+impl PosMap {
+    fn find(&self, p: u32) -> Result<usize, usize> {
+        match self.0.last() {
+            Some(&(l, _)) if p > l => Err(self.0.len()),
+            _ => self.0.binary_search_by_key(&p, |&(q, _)| q),
+        }
+    }
+    pub fn get(&self, p: &u32) -> Option<&Key> {
+        self.find(*p).ok().map(|i| &self.0[i].1)
+    }
+    pub fn insert(&mut self, p: u32, k: Key) -> Option<Key> {
+        match self.find(p) {
+            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, k)),
+            Err(i) => {
+                self.0.insert(i, (p, k));
+                None
+            }
+        }
+    }
+    pub fn last_key_value(&self) -> Option<(&u32, &Key)> {
+        self.0.last().map(|(p, k)| (p, k))
+    }
+    /// Keys in position order.
+    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Key> {
+        self.0.iter().map(|(_, k)| k)
+    }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for PosMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.0.iter().map(|(p, k)| (p, k))).finish()
+    }
 }
 
 /// The result of a successful `prepare_store`.
@@ -88,7 +135,8 @@ pub struct HostTier {
     pub capacity: u32,
     num_allocated: u32,
     free_list: Vec<u32>,
-    entries: KeyMap<Key, HostEntry>,
+    /// The entries; in replay each carries where the reference order lists it.
+    entries: KeyMap<Key, HostEntry, RefPlace>,
     evictable: RankSet<Key>,
     next_rank: u64,
     /// vLLM's counters, kept as it keeps them (host-accounting checks them).
@@ -169,7 +217,7 @@ impl HostTier {
         self.evictable.len()
     }
 
-    pub fn entries(&self) -> KeyMapIter<'_, Key, HostEntry> {
+    pub fn entries(&self) -> KeyMapIter<'_, Key, HostEntry, RefPlace> {
         self.entries.iter()
     }
     pub fn get(&self, k: &Key) -> Option<&HostEntry> {
@@ -218,15 +266,15 @@ impl HostTier {
 
     /// `k` becomes evictable (ref count reached 0).
     fn release(&mut self, k: Key) {
-        if self.policy == HostLru::ReleaseOrder && self.arc.is_none() {
-            let r = self.fresh_rank();
-            self.entries.get_mut(&k).expect("resident").rank = r;
+        let fresh = (self.policy == HostLru::ReleaseOrder && self.arc.is_none()).then(|| self.fresh_rank());
+        let (e, at) = self.entries.get_mut_aux(&k).expect("resident");
+        if let Some(r) = fresh {
+            e.rank = r;
         }
-        let e = self.entries.get(&k).expect("resident");
         self.num_evictable += 1;
         self.evictable.insert(e.rank, k);
         if self.arc.is_none() {
-            self.order.released(self.policy, k);
+            self.order.released(self.policy, k, at);
         }
     }
 
@@ -247,14 +295,23 @@ impl HostTier {
                 self.set_rank(*k, r);
             }
         }
-        self.order.touched(self.policy, keys);
+        for k in keys.iter().rev() {
+            let at = self.entries.get_mut_aux(k).and_then(|(_, a)| a);
+            self.order.touched(self.policy, *k, at);
+        }
     }
 
     fn set_rank(&mut self, k: Key, rank: Rank) {
         let e = self.entries.get_mut(&k).expect("resident");
+        Self::rerank(&mut self.evictable, e, k, rank);
+    }
+
+    /// Give resident `k` (entry `e`) the rank `rank`.
+    #[inline]
+    fn rerank(evictable: &mut RankSet<Key>, e: &mut HostEntry, k: Key, rank: Rank) {
         if e.ref_cnt == 0 {
-            self.evictable.remove(e.rank, k);
-            self.evictable.insert(rank, k);
+            evictable.remove(e.rank, k);
+            evictable.insert(rank, k);
         }
         e.rank = rank;
     }
@@ -262,7 +319,11 @@ impl HostTier {
     /// `_record_request_cache_access` + `LRUCachePolicy.on_request_access`: first sight of a
     /// key raises a resident key to (request rank, -position) if that is larger.
     fn record_access(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess) {
-        let new: Vec<(Key, u32)> = keys.iter().filter(|(k, p)| acc.seen.get(p) != Some(k)).copied().collect();
+        // Positions past the last one seen are new without a lookup (offers come in position
+        // order, so most are).
+        let last = acc.seen.last_key_value().map(|(p, _)| *p);
+        let new: Vec<(Key, u32)> =
+            keys.iter().filter(|(k, p)| last.is_none_or(|l| *p > l) || acc.seen.get(p) != Some(k)).copied().collect();
         if new.is_empty() {
             return;
         }
@@ -277,11 +338,11 @@ impl HostTier {
         }
         let rr = self.request_rank(acc);
         for (k, p) in new {
-            if let Some(e) = self.entries.get(&k) {
+            if let Some((e, at)) = self.entries.get_mut_aux(&k) {
                 let rank = (rr, -(p as i64));
                 if e.rank < rank {
-                    self.set_rank(k, rank);
-                    self.order.raised(self.policy, k, rank);
+                    Self::rerank(&mut self.evictable, e, k, rank);
+                    self.order.raised(self.policy, k, rank, at);
                 }
             }
         }
@@ -297,14 +358,22 @@ impl HostTier {
     ) -> Option<StoreOut> {
         let mut to_store: Vec<(Key, u32)> = Vec::new();
         let mut recorded: Vec<(Key, u32)> = Vec::new();
+        // The offer's own keys may not be evicted for it; only resident keys can be picked,
+        // so only those are listed.
+        let mut protected: std::collections::HashSet<Key, std::hash::BuildHasherDefault<super::side::WordHasher>> =
+            Default::default();
         for &(k, p) in keys {
-            match self.lookup(&k) {
-                Lookup::Miss => {
+            match self.entries.get(&k).map(|e| e.ref_cnt) {
+                None => {
                     to_store.push((k, p));
                     recorded.push((k, p));
                 }
-                Lookup::Hit => recorded.push((k, p)),
-                Lookup::HitPending => {}
+                Some(rc) => {
+                    protected.insert(k);
+                    if rc >= 0 {
+                        recorded.push((k, p));
+                    }
+                }
             }
         }
         let arc_requests = self.arc.is_some() && self.policy != HostLru::ReleaseOrder;
@@ -332,21 +401,19 @@ impl HostTier {
             if need > self.num_evictable {
                 return None;
             }
-            let protected: std::collections::HashSet<Key, std::hash::BuildHasherDefault<super::side::WordHasher>> =
-                keys.iter().map(|(k, _)| *k).collect();
+            let protected = |k: &Key| !protected.is_empty() && protected.contains(k);
             if self.arc.is_some() {
                 let entries = &self.entries;
                 let arc = self.arc.as_mut().expect("arc");
-                let victims = arc.evict(need as usize, |k| {
-                    !protected.contains(k) && entries.get(k).is_some_and(|e| e.ref_cnt == 0)
-                })?;
+                let victims =
+                    arc.evict(need as usize, |k| !protected(k) && entries.get(k).is_some_and(|e| e.ref_cnt == 0))?;
                 for k in victims {
                     self.evict_one((0, 0), k, ghost, ev);
                     evicted.push(k);
                 }
                 return Some(self.insert_all(&to_store, evicted, acc));
             }
-            let eligible = |(_, k): &(Rank, Key)| !protected.contains(k);
+            let eligible = |(_, k): &(Rank, Key)| !protected(k);
             let victims: Vec<(Rank, Key)> = if self.evict_mru {
                 self.evictable.iter_rev().filter(eligible).take(need as usize).collect()
             } else {
@@ -355,9 +422,9 @@ impl HostTier {
             if (victims.len() as u32) < need {
                 return None;
             }
-            let want = self.order.victims(need as usize, |k| {
-                !protected.contains(k) && self.entries.get(k).is_some_and(|e| e.ref_cnt == 0)
-            });
+            let want = self
+                .order
+                .victims(need as usize, |k| !protected(k) && self.entries.get(k).is_some_and(|e| e.ref_cnt == 0));
             if victims.iter().map(|(_, k)| *k).collect::<Vec<_>>() != want {
                 ghost.breach(Breach::EvictionOrder);
                 let got: Vec<Key> = victims.iter().map(|(_, k)| *k).collect();
@@ -381,14 +448,14 @@ impl HostTier {
     /// Evict evictable `k` (at rank `r`).
     fn evict_one(&mut self, r: Rank, k: Key, ghost: &mut Ghost, ev: &mut Events) {
         self.evictable.remove(r, k);
-        let e = self.entries.remove(&k).expect("evictable key is resident");
+        let (e, mut at) = self.entries.remove_aux(&k).expect("evictable key is resident");
         if e.ref_cnt != 0 {
             ghost.breach(Breach::EvictedPinned);
         }
         self.num_evictable -= 1;
         self.free_list.push(e.slot);
         if self.arc.is_none() {
-            self.order.evicted(&k);
+            self.order.evicted(&k, at.as_mut());
         }
         self.note(k, Some(e.ref_cnt), None);
         ev.stat(|s| s.host_evictions += 1);
@@ -414,25 +481,27 @@ impl HostTier {
                 HostLru::InsertRank => self.fresh_rank(),
                 HostLru::ReleaseOrder => (0, 0),
             };
-            let old = self.entries.insert(k, HostEntry { ref_cnt: -1, slot, rank, content: Vec::new() });
+            let (old, at) = self.entries.insert_aux(k, HostEntry { ref_cnt: -1, slot, rank, content: Contents::new() });
+            let old = old.map(|o| o.ref_cnt);
             if let Some(arc) = self.arc.as_mut() {
                 arc.insert(k);
                 if self.policy != HostLru::ReleaseOrder {
                     acc.inserted.insert(k);
                 }
             } else {
-                self.order.inserted(self.policy, k, rank);
+                self.order.inserted(self.policy, k, rank, at);
             }
-            self.note(k, old.map(|o| o.ref_cnt), Some(-1));
+            self.note(k, old, Some(-1));
         }
         self.num_write_pending += to_store.len() as u32;
         StoreOut { keys_to_store: to_store.iter().map(|(k, _)| *k).collect(), slots, evicted }
     }
 
     /// The copy of a store landed in the chunk slot of `k`.
-    pub fn write_content(&mut self, k: &Key, content: Vec<ContentTag>) {
+    pub fn write_content(&mut self, k: &Key, content: &[ContentTag]) {
         if let Some(e) = self.entries.get_mut(k) {
-            e.content = content;
+            e.content.clear();
+            e.content.extend_from_slice(content);
             self.note_written(*k);
         }
     }
@@ -449,7 +518,9 @@ impl HostTier {
                     self.note(*k, Some(-1), Some(0));
                     self.note_written(*k);
                     ghost.mark(Mark::StoreCompleted);
-                    stored.push(*k);
+                    if ev.is_on() {
+                        stored.push(*k);
+                    }
                 }
             }
         }
@@ -463,8 +534,8 @@ impl HostTier {
     pub fn prepare_load(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, ghost: &mut Ghost) -> Vec<u32> {
         let mut slots = Vec::with_capacity(keys.len());
         for (k, _) in keys {
-            match self.entries.get_mut(k) {
-                Some(e) if e.ref_cnt >= 0 => {
+            match self.entries.get_mut_aux(k) {
+                Some((e, at)) if e.ref_cnt >= 0 => {
                     if e.ref_cnt == 0 {
                         self.evictable.remove(e.rank, *k);
                         self.num_evictable -= 1;
@@ -472,7 +543,7 @@ impl HostTier {
                             e.rank = (0, 0);
                         }
                         if self.arc.is_none() {
-                            self.order.pinned(self.policy, *k);
+                            self.order.pinned(self.policy, *k, at);
                         }
                     }
                     e.ref_cnt += 1;
@@ -531,16 +602,18 @@ impl HostTier {
             arc.on_request_finished(&keys, &insertion_only, &acc.reused);
             return;
         }
-        let keys: Vec<Key> = acc.seen.values().rev().copied().collect();
-        let mut reranked = Vec::new();
-        for k in keys {
-            if self.entries.contains_key(&k) {
-                let r = self.fresh_rank();
-                self.set_rank(k, r);
-                reranked.push((k, r));
-            }
+        for &k in acc.seen.values().rev() {
+            let Some((e, at)) = self.entries.get_mut_aux(&k) else { continue };
+            self.next_rank += 1;
+            let r = (self.next_rank, 0);
+            Self::rerank(&mut self.evictable, e, k, r);
+            self.order.finished(self.policy, k, r, at);
         }
-        self.order.finished(self.policy, &reranked);
+    }
+
+    /// The eviction-order reference with its carried ranks, first = next victim.
+    pub fn reference_order(&self) -> Vec<(Key, Rank)> {
+        self.order.keys(|k| self.entries.aux(k).copied())
     }
 
     /// Renumber rank majors densely (order preserved) so that equal histories give equal

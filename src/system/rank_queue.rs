@@ -83,12 +83,14 @@ pub struct RankQueue<T> {
     fresh: VecDeque<Option<T>>,
     fresh_live: usize,
     buckets: BTreeMap<u64, Bucket<T>>,
+    /// No bucket has a major above this (fresh ranks, above it, skip the bucket lookup).
+    max_major: u64,
     len: usize,
 }
 
 impl<T: Ord + Copy> Default for RankQueue<T> {
     fn default() -> Self {
-        RankQueue { lo: 0, fresh: VecDeque::new(), fresh_live: 0, buckets: BTreeMap::new(), len: 0 }
+        RankQueue { lo: 0, fresh: VecDeque::new(), fresh_live: 0, buckets: BTreeMap::new(), max_major: 0, len: 0 }
     }
 }
 
@@ -126,7 +128,8 @@ impl<T: Ord + Copy> RankQueue<T> {
             }
         }
         // A major that already has a bucket keeps its later entries there.
-        let slot = if self.buckets.contains_key(&r.0) { None } else { self.fresh_slot(r) };
+        let has_bucket = r.0 <= self.max_major && self.buckets.contains_key(&r.0);
+        let slot = if has_bucket { None } else { self.fresh_slot(r) };
         match slot {
             Some(usize::MAX) => {
                 self.lo = r.0;
@@ -151,6 +154,7 @@ impl<T: Ord + Copy> RankQueue<T> {
             Some(i) if self.fresh[i] == Some(t) => return false,
             _ => {}
         }
+        self.max_major = self.max_major.max(r.0);
         let ok = self.buckets.entry(r.0).or_insert_with(Bucket::new).insert(r.1, t);
         if ok {
             self.len += 1;
@@ -178,6 +182,9 @@ impl<T: Ord + Copy> RankQueue<T> {
                 }
                 return true;
             }
+        }
+        if r.0 > self.max_major {
+            return false;
         }
         let btree_map::Entry::Occupied(mut b) = self.buckets.entry(r.0) else { return false };
         if !b.get_mut().remove(r.1, t) {

@@ -147,55 +147,75 @@ pub struct ReadCache {
 /// A map that is a `BTreeMap` in the checker (ordered, hashed exactly as a `BTreeMap`) and a
 /// hash map in trace replay (O(1) operations on 65k-entry host tiers). Equality compares
 /// contents, whatever the representation.
+///
+/// The hash form keeps an auxiliary value `A` next to each entry: replay's side data about
+/// the key, in the same cache line as the entry (the tree form has none). It is not part of
+/// the map's contents: equality and hashing ignore it.
 #[derive(Clone, Debug)]
-pub enum KeyMap<K, V> {
+pub enum KeyMap<K, V, A = ()> {
     Tree(BTreeMap<K, V>),
-    Hash(FastMap<K, V>),
+    Hash(FastMap<K, (V, A)>),
 }
 
-impl<K, V> Default for KeyMap<K, V> {
+impl<K, V, A> Default for KeyMap<K, V, A> {
     fn default() -> Self {
         KeyMap::Tree(BTreeMap::new())
     }
 }
 
 /// Iterator over a [`KeyMap`] (key order for `Tree`, arbitrary for `Hash`).
-pub enum KeyMapIter<'a, K, V> {
+pub enum KeyMapIter<'a, K, V, A = ()> {
     Tree(std::collections::btree_map::Iter<'a, K, V>),
-    Hash(std::collections::hash_map::Iter<'a, K, V>),
+    Hash(std::collections::hash_map::Iter<'a, K, (V, A)>),
 }
 
-impl<'a, K, V> Iterator for KeyMapIter<'a, K, V> {
+impl<'a, K, V, A> Iterator for KeyMapIter<'a, K, V, A> {
     type Item = (&'a K, &'a V);
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             KeyMapIter::Tree(i) => i.next(),
-            KeyMapIter::Hash(i) => i.next(),
+            KeyMapIter::Hash(i) => i.next().map(|(k, (v, _))| (k, v)),
         }
     }
 }
 
-impl<K: Ord + Hash + Eq + Copy, V> KeyMap<K, V> {
+impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
     /// Switch to the hash representation (replay).
     pub fn use_hash(&mut self) {
         if let KeyMap::Tree(t) = self {
             let t = std::mem::take(t);
-            *self = KeyMap::Hash(t.into_iter().collect());
+            *self = KeyMap::Hash(t.into_iter().map(|(k, v)| (k, (v, A::default()))).collect());
         }
     }
     #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
         match self {
             KeyMap::Tree(m) => m.get(k),
-            KeyMap::Hash(m) => m.get(k),
+            KeyMap::Hash(m) => m.get(k).map(|(v, _)| v),
         }
     }
     #[inline]
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         match self {
             KeyMap::Tree(m) => m.get_mut(k),
-            KeyMap::Hash(m) => m.get_mut(k),
+            KeyMap::Hash(m) => m.get_mut(k).map(|(v, _)| v),
+        }
+    }
+    /// The value under `k` and, in the hash form, its auxiliary value.
+    #[inline]
+    pub fn get_mut_aux(&mut self, k: &K) -> Option<(&mut V, Option<&mut A>)> {
+        match self {
+            KeyMap::Tree(m) => m.get_mut(k).map(|v| (v, None)),
+            KeyMap::Hash(m) => m.get_mut(k).map(|(v, a)| (v, Some(a))),
+        }
+    }
+    /// The auxiliary value of `k` (hash form only).
+    #[inline]
+    pub fn aux(&self, k: &K) -> Option<&A> {
+        match self {
+            KeyMap::Tree(_) => None,
+            KeyMap::Hash(m) => m.get(k).map(|(_, a)| a),
         }
     }
     #[inline]
@@ -205,18 +225,46 @@ impl<K: Ord + Hash + Eq + Copy, V> KeyMap<K, V> {
             KeyMap::Hash(m) => m.contains_key(k),
         }
     }
+    /// Insert; a replaced entry keeps its auxiliary value, a new one starts at the default.
     #[inline]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
+        use std::collections::hash_map::Entry;
         match self {
             KeyMap::Tree(m) => m.insert(k, v),
-            KeyMap::Hash(m) => m.insert(k, v),
+            KeyMap::Hash(m) => match m.entry(k) {
+                Entry::Occupied(mut o) => Some(std::mem::replace(&mut o.get_mut().0, v)),
+                Entry::Vacant(e) => {
+                    e.insert((v, A::default()));
+                    None
+                }
+            },
+        }
+    }
+    /// [`insert`](Self::insert), also giving the entry's auxiliary value (hash form).
+    #[inline]
+    pub fn insert_aux(&mut self, k: K, v: V) -> (Option<V>, Option<&mut A>) {
+        use std::collections::hash_map::Entry;
+        match self {
+            KeyMap::Tree(m) => (m.insert(k, v), None),
+            KeyMap::Hash(m) => match m.entry(k) {
+                Entry::Occupied(o) => {
+                    let (x, a) = o.into_mut();
+                    (Some(std::mem::replace(x, v)), Some(a))
+                }
+                Entry::Vacant(e) => (None, Some(&mut e.insert((v, A::default())).1)),
+            },
         }
     }
     #[inline]
     pub fn remove(&mut self, k: &K) -> Option<V> {
+        self.remove_aux(k).map(|(v, _)| v)
+    }
+    /// Remove, returning the value and (hash form) its auxiliary value.
+    #[inline]
+    pub fn remove_aux(&mut self, k: &K) -> Option<(V, Option<A>)> {
         match self {
-            KeyMap::Tree(m) => m.remove(k),
-            KeyMap::Hash(m) => m.remove(k),
+            KeyMap::Tree(m) => m.remove(k).map(|v| (v, None)),
+            KeyMap::Hash(m) => m.remove(k).map(|(v, a)| (v, Some(a))),
         }
     }
     /// The value under `k`, inserted with `V::default()` if absent.
@@ -227,7 +275,7 @@ impl<K: Ord + Hash + Eq + Copy, V> KeyMap<K, V> {
     {
         match self {
             KeyMap::Tree(m) => m.entry(k).or_default(),
-            KeyMap::Hash(m) => m.entry(k).or_default(),
+            KeyMap::Hash(m) => &mut m.entry(k).or_default().0,
         }
     }
     pub fn len(&self) -> usize {
@@ -239,7 +287,7 @@ impl<K: Ord + Hash + Eq + Copy, V> KeyMap<K, V> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    pub fn iter(&self) -> KeyMapIter<'_, K, V> {
+    pub fn iter(&self) -> KeyMapIter<'_, K, V, A> {
         match self {
             KeyMap::Tree(m) => KeyMapIter::Tree(m.iter()),
             KeyMap::Hash(m) => KeyMapIter::Hash(m.iter()),
@@ -251,12 +299,12 @@ impl<K: Ord + Hash + Eq + Copy, V> KeyMap<K, V> {
     pub fn values_mut(&mut self) -> Box<dyn Iterator<Item = &mut V> + '_> {
         match self {
             KeyMap::Tree(m) => Box::new(m.values_mut()),
-            KeyMap::Hash(m) => Box::new(m.values_mut()),
+            KeyMap::Hash(m) => Box::new(m.values_mut().map(|(v, _)| v)),
         }
     }
 }
 
-impl<K: Ord + Hash + Eq + Copy, V: PartialEq> PartialEq for KeyMap<K, V> {
+impl<K: Ord + Hash + Eq + Copy, V: PartialEq, A: Default> PartialEq for KeyMap<K, V, A> {
     fn eq(&self, o: &Self) -> bool {
         match (self, o) {
             (KeyMap::Tree(a), KeyMap::Tree(b)) => a == b,
@@ -264,15 +312,15 @@ impl<K: Ord + Hash + Eq + Copy, V: PartialEq> PartialEq for KeyMap<K, V> {
         }
     }
 }
-impl<K: Ord + Hash + Eq + Copy, V: Eq> Eq for KeyMap<K, V> {}
+impl<K: Ord + Hash + Eq + Copy, V: Eq, A: Default> Eq for KeyMap<K, V, A> {}
 
-impl<K: Ord + Hash + Eq + Copy, V: Hash> Hash for KeyMap<K, V> {
+impl<K: Ord + Hash + Eq + Copy, V: Hash, A: Default> Hash for KeyMap<K, V, A> {
     fn hash<H: Hasher>(&self, h: &mut H) {
         match self {
             // Exactly a BTreeMap's hash.
             KeyMap::Tree(m) => m.hash(h),
             KeyMap::Hash(m) => {
-                let mut v: Vec<(&K, &V)> = m.iter().collect();
+                let mut v: Vec<(&K, &V)> = m.iter().map(|(k, (v, _))| (k, v)).collect();
                 v.sort_unstable_by(|a, b| a.0.cmp(b.0));
                 h.write_usize(v.len());
                 for (k, x) in v {

@@ -8,6 +8,12 @@ use std::fmt;
 
 /// A physical GPU block id. Block 0 is vLLM's null block and never holds KV.
 pub type BlockId = u32;
+/// Blocks listed under one hash (almost always one): inline up to four, hashed and compared
+/// exactly as a `Vec<BlockId>` (a slice), so state fingerprints do not depend on it.
+pub type BlockIds = smallvec::SmallVec<[BlockId; 4]>;
+/// What a host chunk holds, per GPU block of the chunk (inline for one- and two-block chunks;
+/// hashed and compared as a `Vec<ContentTag>`).
+pub type Contents = smallvec::SmallVec<[ContentTag; 1]>;
 /// vLLM's null block (`BlockPool.null_block`).
 pub const NULL_BLOCK: BlockId = 0;
 /// Index of a request in the workload (its scope position), not vLLM's string id.

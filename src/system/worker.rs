@@ -194,7 +194,8 @@ struct Write {
 
 fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>, ev: &mut Events) {
     let b = ctx.cfg.block_size;
-    let mut writes: Vec<Write> = Vec::new();
+    let n: u32 = out.scheduled.iter().map(|s| s.tokens / b + 2).sum();
+    let mut writes: Vec<Write> = Vec::with_capacity(n as usize);
     for s in &out.scheduled {
         let spec = ctx.wl.spec(s.req, e.reqs[s.req as usize].turn);
         let q = &e.reqs[s.req as usize];

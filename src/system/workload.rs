@@ -276,13 +276,18 @@ impl Workload {
         let mut out = vec![last];
         let mut cur = last;
         for _ in 1..n {
-            cur = match self.registry.get(&cur) {
-                Some(i) => i.parent,
-                None => *self.parents.as_ref()?.get(&cur)?,
-            };
+            cur = self.parent_of(cur)?;
             out.push(cur);
         }
         out.reverse();
         Some(out)
+    }
+
+    /// The parent of block hash `h`, if the registry knows it.
+    pub fn parent_of(&self, h: BlockHash) -> Option<BlockHash> {
+        match self.registry.get(&h) {
+            Some(i) => Some(i.parent),
+            None => self.parents.as_ref()?.get(&h).copied(),
+        }
     }
 }

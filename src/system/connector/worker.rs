@@ -14,7 +14,7 @@ use super::super::engine::{Ctx, StepInput};
 use super::super::events::{Event, Events};
 use super::super::ghost::{Breach, Ghost};
 use super::super::gpu_pool::GpuPool;
-use super::super::types::{BadKind, BlockId, ContentTag, JobId, ReqId};
+use super::super::types::{BadKind, BlockHash, BlockId, ContentTag, JobId, ReqId};
 use super::{JobKind, OcState, Phase, StepScratch};
 use std::collections::BTreeSet;
 
@@ -27,12 +27,26 @@ fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &m
     job.phase = Phase::Submitted;
     job.snapshot = job.blocks.iter().map(|&blk| pool.content[blk as usize]).collect();
     let mut stale = Vec::new();
+    // The chunk's block hashes, oldest first (`Workload::chain_ending_at`, without allocating).
+    let mut want: smallvec::SmallVec<[BlockHash; 4]> = smallvec::SmallVec::new();
     for (i, key) in job.keys.iter().enumerate() {
-        let want = ctx.wl.chain_ending_at(*key, bpc);
+        want.clear();
+        want.push(*key);
+        let mut known = true;
+        for _ in 1..bpc {
+            match ctx.wl.parent_of(want[want.len() - 1]) {
+                Some(p) => want.push(p),
+                None => {
+                    known = false;
+                    break;
+                }
+            }
+        }
+        want.reverse();
         for j in 0..bpc as usize {
             let got = job.snapshot.get(i * bpc as usize + j).copied();
-            let ok = match (&want, got) {
-                (Some(w), Some(g)) => g == ContentTag::full(w[j], b),
+            let ok = match got {
+                Some(g) if known => g == ContentTag::full(want[j], b),
                 _ => false,
             };
             if !ok {
@@ -64,7 +78,7 @@ pub fn complete(
     match job.kind {
         JobKind::Store => {
             for (i, key) in job.keys.iter().enumerate() {
-                let content = job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())].to_vec();
+                let content = &job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())];
                 oc.host.write_content(key, content);
             }
             oc.job_mut(id).unwrap().phase = Phase::Done;
