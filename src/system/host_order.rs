@@ -37,13 +37,31 @@ struct Indexed {
     seq: u64,
 }
 
-/// Where the indexed list holds a key: its place, arrival sequence (0: not listed) and
+/// Where the indexed list holds a key: its arrival sequence (0: not listed; the top bit set
+/// when its place is its rank, as in 0.33 lists, else the place is `(sequence, 0)`) and its
 /// carried rank. Replay's side data, stored with the key's host entry.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RefPlace {
-    place: Rank,
     seq: u64,
     rank: Rank,
+}
+
+const BY_RANK: u64 = 1 << 63;
+
+impl RefPlace {
+    fn listed(&self) -> bool {
+        self.seq != 0
+    }
+    fn seq(&self) -> u64 {
+        self.seq & !BY_RANK
+    }
+    fn place(&self) -> Rank {
+        if self.seq & BY_RANK != 0 {
+            self.rank
+        } else {
+            (self.seq, 0)
+        }
+    }
 }
 
 /// Equal when the key sequences are equal, whatever the representation (the indexed form's
@@ -100,10 +118,10 @@ impl RefOrder {
         if let Some(ix) = self.indexed.get_mut() {
             // A key without a host entry has no place: it is not listed.
             let Some(p) = at else { return None };
-            if p.seq == 0 {
+            if !p.listed() {
                 return None;
             }
-            ix.by_place.remove(p.place, (p.seq, *k));
+            ix.by_place.remove(p.place(), (p.seq(), *k));
             p.seq = 0;
             return Some(p.rank);
         }
@@ -118,7 +136,7 @@ impl RefOrder {
             ix.seq += 1;
             let place = (ix.seq, 0);
             ix.by_place.insert(place, (ix.seq, k));
-            *at.expect("the indexed order is given each key's place") = RefPlace { place, seq: ix.seq, rank };
+            *at.expect("the indexed order is given each key's place") = RefPlace { seq: ix.seq, rank };
             return;
         }
         self.list.push((k, rank));
@@ -130,7 +148,7 @@ impl RefOrder {
             // Places of 0.33 lists are their ranks (the list is sorted by rank).
             ix.seq += 1;
             ix.by_place.insert(rank, (ix.seq, k));
-            *at.expect("the indexed order is given each key's place") = RefPlace { place: rank, seq: ix.seq, rank };
+            *at.expect("the indexed order is given each key's place") = RefPlace { seq: ix.seq | BY_RANK, rank };
             return;
         }
         let i = self.list.iter().position(|(_, r)| *r > rank).unwrap_or(self.list.len());

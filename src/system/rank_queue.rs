@@ -12,7 +12,7 @@
 //! outnumber live entries.
 
 use super::host_tier::Rank;
-use std::collections::{btree_map, BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 #[derive(Clone, Debug)]
 struct Bucket<T> {
@@ -82,7 +82,10 @@ pub struct RankQueue<T> {
     lo: u64,
     fresh: VecDeque<Option<T>>,
     fresh_live: usize,
-    buckets: BTreeMap<u64, Bucket<T>>,
+    /// Sorted by major. Few at a time (one per request rank still holding keys), and a
+    /// request's keys come and go together, so `hint` (the last bucket used) usually hits.
+    buckets: Vec<(u64, Bucket<T>)>,
+    hint: usize,
     /// No bucket has a major above this (fresh ranks, above it, skip the bucket lookup).
     max_major: u64,
     len: usize,
@@ -90,7 +93,7 @@ pub struct RankQueue<T> {
 
 impl<T: Ord + Copy> Default for RankQueue<T> {
     fn default() -> Self {
-        RankQueue { lo: 0, fresh: VecDeque::new(), fresh_live: 0, buckets: BTreeMap::new(), max_major: 0, len: 0 }
+        RankQueue { lo: 0, fresh: VecDeque::new(), fresh_live: 0, buckets: Vec::new(), hint: 0, max_major: 0, len: 0 }
     }
 }
 
@@ -128,7 +131,7 @@ impl<T: Ord + Copy> RankQueue<T> {
             }
         }
         // A major that already has a bucket keeps its later entries there.
-        let has_bucket = r.0 <= self.max_major && self.buckets.contains_key(&r.0);
+        let has_bucket = r.0 <= self.max_major && self.bucket(r.0).is_ok();
         let slot = if has_bucket { None } else { self.fresh_slot(r) };
         match slot {
             Some(usize::MAX) => {
@@ -155,7 +158,15 @@ impl<T: Ord + Copy> RankQueue<T> {
             _ => {}
         }
         self.max_major = self.max_major.max(r.0);
-        let ok = self.buckets.entry(r.0).or_insert_with(Bucket::new).insert(r.1, t);
+        let i = match self.bucket(r.0) {
+            Ok(i) => i,
+            Err(i) => {
+                self.buckets.insert(i, (r.0, Bucket::new()));
+                i
+            }
+        };
+        self.hint = i;
+        let ok = self.buckets[i].1.insert(r.1, t);
         if ok {
             self.len += 1;
         }
@@ -186,20 +197,31 @@ impl<T: Ord + Copy> RankQueue<T> {
         if r.0 > self.max_major {
             return false;
         }
-        let btree_map::Entry::Occupied(mut b) = self.buckets.entry(r.0) else { return false };
-        if !b.get_mut().remove(r.1, t) {
+        let Ok(i) = self.bucket(r.0) else { return false };
+        self.hint = i;
+        if !self.buckets[i].1.remove(r.1, t) {
             return false;
         }
-        if b.get().live == 0 {
-            b.remove();
+        if self.buckets[i].1.live == 0 {
+            self.buckets.remove(i);
         }
         self.len -= 1;
         true
     }
 
+    /// Where the bucket of `major` is (Ok) or would go (Err).
+    #[inline]
+    fn bucket(&self, major: u64) -> Result<usize, usize> {
+        if self.buckets.get(self.hint).is_some_and(|(m, _)| *m == major) {
+            return Ok(self.hint);
+        }
+        self.buckets.binary_search_by_key(&major, |(m, _)| *m)
+    }
+
     /// Entries in order, smallest first.
     pub fn iter(&self) -> Iter<'_, T> {
-        let mut buckets = self.buckets.iter();
+        let pair: fn(&(u64, Bucket<T>)) -> (&u64, &Bucket<T>) = |(m, b)| (m, b);
+        let mut buckets = self.buckets.iter().map(pair);
         let cur = buckets.next().map(|(m, b)| (*m, b, 0usize));
         Iter { q: self, fi: 0, buckets, cur }
     }
@@ -304,7 +326,7 @@ impl<T: Ord + Copy + std::hash::Hash> std::hash::Hash for RankSet<T> {
 pub struct Iter<'a, T> {
     q: &'a RankQueue<T>,
     fi: usize,
-    buckets: btree_map::Iter<'a, u64, Bucket<T>>,
+    buckets: std::iter::Map<std::slice::Iter<'a, (u64, Bucket<T>)>, fn(&(u64, Bucket<T>)) -> (&u64, &Bucket<T>)>,
     cur: Option<(u64, &'a Bucket<T>, usize)>,
 }
 

@@ -404,7 +404,8 @@ impl SchedOut {
 /// Per-step connector scratch (`_current_batch_*`), cleared at the end of every step.
 #[derive(Clone, Debug, Default)]
 pub struct StepScratch {
-    pub allocated: BTreeSet<BlockId>,
+    /// Blocks handed to scheduled requests this step.
+    pub allocated: BitSet,
     pub load_jobs: Vec<JobId>,
     pub store_jobs: Vec<JobId>,
     pub sync_loads: Vec<ReqId>,
@@ -435,6 +436,11 @@ impl BitSet {
             while self.0.last() == Some(&0) {
                 self.0.pop();
             }
+        }
+    }
+    pub fn extend(&mut self, items: impl IntoIterator<Item = u32>) {
+        for i in items {
+            self.insert(i);
         }
     }
     pub fn contains(&self, i: u32) -> bool {

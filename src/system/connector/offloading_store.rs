@@ -68,8 +68,8 @@ impl OcState {
             }
         }
         // Flush stores that still read a re-allocated block.
-        for b in &scratch.allocated {
-            if let Some(js) = self.fences.get(b) {
+        for (b, js) in &self.fences {
+            if scratch.allocated.contains(*b) {
                 scratch.flush.extend(js.iter().copied());
             }
         }
@@ -201,12 +201,24 @@ impl OcState {
             st.cursor = advanced(st.cursor);
             return;
         }
-        let mut src = Vec::new();
-        let storing: std::collections::HashSet<Key, std::hash::BuildHasherDefault<WordHasher>> =
-            out.keys_to_store.iter().copied().collect();
+        // The stored keys are the offered ones the host tier lacked, in offer order: walk both.
+        let mut src = Vec::with_capacity(out.keys_to_store.len() * bpc as usize);
+        let mut next = out.keys_to_store.iter().peekable();
         for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
-            if storing.contains(k) {
+            if next.peek() == Some(&k) {
+                next.next();
                 src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
+            }
+        }
+        if next.peek().is_some() {
+            // Not a subsequence after all: pair them by key.
+            let storing: std::collections::HashSet<Key, std::hash::BuildHasherDefault<WordHasher>> =
+                out.keys_to_store.iter().copied().collect();
+            src.clear();
+            for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
+                if storing.contains(k) {
+                    src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
+                }
             }
         }
         st.cursor = advanced(st.cursor);
@@ -230,7 +242,7 @@ impl OcState {
                 if !v.contains(&id) {
                     v.push(id);
                 }
-                if scratch.allocated.contains(&b) {
+                if scratch.allocated.contains(b) {
                     scratch.flush.insert(id);
                 }
             }
