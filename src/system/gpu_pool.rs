@@ -236,12 +236,10 @@ impl GpuPool {
     /// `_maybe_evict_cached_block`: drop every cached-map entry of `b` and its hash.
     fn evict_cached(&mut self, b: BlockId, ghost: &mut Ghost, ev: &mut Events) {
         if let Some(h) = self.hash[b as usize].take() {
-            if let Some(v) = self.cached.get_mut(&h) {
+            self.cached.update_or_remove(h, |v| {
                 v.retain(|x| *x != b);
-                if v.is_empty() {
-                    self.cached.remove(&h);
-                }
-            }
+                v.is_empty()
+            });
             self.note_cached(h, b);
             match self.medium {
                 Medium::Gpu => {
@@ -349,12 +347,10 @@ impl GpuPool {
                 if old == h {
                     continue;
                 }
-                if let Some(v) = self.cached.get_mut(&old) {
+                self.cached.update_or_remove(old, |v| {
                     v.retain(|x| *x != b);
-                    if v.is_empty() {
-                        self.cached.remove(&old);
-                    }
-                }
+                    v.is_empty()
+                });
                 self.note_cached(old, b);
             }
             self.hash[b as usize] = Some(h);

@@ -356,8 +356,8 @@ impl HostTier {
         ghost: &mut Ghost,
         ev: &mut Events,
     ) -> Option<StoreOut> {
-        let mut to_store: Vec<(Key, u32)> = Vec::new();
-        let mut recorded: Vec<(Key, u32)> = Vec::new();
+        let mut to_store: Vec<(Key, u32)> = Vec::with_capacity(keys.len());
+        let mut recorded: Vec<(Key, u32)> = Vec::with_capacity(keys.len());
         // The offer's own keys may not be evicted for it; only resident keys can be picked,
         // so only those are listed.
         let mut protected: std::collections::HashSet<Key, std::hash::BuildHasherDefault<super::side::WordHasher>> =
@@ -395,7 +395,7 @@ impl HostTier {
             return Some(StoreOut::default());
         }
         let need = to_store.len() as i64 - self.num_free_slots() as i64;
-        let mut evicted = Vec::new();
+        let mut evicted = Vec::with_capacity(need.max(0) as usize);
         if need > 0 {
             let need = need as u32;
             if need > self.num_evictable {
@@ -422,6 +422,10 @@ impl HostTier {
             if (victims.len() as u32) < need {
                 return None;
             }
+            // Bring the victims' entries in with independent lookups first (the reference
+            // order's check and the evictions below read them one by one).
+            let resident = victims.iter().filter(|(_, k)| self.entries.contains_key(k)).count();
+            std::hint::black_box(resident);
             let want = self
                 .order
                 .victims(need as usize, |k| !protected(k) && self.entries.get(k).is_some_and(|e| e.ref_cnt == 0));
@@ -602,6 +606,10 @@ impl HostTier {
             arc.on_request_finished(&keys, &insertion_only, &acc.reused);
             return;
         }
+        // Look every key up once first: independent lookups in a tight loop overlap their
+        // cache misses (a request sees hundreds of keys spread over the whole host map).
+        let resident = acc.seen.values().filter(|k| self.entries.contains_key(k)).count();
+        std::hint::black_box(resident);
         for &k in acc.seen.values().rev() {
             let Some((e, at)) = self.entries.get_mut_aux(&k) else { continue };
             self.next_rank += 1;

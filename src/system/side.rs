@@ -267,6 +267,27 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
             KeyMap::Hash(m) => m.remove(k).map(|(v, a)| (v, Some(a))),
         }
     }
+    /// Apply `f` to the value under `k` (if any) and remove the entry when `f` says it is
+    /// done (one lookup).
+    #[inline]
+    pub fn update_or_remove(&mut self, k: K, f: impl FnOnce(&mut V) -> bool) {
+        match self {
+            KeyMap::Tree(m) => {
+                if let std::collections::btree_map::Entry::Occupied(mut o) = m.entry(k) {
+                    if f(o.get_mut()) {
+                        o.remove();
+                    }
+                }
+            }
+            KeyMap::Hash(m) => {
+                if let std::collections::hash_map::Entry::Occupied(mut o) = m.entry(k) {
+                    if f(&mut o.get_mut().0) {
+                        o.remove();
+                    }
+                }
+            }
+        }
+    }
     /// The value under `k`, inserted with `V::default()` if absent.
     #[inline]
     pub fn entry_or_default(&mut self, k: K) -> &mut V

@@ -159,8 +159,9 @@ impl OcState {
         }
         let storable = (offloadable / tpc).min(st.mirror.len() as u32 / bpc).min(st.num_keys);
         let start = st.cursor;
-        let mut cands: Vec<(Key, u32)> = Vec::new();
-        let mut cand_chunks: Vec<u32> = Vec::new();
+        let n = storable.saturating_sub(start) as usize;
+        let mut cands: Vec<(Key, u32)> = Vec::with_capacity(n);
+        let mut cand_chunks: Vec<u32> = Vec::with_capacity(n);
         for ci in start..storable {
             let blocks = &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize];
             if blocks.contains(&NULL_BLOCK) {
