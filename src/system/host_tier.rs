@@ -32,6 +32,7 @@ use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::host_arc::ArcLists;
 use super::host_order::{RefOrder, RefPlace};
+use super::pos_map::PosMap;
 use super::rank_queue::RankSet;
 use super::rules::HostLru;
 use super::side::{HostLog, KeyMap, KeyMapIter, Side};
@@ -73,53 +74,6 @@ pub struct ReqAccess {
     pub inserted: BTreeSet<Key>,
     pub reused: BTreeSet<Key>,
     pub store_missed: BTreeSet<Key>,
-}
-
-/// A map from end-token position to key, as a vector sorted by position: positions mostly
-/// arrive in increasing order, so an insert is usually a push. Compares, orders and hashes
-/// exactly as a `BTreeMap<u32, Key>` (a length, then each pair), so states keep their
-/// fingerprints.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct PosMap(Vec<(u32, Key)>);
-
-impl PosMap {
-    fn find(&self, p: u32) -> Result<usize, usize> {
-        match self.0.last() {
-            Some(&(l, _)) if p > l => Err(self.0.len()),
-            _ => self.0.binary_search_by_key(&p, |&(q, _)| q),
-        }
-    }
-    pub fn get(&self, p: &u32) -> Option<&Key> {
-        self.find(*p).ok().map(|i| &self.0[i].1)
-    }
-    pub fn insert(&mut self, p: u32, k: Key) -> Option<Key> {
-        match self.find(p) {
-            Ok(i) => Some(std::mem::replace(&mut self.0[i].1, k)),
-            Err(i) => {
-                self.0.insert(i, (p, k));
-                None
-            }
-        }
-    }
-    pub fn last_key_value(&self) -> Option<(&u32, &Key)> {
-        self.0.last().map(|(p, k)| (p, k))
-    }
-    /// Keys in position order.
-    pub fn values(&self) -> impl DoubleEndedIterator<Item = &Key> {
-        self.0.iter().map(|(_, k)| k)
-    }
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl std::fmt::Debug for PosMap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.0.iter().map(|(p, k)| (p, k))).finish()
-    }
 }
 
 /// The result of a successful `prepare_store`.

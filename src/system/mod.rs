@@ -13,6 +13,7 @@ pub mod host_arc;
 pub mod host_order;
 pub mod host_tier;
 pub mod kv_manager;
+pub mod pos_map;
 pub mod rank_queue;
 pub mod request;
 pub mod rules;

@@ -157,3 +157,27 @@ impl Status {
 pub fn cdiv(a: u32, b: u32) -> u32 {
     a.div_ceil(b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::{DefaultHasher, Hash, Hasher};
+
+    fn hash_of(x: &impl Hash) -> u64 {
+        let mut h = DefaultHasher::new();
+        x.hash(&mut h);
+        h.finish()
+    }
+
+    /// The inline vectors in states hash exactly as the `Vec`s they replaced, inline or
+    /// spilled, so checker fingerprints do not depend on them.
+    #[test]
+    fn inline_vectors_hash_like_vecs() {
+        for n in 0..7u32 {
+            let v: Vec<BlockId> = (1..=n).collect();
+            assert_eq!(hash_of(&BlockIds::from_slice(&v)), hash_of(&v));
+            let c: Vec<ContentTag> = (0..n).map(|i| ContentTag::Kv { hash: u64::from(i), len: 16 }).collect();
+            assert_eq!(hash_of(&Contents::from_slice(&c)), hash_of(&c));
+        }
+    }
+}
