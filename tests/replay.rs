@@ -237,30 +237,37 @@ fn a_violation_is_written_as_a_scenario_the_checker_reruns() {
     assert_eq!(full.status.code(), Some(10), "{}", stderr(&full));
 }
 
+/// Replay (with its change logs and incremental checks on) finds what the checker found:
+/// source-freshness (a ghost flag raised in the worker) and mirror-table (compared
+/// incrementally in replay).
 #[test]
 fn replay_reruns_a_checker_counterexample() {
-    let d = tempdir("cx-scenario");
-    let o = kvmc(&[
-        "check",
-        "models/preempt-store.toml",
-        "--variant",
-        "pre-29870",
-        "--property",
-        "source-freshness",
-        "--out",
-        d.to_str().unwrap(),
-    ]);
-    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
-    let scen = std::fs::read_dir(&d)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".scenario.toml"))
-        .expect("a scenario is written");
-    let r = kvmc(&["replay", scen.to_str().unwrap(), "--format", "json"]);
-    assert_eq!(r.status.code(), Some(10), "{}{}", stdout(&r), stderr(&r));
-    let v: serde_json::Value = serde_json::from_str(&stdout(&r)).unwrap();
-    assert_eq!(v["ok"], false);
-    assert_eq!(v["violation"]["property"], "source-freshness");
+    for (model, variant, property) in
+        [("preempt-store", "pre-29870", "source-freshness"), ("stream-resume", "pre-60810", "mirror-table")]
+    {
+        let d = tempdir(&format!("cx-scenario-{model}"));
+        let o = kvmc(&[
+            "check",
+            &format!("models/{model}.toml"),
+            "--variant",
+            variant,
+            "--property",
+            property,
+            "--out",
+            d.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+        let scen = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.to_string_lossy().ends_with(".scenario.toml"))
+            .expect("a scenario is written");
+        let r = kvmc(&["replay", scen.to_str().unwrap(), "--format", "json"]);
+        assert_eq!(r.status.code(), Some(10), "{}{}", stdout(&r), stderr(&r));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&r)).unwrap();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["violation"]["property"], property);
+    }
 }
 
 #[test]

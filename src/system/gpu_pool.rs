@@ -117,6 +117,7 @@ impl GpuPool {
     #[inline]
     pub fn note_table_cleared(&mut self, blocks: &[BlockId]) {
         if let Some(l) = self.log.get_mut() {
+            l.table_takes += 1;
             if !l.recheck && blocks.iter().any(|&b| l.verified_by[b as usize] > 0) {
                 l.recheck = true;
             }

@@ -67,6 +67,20 @@ impl<T> Hash for Side<T> {
     fn hash<H: Hasher>(&self, _: &mut H) {}
 }
 
+/// A small value outside the state, kept inline: always equal, never hashed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SideVal<T>(pub T);
+
+impl<T> PartialEq for SideVal<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl<T> Eq for SideVal<T> {}
+impl<T> Hash for SideVal<T> {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
+}
+
 impl<T> Side<T> {
     #[inline]
     pub fn get(&self) -> Option<&T> {
@@ -103,6 +117,9 @@ pub struct PoolLog {
     pub table_removed: Vec<BlockId>,
     /// Recent prefix lookups (`find_longest_cache_hit`), most recent first.
     pub hit_memo: Vec<HitMemo>,
+    /// Block tables taken whole so far (any request's): a table not taken since it was last
+    /// compared has only grown since.
+    pub table_takes: u64,
 }
 
 /// A remembered prefix lookup. It stays right until the cached map changes the blocks listed

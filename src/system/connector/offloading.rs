@@ -14,7 +14,7 @@ use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use super::super::request::ReqState;
 use super::super::rules::{HostLru, Rules};
-use super::super::side::WordHasher;
+use super::super::side::{SideVal, WordHasher};
 use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use super::super::workload::RequestSpec;
 use super::{BitSet, ConnCtx, StepScratch};
@@ -27,6 +27,9 @@ pub struct OcReq {
     pub num_keys: u32,
     /// The mirror table (`block_ids`).
     pub mirror: Vec<BlockId>,
+    /// Replay: the mirror's first `.0` blocks equalled the block table when `.1` tables had
+    /// been taken (`PoolLog::table_takes`); the mirror-table check then compares the rest.
+    pub mirror_ok: SideVal<(u32, u64)>,
     /// The store cursor (`next_stored_chunk_idx`).
     pub cursor: u32,
     /// In-flight job ids, ascending.
@@ -166,6 +169,7 @@ impl OcState {
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
         // Restarting at token 0: the mirror is rebuilt from the full table at admission.
         st.mirror.clear();
+        st.mirror_ok.0 .0 = 0;
         if rules.cursor_reset_on_lookup {
             st.cursor = 0;
         }
