@@ -35,21 +35,11 @@ pub fn entry_intact(k: &Key, en: &HostEntry, b: u32, bpc: u32, wl: &Workload) ->
     if en.ref_cnt < 0 {
         return true;
     }
-    // The chunk's blocks are the `bpc` blocks whose chain ends at `k`; walk it from the end.
-    if en.content.len() != bpc as usize {
-        return false;
-    }
-    let mut h = *k;
-    for (i, c) in en.content.iter().enumerate().rev() {
-        if *c != ContentTag::full(h, b) {
-            return false;
-        }
-        if i > 0 {
-            let Some(p) = wl.parent_of(h) else { return false };
-            h = p;
-        }
-    }
-    true
+    // The chunk's blocks are the `bpc` blocks whose chain ends at `k`, walked from the end
+    // (`Workload::chain_ending_at` without allocating).
+    en.content.len() == bpc as usize
+        && wl.chain_back(*k, bpc).count() == bpc as usize
+        && en.content.iter().rev().zip(wl.chain_back(*k, bpc)).all(|(c, h)| *c == ContentTag::full(h, b))
 }
 
 /// SimpleCPU: every CPU block registered in the CPU pool's cached map under a hash holds

@@ -166,6 +166,13 @@ impl HostTier {
         self.entries.contains_key(k)
     }
 
+    /// Look `keys` up once, in a tight loop, before reading their entries one by one: the
+    /// lookups are independent, so their cache misses overlap instead of queueing (replay's
+    /// host map is far larger than the CPU caches). Changes nothing.
+    pub fn warm<'a>(&self, keys: impl Iterator<Item = &'a Key>) {
+        std::hint::black_box(keys.filter(|k| self.entries.contains_key(k)).count());
+    }
+
     /// How many keys the eviction order holds (= evictable keys when the books balance).
     pub fn eviction_order_len(&self) -> usize {
         self.evictable.len()
@@ -244,20 +251,15 @@ impl HostTier {
             return;
         }
         for k in keys.iter().rev() {
-            if self.entries.get(k).is_some_and(|e| e.ref_cnt == 0) {
-                let r = self.fresh_rank();
-                self.set_rank(*k, r);
+            if let Some(e) = self.entries.get_mut(k).filter(|e| e.ref_cnt == 0) {
+                self.next_rank += 1;
+                Self::rerank(&mut self.evictable, e, *k, (self.next_rank, 0));
             }
         }
         for k in keys.iter().rev() {
             let at = self.entries.get_mut_aux(k).and_then(|(_, a)| a);
             self.order.touched(self.policy, *k, at);
         }
-    }
-
-    fn set_rank(&mut self, k: Key, rank: Rank) {
-        let e = self.entries.get_mut(&k).expect("resident");
-        Self::rerank(&mut self.evictable, e, k, rank);
     }
 
     /// Give resident `k` (entry `e`) the rank `rank`.
@@ -376,10 +378,8 @@ impl HostTier {
             if (victims.len() as u32) < need {
                 return None;
             }
-            // Bring the victims' entries in with independent lookups first (the reference
-            // order's check and the evictions below read them one by one).
-            let resident = victims.iter().filter(|(_, k)| self.entries.contains_key(k)).count();
-            std::hint::black_box(resident);
+            // The reference order's check and the evictions below read them one by one.
+            self.warm(victims.iter().map(|(_, k)| k));
             let want = self
                 .order
                 .victims(need as usize, |k| !protected(k) && self.entries.get(k).is_some_and(|e| e.ref_cnt == 0));
@@ -560,10 +560,7 @@ impl HostTier {
             arc.on_request_finished(&keys, &insertion_only, &acc.reused);
             return;
         }
-        // Look every key up once first: independent lookups in a tight loop overlap their
-        // cache misses (a request sees hundreds of keys spread over the whole host map).
-        let resident = acc.seen.values().filter(|k| self.entries.contains_key(k)).count();
-        std::hint::black_box(resident);
+        self.warm(acc.seen.values());
         for &k in acc.seen.values().rev() {
             let Some((e, at)) = self.entries.get_mut_aux(&k) else { continue };
             self.next_rank += 1;

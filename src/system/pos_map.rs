@@ -53,16 +53,9 @@ impl std::fmt::Debug for PosMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::system::types::BlockHash;
+    use crate::system::types::{hash_of, BlockHash};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
-    use std::hash::{DefaultHasher, Hash, Hasher};
-
-    fn hash_of(x: &impl Hash) -> u64 {
-        let mut h = DefaultHasher::new();
-        x.hash(&mut h);
-        h.finish()
-    }
 
     proptest! {
         /// Any insert sequence leaves a `PosMap` that reads, hashes and prints like the

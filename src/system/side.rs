@@ -245,17 +245,7 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
     /// Insert; a replaced entry keeps its auxiliary value, a new one starts at the default.
     #[inline]
     pub fn insert(&mut self, k: K, v: V) -> Option<V> {
-        use std::collections::hash_map::Entry;
-        match self {
-            KeyMap::Tree(m) => m.insert(k, v),
-            KeyMap::Hash(m) => match m.entry(k) {
-                Entry::Occupied(mut o) => Some(std::mem::replace(&mut o.get_mut().0, v)),
-                Entry::Vacant(e) => {
-                    e.insert((v, A::default()));
-                    None
-                }
-            },
-        }
+        self.insert_aux(k, v).0
     }
     /// [`insert`](Self::insert), also giving the entry's auxiliary value (hash form).
     #[inline]

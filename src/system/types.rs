@@ -158,16 +158,18 @@ pub fn cdiv(a: u32, b: u32) -> u32 {
     a.div_ceil(b)
 }
 
+/// A value's std hash (tests that a replacement type hashes like what it replaced).
+#[cfg(test)]
+pub(crate) fn hash_of(x: &impl std::hash::Hash) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::hash::DefaultHasher::new();
+    x.hash(&mut h);
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::hash::{DefaultHasher, Hash, Hasher};
-
-    fn hash_of(x: &impl Hash) -> u64 {
-        let mut h = DefaultHasher::new();
-        x.hash(&mut h);
-        h.finish()
-    }
 
     /// The inline vectors in states hash exactly as the `Vec`s they replaced, inline or
     /// spilled, so checker fingerprints do not depend on them.

@@ -273,21 +273,21 @@ impl Workload {
     /// The hashes of the `n` blocks that end with block `last` (oldest first), if the
     /// registry knows the chain.
     pub fn chain_ending_at(&self, last: BlockHash, n: u32) -> Option<Vec<BlockHash>> {
-        let mut out = vec![last];
-        let mut cur = last;
-        for _ in 1..n {
-            cur = self.parent_of(cur)?;
-            out.push(cur);
+        let mut out: Vec<BlockHash> = self.chain_back(last, n).collect();
+        if out.len() < n as usize {
+            return None;
         }
         out.reverse();
         Some(out)
     }
 
-    /// The parent of block hash `h`, if the registry knows it.
-    pub fn parent_of(&self, h: BlockHash) -> Option<BlockHash> {
-        match self.registry.get(&h) {
+    /// The same chain newest first, without allocating: `last`, its parent, ... (`n` at most;
+    /// fewer when the registry does not know a parent).
+    pub fn chain_back(&self, last: BlockHash, n: u32) -> impl Iterator<Item = BlockHash> + '_ {
+        std::iter::successors(Some(last), |h| match self.registry.get(h) {
             Some(i) => Some(i.parent),
-            None => self.parents.as_ref()?.get(&h).copied(),
-        }
+            None => self.parents.as_ref()?.get(h).copied(),
+        })
+        .take(n as usize)
     }
 }

@@ -12,7 +12,6 @@ use super::super::gpu_pool::GpuPool;
 use super::super::host_tier::Key;
 use super::super::request::ReqState;
 use super::super::rules::{FinishWatermark, HostLru};
-use super::super::side::WordHasher;
 use super::super::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
 use super::super::workload::{RequestSpec, Workload};
 use super::offloading::{key_of, Job, JobKind, OcState, Phase};
@@ -225,17 +224,7 @@ impl OcState {
                 src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
             }
         }
-        if next.peek().is_some() {
-            // Not a subsequence after all: pair them by key.
-            let storing: std::collections::HashSet<Key, std::hash::BuildHasherDefault<WordHasher>> =
-                out.keys_to_store.iter().copied().collect();
-            src.clear();
-            for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
-                if storing.contains(k) {
-                    src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
-                }
-            }
-        }
+        assert!(next.peek().is_none(), "prepare_store stores a subsequence of the offer, in order");
         st.cursor = advanced(st.cursor);
         if c.rules.host_lru == HostLru::ReleaseOrder {
             // 0.24: `_touch(req)` after a store that inserted keys.

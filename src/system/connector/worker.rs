@@ -27,21 +27,10 @@ fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &m
     job.phase = Phase::Submitted;
     job.snapshot = job.blocks.iter().map(|&blk| pool.content[blk as usize]).collect();
     let mut stale = Vec::new();
-    // The chunk's block hashes, oldest first (`Workload::chain_ending_at`, without allocating).
-    let mut want: smallvec::SmallVec<[BlockHash; 4]> = smallvec::SmallVec::new();
     for (i, key) in job.keys.iter().enumerate() {
-        want.clear();
-        want.push(*key);
-        let mut known = true;
-        for _ in 1..bpc {
-            match ctx.wl.parent_of(want[want.len() - 1]) {
-                Some(p) => want.push(p),
-                None => {
-                    known = false;
-                    break;
-                }
-            }
-        }
+        // The chunk's block hashes, oldest first (`Workload::chain_ending_at` without allocating).
+        let mut want: smallvec::SmallVec<[BlockHash; 4]> = ctx.wl.chain_back(*key, bpc).collect();
+        let known = want.len() == bpc as usize;
         want.reverse();
         for j in 0..bpc as usize {
             let got = job.snapshot.get(i * bpc as usize + j).copied();
@@ -77,9 +66,7 @@ pub fn complete(
     let job = oc.job(id).expect("completed job exists").clone();
     match job.kind {
         JobKind::Store => {
-            // Independent lookups first, so that their cache misses overlap.
-            let resident = job.keys.iter().filter(|k| oc.host.contains(k)).count();
-            std::hint::black_box(resident);
+            oc.host.warm(job.keys.iter());
             for (i, key) in job.keys.iter().enumerate() {
                 let content = &job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())];
                 oc.host.write_content(key, content);
