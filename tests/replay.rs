@@ -456,6 +456,21 @@ mod representations {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
+        /// Replay hashes several requests' chains together; every chain is what
+        /// `chain_hashes` gives it alone (lanes that finish early take the next sequence).
+        #[test]
+        fn chain_hashes_many_is_chain_hashes(
+            seqs in proptest::collection::vec(proptest::collection::vec(0u32..50, 0..140), 0..9),
+            block in 1u32..20,
+        ) {
+            let refs: Vec<&[u32]> = seqs.iter().map(|s| s.as_slice()).collect();
+            let many = kvmc::system::workload::chain_hashes_many(&refs, block);
+            prop_assert_eq!(many.len(), seqs.len());
+            for (s, h) in seqs.iter().zip(&many) {
+                prop_assert_eq!(h, &kvmc::system::workload::chain_hashes(s, block));
+            }
+        }
+
         #[test]
         fn rank_queue_orders_like_a_btreeset(ops in proptest::collection::vec(qop(), 0..120)) {
             let mut q: RankQueue<u8> = RankQueue::default();

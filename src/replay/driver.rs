@@ -102,7 +102,12 @@ pub struct Driver<'a> {
     pub skip: Vec<&'static str>,
     unfinished: u32,
     full_every: u64,
+    /// Specs built before their rows arrive (see [`Driver::spec`]).
+    ahead: Vec<(u32, RequestSpec)>,
 }
+
+/// How many rows' specs [`Driver::spec`] builds together.
+const AHEAD: usize = 4;
 
 impl Instance {
     fn new(model: &ReplayModel, rules: &Rules, bpc: u32, skip: &[&'static str]) -> Instance {
@@ -177,6 +182,7 @@ impl<'a> Driver<'a> {
             skip,
             unfinished: 0,
             full_every,
+            ahead: Vec::new(),
         };
         let speed = model.replay.speedup;
         let t0 = trace.rows.iter().filter(|r| r.prev.is_none()).filter_map(|r| r.timestamp_us).min().unwrap_or(0);
@@ -334,7 +340,14 @@ impl<'a> Driver<'a> {
         k
     }
 
+    /// Row `r`'s request. A row whose prompt depends on nothing but the trace (every row but
+    /// a later turn of a `mooncake-delta` session) is built together with the next such rows
+    /// that will arrive, so that their hash chains are computed together
+    /// ([`RequestSpec::new_many`]); those wait in `ahead` until they arrive.
     fn spec(&mut self, r: u32) -> RequestSpec {
+        if let Some(i) = self.ahead.iter().position(|(x, _)| *x == r) {
+            return self.ahead.swap_remove(i).1;
+        }
         let t = self.trace;
         let row = &t.rows[r as usize];
         let prompt = match (t.format, row.session) {
@@ -346,10 +359,26 @@ impl<'a> Driver<'a> {
                 }
                 p
             }
-            _ => t.prompt(r),
+            _ => {
+                let mut rows = vec![r];
+                if self.ahead.is_empty() {
+                    let own = |x: u32| !(t.format == Format::MooncakeDelta && t.rows[x as usize].session.is_some());
+                    let later = (r + 1..t.rows.len() as u32).filter(|&x| own(x) && !self.refuse[x as usize]);
+                    rows.extend(later.take(AHEAD - 1));
+                }
+                let reqs = rows.iter().map(|&x| (t.name(x), t.prompt(x), self.output(x), EndKind::Length)).collect();
+                let mut specs = RequestSpec::new_many(reqs, self.model.cfg.block_size).into_iter();
+                let first = specs.next().expect("row r's spec");
+                self.ahead.extend(rows[1..].iter().copied().zip(specs));
+                return first;
+            }
         };
-        let output: Vec<Token> = t.output(r).take(self.out_len[r as usize] as usize).collect();
-        RequestSpec::new(&t.name(r), prompt, output, EndKind::Length, self.model.cfg.block_size)
+        RequestSpec::new(&t.name(r), prompt, self.output(r), EndKind::Length, self.model.cfg.block_size)
+    }
+
+    /// The tokens row `r` generates.
+    fn output(&self, r: u32) -> Vec<Token> {
+        self.trace.output(r).take(self.out_len[r as usize] as usize).collect()
     }
 
     /// Row `r` never reaches an engine; a later turn of its session is refused in turn.

@@ -179,7 +179,10 @@ pub struct Checker {
     dirty: Vec<BlockId>,
     /// Cached entries that hold bad KV under the recompute exemption.
     watch: BTreeSet<(BlockHash, BlockId)>,
-    /// Scratch sets for deduplicating one action's logged pairs and keys.
+    /// Per block: the last action (epoch) that listed a cached pair of it, and that pair's hash.
+    pair_mark: Vec<(u32, BlockHash)>,
+    /// Scratch sets for deduplicating one action's logged pairs (those of a block listed
+    /// under a second hash) and keys.
     seen_pairs: FastMap<(BlockHash, BlockId), ()>,
     seen_keys: FastMap<Key, ()>,
     pending: u32,
@@ -221,6 +224,7 @@ impl Checker {
             epoch: 0,
             dirty: Vec::new(),
             watch: BTreeSet::new(),
+            pair_mark: vec![(0, BlockHash::default()); n],
             seen_pairs: FastMap::default(),
             seen_keys: FastMap::default(),
             pending: 0,
@@ -274,6 +278,7 @@ impl Checker {
         self.epoch = self.epoch.wrapping_add(1);
         if self.epoch == 0 {
             self.mark.iter_mut().for_each(|m| *m = 0);
+            self.pair_mark.iter_mut().for_each(|m| m.0 = 0);
             self.epoch = 1;
         }
         self.dirty.clear();
@@ -351,17 +356,28 @@ impl Checker {
                     // block's content, or (for exempt entries, watched) its holders.
                     // Distinct pairs in the order the logs give them (deterministic; cheaper
                     // than sorting the step's thousands of pairs).
+                    // A pair is new unless its block was marked with the same hash in this
+                    // action; a block seen under a second hash (rare) goes to the set.
                     let mut seen = std::mem::take(&mut self.seen_pairs);
                     seen.clear();
                     let mut cands: Vec<(BlockHash, BlockId)> = Vec::with_capacity(cached_pairs.len() + content.len());
                     let current = content.iter().filter_map(|&blk| e.pool.hash[blk as usize].map(|h| (h, blk)));
                     for p in cached_pairs.iter().copied().chain(current).chain(self.watch.iter().copied()) {
-                        if seen.insert(p, ()).is_none() {
+                        let m = &mut self.pair_mark[p.1 as usize];
+                        let new = if m.0 != self.epoch {
+                            *m = (self.epoch, p.0);
+                            true
+                        } else {
+                            m.1 != p.0 && seen.insert(p, ()).is_none()
+                        };
+                        if new {
                             cands.push(p);
                         }
                     }
                     self.seen_pairs = seen;
                     self.examined += cands.len() as u64;
+                    // Looked up once in a tight loop first, so that their cache misses overlap.
+                    std::hint::black_box(cands.iter().map(|(h, _)| e.pool.cached_under(h).len()).sum::<usize>());
                     for (h, blk) in cands {
                         if !e.pool.cached_under(&h).contains(&blk) {
                             self.watch.remove(&(h, blk));

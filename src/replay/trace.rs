@@ -285,7 +285,8 @@ impl Trace {
                 self.prompt_after(i, &before)
             }
             _ => {
-                let mut out = Vec::with_capacity(r.input_len as usize);
+                // Room for the answer too: the request's spec appends it.
+                let mut out = Vec::with_capacity(r.input_len as usize + r.output_len as usize);
                 self.push_input_tokens(i, &mut out);
                 out
             }
@@ -296,11 +297,11 @@ impl Trace {
     pub fn prompt_after(&self, i: u32, prev_prompt: &[Token]) -> Vec<Token> {
         let r = &self.rows[i as usize];
         let Some(p) = r.prev.filter(|_| self.format == Format::MooncakeDelta) else {
-            let mut out = Vec::with_capacity(r.input_len as usize);
+            let mut out = Vec::with_capacity(r.input_len as usize + r.output_len as usize);
             self.push_input_tokens(i, &mut out);
             return out;
         };
-        let mut out = Vec::with_capacity(r.prompt_len as usize);
+        let mut out = Vec::with_capacity(r.prompt_len as usize + r.output_len as usize);
         out.extend_from_slice(prev_prompt);
         out.extend(self.output(p));
         self.push_input_tokens(i, &mut out);

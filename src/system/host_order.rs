@@ -49,6 +49,10 @@ pub struct RefPlace {
 const BY_RANK: u64 = 1 << 63;
 
 impl RefPlace {
+    /// A value read from the place (for [`HostTier::warm`](super::host_tier::HostTier::warm)).
+    pub fn touch(&self) -> usize {
+        self.seq as usize
+    }
     fn listed(&self) -> bool {
         self.seq != 0
     }

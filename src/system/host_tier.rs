@@ -170,7 +170,11 @@ impl HostTier {
     /// lookups are independent, so their cache misses overlap instead of queueing (replay's
     /// host map is far larger than the CPU caches). Changes nothing.
     pub fn warm<'a>(&self, keys: impl Iterator<Item = &'a Key>) {
-        std::hint::black_box(keys.filter(|k| self.entries.contains_key(k)).count());
+        // Reading fields, not just matching the key: an entry spans two cache lines.
+        let touch = |(e, at): (&HostEntry, Option<&RefPlace>)| {
+            e.ref_cnt as usize + e.content.len() + at.map_or(0, |p| p.touch())
+        };
+        std::hint::black_box(keys.filter_map(|k| self.entries.get_aux(k)).map(touch).sum::<usize>());
     }
 
     /// How many keys the eviction order holds (= evictable keys when the books balance).
@@ -225,17 +229,27 @@ impl HostTier {
         (self.next_rank, 0)
     }
 
-    /// `k` becomes evictable (ref count reached 0).
-    fn release(&mut self, k: Key) {
-        let fresh = (self.policy == HostLru::ReleaseOrder && self.arc.is_none()).then(|| self.fresh_rank());
-        let (e, at) = self.entries.get_mut_aux(&k).expect("resident");
-        if let Some(r) = fresh {
-            e.rank = r;
+    /// Resident `k` (entry `e`, reference place `at`) becomes evictable (its ref count
+    /// reached 0). An associated function, so that callers keep the entry they looked up.
+    #[allow(clippy::too_many_arguments)]
+    fn release(
+        e: &mut HostEntry,
+        at: Option<&mut RefPlace>,
+        k: Key,
+        next_rank: &mut u64,
+        num_evictable: &mut u32,
+        evictable: &mut RankSet<Key>,
+        order: &mut RefOrder,
+        (policy, arc): (HostLru, bool),
+    ) {
+        if policy == HostLru::ReleaseOrder && !arc {
+            *next_rank += 1;
+            e.rank = (*next_rank, 0);
         }
-        self.num_evictable += 1;
-        self.evictable.insert(e.rank, k);
-        if self.arc.is_none() {
-            self.order.released(self.policy, k, at);
+        *num_evictable += 1;
+        evictable.insert(e.rank, k);
+        if !arc {
+            order.released(policy, k, at);
         }
     }
 
@@ -274,26 +288,31 @@ impl HostTier {
 
     /// `_record_request_cache_access` + `LRUCachePolicy.on_request_access`: first sight of a
     /// key raises a resident key to (request rank, -position) if that is larger.
-    fn record_access(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess) {
+    /// `absent(i)`: the caller knows `keys[i]` is not resident (nothing to raise).
+    fn record_access(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, absent: impl Fn(usize) -> bool) {
         // Positions past the last one seen are new without a lookup (offers come in position
         // order, so most are).
         let last = acc.seen.last_key_value().map(|(p, _)| *p);
-        let new: Vec<(Key, u32)> =
-            keys.iter().filter(|(k, p)| last.is_none_or(|l| *p > l) || acc.seen.get(p) != Some(k)).copied().collect();
+        let new: Vec<(Key, u32, usize)> = keys
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, p))| last.is_none_or(|l| *p > l) || acc.seen.get(p) != Some(k))
+            .map(|(i, &(k, p))| (k, p, i))
+            .collect();
         if new.is_empty() {
             return;
         }
         if self.policy == HostLru::ReleaseOrder {
             return; // 0.24 records nothing (no finish-time re-rank)
         }
-        for (k, p) in &new {
+        for (k, p, _) in &new {
             acc.seen.insert(*p, *k);
         }
         if self.policy == HostLru::InsertRank || self.arc.is_some() {
             return; // 0.32: reuse only matters at finish
         }
         let rr = self.request_rank(acc);
-        for (k, p) in new {
+        for (k, p, _) in new.into_iter().filter(|(_, _, i)| !absent(*i)) {
             if let Some((e, at)) = self.entries.get_mut_aux(&k) {
                 let rank = (rr, -(p as i64));
                 if e.rank < rank {
@@ -314,6 +333,7 @@ impl HostTier {
     ) -> Option<StoreOut> {
         let mut to_store: Vec<(Key, u32)> = Vec::with_capacity(keys.len());
         let mut recorded: Vec<(Key, u32)> = Vec::with_capacity(keys.len());
+        let mut recorded_absent: Vec<bool> = Vec::with_capacity(keys.len());
         // The offer's own keys may not be evicted for it; only resident keys can be picked,
         // so only those are listed.
         let mut protected: std::collections::HashSet<Key, std::hash::BuildHasherDefault<super::side::WordHasher>> =
@@ -323,11 +343,13 @@ impl HostTier {
                 None => {
                     to_store.push((k, p));
                     recorded.push((k, p));
+                    recorded_absent.push(true);
                 }
                 Some(rc) => {
                     protected.insert(k);
                     if rc >= 0 {
                         recorded.push((k, p));
+                        recorded_absent.push(false);
                     }
                 }
             }
@@ -342,7 +364,7 @@ impl HostTier {
             acc.store_missed.extend(new);
         }
         // Recency is recorded before any early return.
-        self.record_access(&recorded, acc);
+        self.record_access(&recorded, acc, |i| recorded_absent[i]);
         if arc_requests {
             let ready: Vec<Key> = recorded.iter().map(|(k, _)| *k).filter(|k| self.lookup(k) == Lookup::Hit).collect();
             self.record_reuse(ready.into_iter(), acc);
@@ -467,12 +489,14 @@ impl HostTier {
     /// `complete_store(keys)`: write-pending keys become ready and evictable.
     pub fn complete_store(&mut self, keys: &[Key], ghost: &mut Ghost, ev: &mut Events) {
         let mut stored = Vec::new();
+        let how = (self.policy, self.arc.is_some());
         for k in keys {
-            if let Some(e) = self.entries.get_mut(k) {
+            if let Some((e, at)) = self.entries.get_mut_aux(k) {
                 if e.ref_cnt < 0 {
                     e.ref_cnt = 0;
                     self.num_write_pending -= 1;
-                    self.release(*k);
+                    let (nr, ne) = (&mut self.next_rank, &mut self.num_evictable);
+                    Self::release(e, at, *k, nr, ne, &mut self.evictable, &mut self.order, how);
                     self.note(*k, Some(-1), Some(0));
                     self.note_written(*k);
                     ghost.mark(Mark::StoreCompleted);
@@ -515,7 +539,7 @@ impl HostTier {
                 }
             }
         }
-        self.record_access(keys, acc);
+        self.record_access(keys, acc, |_| false);
         if self.arc.is_some() && self.policy != HostLru::ReleaseOrder {
             self.record_reuse(keys.iter().map(|(k, _)| *k), acc);
         }
@@ -530,13 +554,15 @@ impl HostTier {
     /// `complete_load(keys)`: unpin; a key whose count reaches 0 is evictable again at its
     /// existing rank.
     pub fn complete_load(&mut self, keys: &[Key], ghost: &mut Ghost) {
+        let how = (self.policy, self.arc.is_some());
         for k in keys {
-            match self.entries.get_mut(k) {
-                Some(e) if e.ref_cnt > 0 => {
+            match self.entries.get_mut_aux(k) {
+                Some((e, at)) if e.ref_cnt > 0 => {
                     e.ref_cnt -= 1;
                     let rc = e.ref_cnt;
                     if rc == 0 {
-                        self.release(*k);
+                        let (nr, ne) = (&mut self.next_rank, &mut self.num_evictable);
+                        Self::release(e, at, *k, nr, ne, &mut self.evictable, &mut self.order, how);
                     }
                     self.note(*k, Some(rc + 1), Some(rc));
                 }

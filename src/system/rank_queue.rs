@@ -22,10 +22,6 @@ struct Bucket<T> {
 }
 
 impl<T: Ord + Copy> Bucket<T> {
-    fn new() -> Self {
-        Bucket { items: VecDeque::new(), live: 0 }
-    }
-
     fn find(&self, minor: i64, t: T) -> Result<usize, usize> {
         self.items.binary_search_by(|(m, x, _)| (*m, *x).cmp(&(minor, t)))
     }
@@ -89,11 +85,26 @@ pub struct RankQueue<T> {
     /// No bucket has a major above this (fresh ranks, above it, skip the bucket lookup).
     max_major: u64,
     len: usize,
+    /// Emptied bucket deques, kept for their capacity (a request's bucket grows to its key
+    /// count, and the next request's would regrow from empty).
+    spare: Vec<VecDeque<(i64, T, bool)>>,
 }
+
+/// How many emptied bucket deques a queue keeps.
+const SPARE: usize = 16;
 
 impl<T: Ord + Copy> Default for RankQueue<T> {
     fn default() -> Self {
-        RankQueue { lo: 0, fresh: VecDeque::new(), fresh_live: 0, buckets: Vec::new(), hint: 0, max_major: 0, len: 0 }
+        RankQueue {
+            lo: 0,
+            fresh: VecDeque::new(),
+            fresh_live: 0,
+            buckets: Vec::new(),
+            hint: 0,
+            max_major: 0,
+            len: 0,
+            spare: Vec::new(),
+        }
     }
 }
 
@@ -161,7 +172,8 @@ impl<T: Ord + Copy> RankQueue<T> {
         let i = match self.bucket(r.0) {
             Ok(i) => i,
             Err(i) => {
-                self.buckets.insert(i, (r.0, Bucket::new()));
+                let items = self.spare.pop().unwrap_or_default();
+                self.buckets.insert(i, (r.0, Bucket { items, live: 0 }));
                 i
             }
         };
@@ -203,7 +215,11 @@ impl<T: Ord + Copy> RankQueue<T> {
             return false;
         }
         if self.buckets[i].1.live == 0 {
-            self.buckets.remove(i);
+            let (_, mut b) = self.buckets.remove(i);
+            if self.spare.len() < SPARE {
+                b.items.clear();
+                self.spare.push(b.items);
+            }
         }
         self.len -= 1;
         true

@@ -135,7 +135,11 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let mut budget = cfg.max_num_batched_tokens;
     let eligible = e.running.len() + e.waiting.len() + e.kv_holding.len();
     let lpt = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
-    let mut out = SchedOut { finished: std::mem::take(&mut e.finished_since), ..Default::default() };
+    let mut out = SchedOut {
+        finished: std::mem::take(&mut e.finished_since),
+        scheduled: Vec::with_capacity(ctx.cfg.max_num_seqs as usize),
+        ..Default::default()
+    };
 
     // Phase A: running requests, in order.
     let mut idx = 0;

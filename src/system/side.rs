@@ -227,6 +227,14 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
             KeyMap::Hash(m) => m.get_mut(k).map(|(v, a)| (v, Some(a))),
         }
     }
+    /// The value of `k` and, in the hash form, its auxiliary value.
+    #[inline]
+    pub fn get_aux(&self, k: &K) -> Option<(&V, Option<&A>)> {
+        match self {
+            KeyMap::Tree(m) => m.get(k).map(|v| (v, None)),
+            KeyMap::Hash(m) => m.get(k).map(|(v, a)| (v, Some(a))),
+        }
+    }
     /// The auxiliary value of `k` (hash form only).
     #[inline]
     pub fn aux(&self, k: &K) -> Option<&A> {

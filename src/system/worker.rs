@@ -10,7 +10,7 @@
 use super::connector::mooncake_worker as mc_conn;
 use super::connector::simple_cpu_worker as sc_conn;
 use super::connector::worker as conn;
-use super::connector::{Connector, JobKind, Phase, SchedOut, StepScratch};
+use super::connector::{BitSet, Connector, JobKind, Phase, SchedOut, StepScratch};
 use super::engine::{Ctx, Engine, StepInput};
 use super::events::{Event, Events};
 use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOutput};
@@ -210,7 +210,9 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
     }
     // The last write of each block wins (a block written twice in one pass is a bug the reads
     // below see).
-    let written: FastMap<BlockId, (ReqId, ContentTag)> = writes.iter().map(|w| (w.block, (w.req, w.tag))).collect();
+    // Built at the first read that needs it (most steps read nothing the read cache does not
+    // already vouch for).
+    let mut written: Option<FastMap<BlockId, (ReqId, ContentTag)>> = None;
     let loading: BTreeSet<BlockId> = e.conn.loading_blocks();
     // Where each request's reads start: 0, or past the prefix the read cache vouches for.
     let skip = read_cache_prepare(e, out, &writes, &loading, b);
@@ -231,6 +233,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                     changed = true;
                     break;
                 };
+                let written = written.get_or_insert_with(|| writes.iter().map(|w| (w.block, (w.req, w.tag))).collect());
                 let view = match written.get(&blk) {
                     Some(&(w, tag)) if w != s.req => {
                         if bad.contains_key(&w) {
@@ -261,17 +264,12 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     // Blocks that submitted store copies still read (a write to one tears that copy).
-    let store_sources: FastMap<BlockId, ()> = e
-        .conn
-        .offloading()
-        .map(|oc| {
-            oc.jobs
-                .iter()
-                .filter(|j| j.is_store() && j.phase == Phase::Submitted)
-                .flat_map(|j| j.blocks.iter().map(|&b| (b, ())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut store_sources = BitSet::default();
+    if let Some(oc) = e.conn.offloading() {
+        for j in oc.jobs.iter().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
+            store_sources.extend(j.blocks.iter().copied());
+        }
+    }
     for w in &writes {
         let tag = if bad.contains_key(&w.req) { ContentTag::Bad(BadKind::Tainted) } else { w.tag };
         e.pool.set_content(w.block, tag);
@@ -281,7 +279,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         if let Connector::SimpleCpu(sc) = &mut e.conn {
             sc_conn::forward_write(sc, w.block, &mut e.ghost, ev);
         }
-        if !store_sources.contains_key(&w.block) {
+        if !store_sources.contains(w.block) {
             continue;
         }
         if let Some(oc) = e.conn.offloading_mut() {

@@ -6,7 +6,7 @@
 //! request arrives and replaced when the slot carries the next one, and no registry (labels
 //! fall back to hex digests; chains of more than one block come from a parent map).
 
-use super::types::{fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
+use super::types::{extend_hash, fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
 use std::collections::{BTreeMap, HashMap};
 
 /// How a request ends when it has sampled all of its scripted output tokens.
@@ -56,12 +56,38 @@ impl RequestSpec {
         eos_at: Option<u32>,
         block_size: u32,
     ) -> Self {
+        let mut spec = Self::unhashed(name, prompt, output, max_tokens, eos_at);
+        spec.hashes = chain_hashes(&spec.tokens, block_size);
+        spec
+    }
+
+    /// Several [`new`](Self::new) requests at once (trace replay): their hash chains are
+    /// computed together ([`chain_hashes_many`]), with the same results.
+    pub fn new_many(reqs: Vec<(String, Vec<Token>, Vec<Token>, EndKind)>, block_size: u32) -> Vec<Self> {
+        let mut specs: Vec<Self> = reqs
+            .into_iter()
+            .map(|(name, prompt, output, end)| {
+                let n = output.len() as u32;
+                let eos_at = (end == EndKind::Stop && n > 0).then(|| n - 1);
+                Self::unhashed(&name, prompt, output, n, eos_at)
+            })
+            .collect();
+        let seqs: Vec<&[Token]> = specs.iter().map(|s| s.tokens.as_slice()).collect();
+        let hashes = chain_hashes_many(&seqs, block_size);
+        for (s, h) in specs.iter_mut().zip(hashes) {
+            s.hashes = h;
+        }
+        specs
+    }
+
+    /// Everything but the hashes.
+    fn unhashed(name: &str, prompt: Vec<Token>, output: Vec<Token>, max_tokens: u32, eos_at: Option<u32>) -> Self {
         let prompt_len = prompt.len() as u32;
         let mut tokens = prompt;
         let known = output.len() as u32;
         tokens.extend(output);
         tokens.extend((known..max_tokens).map(|i| u32::MAX - i));
-        let hashes = chain_hashes(&tokens, block_size);
+        let hashes = Vec::new();
         RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, eos_at, hashes, turn: 0, rows_start: 0 }
     }
 
@@ -83,6 +109,50 @@ pub fn chain_hashes(tokens: &[Token], block_size: u32) -> Vec<BlockHash> {
     for chunk in tokens.chunks_exact(b) {
         parent = BlockHash(fold_tokens(parent, chunk));
         out.push(parent);
+    }
+    out
+}
+
+/// [`chain_hashes`] of several sequences, with the same results. One chain is bound by the
+/// latency of its multiplications, so the chains advance together, token by token across the
+/// sequences still running, and the CPU overlaps their independent work.
+pub fn chain_hashes_many(seqs: &[&[Token]], block_size: u32) -> Vec<Vec<BlockHash>> {
+    const LANES: usize = 4;
+    let b = block_size as usize;
+    let idle: Vec<Token> = vec![0; b];
+    let mut out: Vec<Vec<BlockHash>> = seqs.iter().map(|t| Vec::with_capacity(t.len() / b)).collect();
+    let mut next = (0..seqs.len()).filter(|&l| seqs[l].len() >= b);
+    // Per lane: the sequence it hashes (None: idle, hashing throwaway tokens), its running
+    // hash and its next block. A lane that finishes takes the next sequence.
+    let mut lane: [Option<usize>; LANES] = std::array::from_fn(|_| next.next());
+    let mut h = [NONE_HASH.0; LANES];
+    let mut pos = [0usize; LANES];
+    while lane.iter().any(Option::is_some) {
+        let run = (0..LANES).map(|j| lane[j].map_or(usize::MAX, |l| seqs[l].len() / b - pos[j])).min();
+        for _ in 0..run.expect("lanes") {
+            let src: [&[Token]; LANES] = std::array::from_fn(|j| match lane[j] {
+                Some(l) => &seqs[l][pos[j] * b..(pos[j] + 1) * b],
+                None => &idle,
+            });
+            for t in 0..b {
+                for j in 0..LANES {
+                    h[j] = extend_hash(h[j], src[j][t]);
+                }
+            }
+            for j in 0..LANES {
+                if let Some(l) = lane[j] {
+                    out[l].push(BlockHash(h[j]));
+                    pos[j] += 1;
+                }
+            }
+        }
+        for j in 0..LANES {
+            if lane[j].is_some_and(|l| pos[j] == seqs[l].len() / b) {
+                lane[j] = next.next();
+                h[j] = NONE_HASH.0;
+                pos[j] = 0;
+            }
+        }
     }
     out
 }
