@@ -229,27 +229,17 @@ impl HostTier {
         (self.next_rank, 0)
     }
 
-    /// Resident `k` (entry `e`, reference place `at`) becomes evictable (its ref count
-    /// reached 0). An associated function, so that callers keep the entry they looked up.
-    #[allow(clippy::too_many_arguments)]
-    fn release(
-        e: &mut HostEntry,
-        at: Option<&mut RefPlace>,
-        k: Key,
-        next_rank: &mut u64,
-        num_evictable: &mut u32,
-        evictable: &mut RankSet<Key>,
-        order: &mut RefOrder,
-        (policy, arc): (HostLru, bool),
-    ) {
-        if policy == HostLru::ReleaseOrder && !arc {
-            *next_rank += 1;
-            e.rank = (*next_rank, 0);
+    /// `k` becomes evictable (ref count reached 0).
+    fn release(&mut self, k: Key) {
+        let fresh = (self.policy == HostLru::ReleaseOrder && self.arc.is_none()).then(|| self.fresh_rank());
+        let (e, at) = self.entries.get_mut_aux(&k).expect("resident");
+        if let Some(r) = fresh {
+            e.rank = r;
         }
-        *num_evictable += 1;
-        evictable.insert(e.rank, k);
-        if !arc {
-            order.released(policy, k, at);
+        self.num_evictable += 1;
+        self.evictable.insert(e.rank, k);
+        if self.arc.is_none() {
+            self.order.released(self.policy, k, at);
         }
     }
 
@@ -489,14 +479,12 @@ impl HostTier {
     /// `complete_store(keys)`: write-pending keys become ready and evictable.
     pub fn complete_store(&mut self, keys: &[Key], ghost: &mut Ghost, ev: &mut Events) {
         let mut stored = Vec::new();
-        let how = (self.policy, self.arc.is_some());
         for k in keys {
-            if let Some((e, at)) = self.entries.get_mut_aux(k) {
+            if let Some(e) = self.entries.get_mut(k) {
                 if e.ref_cnt < 0 {
                     e.ref_cnt = 0;
                     self.num_write_pending -= 1;
-                    let (nr, ne) = (&mut self.next_rank, &mut self.num_evictable);
-                    Self::release(e, at, *k, nr, ne, &mut self.evictable, &mut self.order, how);
+                    self.release(*k);
                     self.note(*k, Some(-1), Some(0));
                     self.note_written(*k);
                     ghost.mark(Mark::StoreCompleted);
@@ -554,15 +542,13 @@ impl HostTier {
     /// `complete_load(keys)`: unpin; a key whose count reaches 0 is evictable again at its
     /// existing rank.
     pub fn complete_load(&mut self, keys: &[Key], ghost: &mut Ghost) {
-        let how = (self.policy, self.arc.is_some());
         for k in keys {
-            match self.entries.get_mut_aux(k) {
-                Some((e, at)) if e.ref_cnt > 0 => {
+            match self.entries.get_mut(k) {
+                Some(e) if e.ref_cnt > 0 => {
                     e.ref_cnt -= 1;
                     let rc = e.ref_cnt;
                     if rc == 0 {
-                        let (nr, ne) = (&mut self.next_rank, &mut self.num_evictable);
-                        Self::release(e, at, *k, nr, ne, &mut self.evictable, &mut self.order, how);
+                        self.release(*k);
                     }
                     self.note(*k, Some(rc + 1), Some(rc));
                 }
