@@ -665,6 +665,58 @@ fn simple_cpu_and_mooncake_replay_with_slot_reuse() {
     }
 }
 
+/// SimpleCPU's host properties are evaluated from its CPU pool's change log (not over the whole
+/// state), find the mutations the checker finds them with, and agree with the full predicates
+/// after every action (`full_check_every = 1` turns a disagreement into an error). The first
+/// 300 rows of the real trace, with a CPU pool small enough to be under pressure.
+#[test]
+fn simple_cpu_host_properties_are_incremental_and_catch_their_mutations() {
+    let path = root().join("../shared/traces/conversation_trace.jsonl");
+    let text = std::fs::read_to_string(&path).expect("the shared Mooncake trace");
+    let head: String = text.lines().take(300).map(|l| format!("{l}\n")).collect();
+    let model = r#"
+[engine]
+profile = "vllm-0.33"
+connector = "simple-cpu"
+block_size = 16
+gpu_blocks = 8192
+max_num_batched_tokens = 8192
+max_num_seqs = 64
+
+[simple_cpu]
+cpu_blocks = 512
+
+[replay]
+load = "closed-loop"
+concurrency = 64
+trace_block_size = 512
+"#;
+    let d = tempdir("scpu-inc");
+    let t = Trace::parse(&path, &head, 512, None).expect("trace parses");
+    let m = ReplayModel::parse("m", &d.join("m.toml"), model).expect("model parses");
+    let run = |variant: Option<&str>, full_every: u64| {
+        let opts = Options {
+            variant: variant.map(String::from),
+            full_check_every: Some(full_every),
+            out_dir: Some(d.clone()),
+            skip_properties: vec!["final-store-kept".into()],
+            ..Default::default()
+        };
+        run_trace(&t, &m, &opts).expect("replay runs")
+    };
+    let clean = run(None, 0);
+    assert!(clean.finding.is_none(), "{:?}", clean.finding);
+    assert_eq!(clean.checks.full, 1, "only the final full-state check");
+    assert!(clean.checks.examined > 0);
+    for (variant, property) in [("mut-scpu-pin-leak", "host-accounting"), ("mut-scpu-no-gpu-pin", "host-integrity")] {
+        for full_every in [0, 1] {
+            let o = run(Some(variant), full_every);
+            let found = o.finding.as_ref().map(|f| f.property.as_str());
+            assert_eq!(found, Some(property), "{variant}, full_check_every {full_every}");
+        }
+    }
+}
+
 /// A host tier too small for the traffic refuses finish-time stores (final-store-kept, a
 /// quality finding every release has): the replay stops there, unless that property is
 /// skipped, and then runs to the end with every other invariant checked.

@@ -15,7 +15,10 @@
 //!   passed only by the recompute exemption (re-checked every time, since it depends on the
 //!   holders' progress).
 //! - host-integrity and host-accounting: keys whose entry changed and keys of load jobs that
-//!   appeared or completed; running counts of write-pending and evictable keys.
+//!   appeared or completed; running counts of write-pending and evictable keys. SimpleCPU's
+//!   CPU pool has a change log of its own and its references are diffed per action
+//!   ([`scpu_checks`](super::scpu_checks)); the GPU blocks it pins count as g1-accounting
+//!   holders the same way. Mooncake replays evaluate the state predicates over the whole state.
 //! - arc-bounds: the whole ARC state after every action (vacuous under LRU; ARC replays run
 //!   without an index, correct but O(resident keys) per action).
 //! - requests-finish: the idle-step counter (a deadlock or livelock shows up as steps without
@@ -25,6 +28,7 @@
 //! every `full_check_every` steps and at the end, and with `full_check_every = 1` compares it
 //! with the incremental verdict after every action (a disagreement is a kvmc bug).
 
+use super::scpu_checks::{self, CpuShadow};
 use crate::props::{g1, host};
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::Breach;
@@ -131,6 +135,10 @@ struct Logs {
     removed: Vec<BlockId>,
     moves: Vec<(Key, Option<i32>, Option<i32>)>,
     written: Vec<Key>,
+    /// SimpleCPU's CPU pool: its `blocks`, `content` and `cached` logs.
+    cpu_blocks: Vec<BlockId>,
+    cpu_content: Vec<BlockId>,
+    cpu_cached: Vec<(BlockHash, BlockId)>,
 }
 
 impl Logs {
@@ -147,6 +155,11 @@ impl Logs {
             std::mem::swap(&mut self.moves, &mut l.moves);
             std::mem::swap(&mut self.written, &mut l.written);
         }
+        if let Some(l) = e.conn.simple_cpu_mut().and_then(|sc| sc.cpu.log.get_mut()) {
+            std::mem::swap(&mut self.cpu_blocks, &mut l.blocks);
+            std::mem::swap(&mut self.cpu_content, &mut l.content);
+            std::mem::swap(&mut self.cpu_cached, &mut l.cached);
+        }
     }
 
     fn clear(&mut self) {
@@ -157,14 +170,21 @@ impl Logs {
         self.removed.clear();
         self.moves.clear();
         self.written.clear();
+        self.cpu_blocks.clear();
+        self.cpu_content.clear();
+        self.cpu_cached.clear();
     }
 }
 
 /// Incremental evaluation state (shadows of what the predicates count).
 pub struct Checker {
-    /// Connectors other than the OffloadingConnector (whose host tier and pins replay does
-    /// not log) have their state predicates evaluated over the whole state instead.
+    /// Mooncake (whose pool and pins replay does not log) has its state predicates evaluated
+    /// over the whole state instead.
     incremental: bool,
+    /// GPU blocks the connector pins (SimpleCPU), after the previous action, sorted.
+    gpu_pins: Vec<BlockId>,
+    /// SimpleCPU's CPU pool, counted.
+    cpu: Option<CpuShadow>,
     cfg: EngineConfig,
     rules: Rules,
     b: u32,
@@ -208,9 +228,12 @@ impl Checker {
         let n = e.pool.num_blocks() as usize;
         let in_queue: Vec<bool> = (0..n as u32).map(|x| e.pool.in_free_queue(x)).collect();
         let queued = in_queue.iter().filter(|&&q| q).count() as u32;
-        let incremental = matches!(cfg.connector_kind(), ConnectorKind::None | ConnectorKind::Offloading);
+        let incremental =
+            matches!(cfg.connector_kind(), ConnectorKind::None | ConnectorKind::Offloading | ConnectorKind::SimpleCpu);
         Checker {
             incremental,
+            gpu_pins: Vec::new(),
+            cpu: e.conn.simple_cpu().map(|sc| CpuShadow::new(&sc.cpu)),
             cfg: cfg.clone(),
             rules: rules.clone(),
             b: cfg.block_size,
@@ -282,7 +305,18 @@ impl Checker {
             self.epoch = 1;
         }
         self.dirty.clear();
-        let Logs { blocks, content, cached: cached_pairs, added, removed, moves, written } = logs;
+        let Logs {
+            blocks,
+            content,
+            cached: cached_pairs,
+            added,
+            removed,
+            moves,
+            written,
+            cpu_blocks,
+            cpu_content,
+            cpu_cached,
+        } = logs;
         if !self.incremental {
             self.full_runs += 1;
             return full(e, wl, &self.cfg, &self.rules, self.progress_steps, &self.skip);
@@ -300,6 +334,26 @@ impl Checker {
             self.holders[blk as usize] -= 1;
             self.touch(blk);
         }
+        // The connector's GPU pins (SimpleCPU's stores and loads) are holders too.
+        let mut null_pinned = false;
+        if self.cpu.is_some() {
+            let mut now = e.conn.gpu_pins(&self.rules);
+            now.sort_unstable();
+            if now != self.gpu_pins {
+                let (mut gone, mut new) = (Vec::new(), Vec::new());
+                scpu_checks::pin_diff(&self.gpu_pins, &now, |b| gone.push(b), |b| new.push(b));
+                for b in gone {
+                    self.holders[b as usize] -= 1;
+                    self.touch(b);
+                }
+                for b in new {
+                    null_pinned |= b == NULL_BLOCK;
+                    self.holders[b as usize] += 1;
+                    self.touch(b);
+                }
+                self.gpu_pins = now;
+            }
+        }
         for &blk in blocks {
             self.touch(blk);
         }
@@ -314,6 +368,9 @@ impl Checker {
                     }
                     if null_in_table {
                         first(v(name, "the null block is in a request's block table"));
+                    }
+                    if null_pinned {
+                        first(v(name, "the connector pins the null block"));
                     }
                     for &blk in &dirty {
                         let i = blk as usize;
@@ -391,6 +448,18 @@ impl Checker {
                             self.watch.remove(&(h, blk));
                         }
                     }
+                }
+                "host-integrity" | "host-accounting" if self.cpu.is_some() => {
+                    let sc = e.conn.simple_cpu().expect("a SimpleCPU engine");
+                    let (bad, n) = if name == "host-integrity" {
+                        scpu_checks::integrity(sc, self.b, cpu_cached, cpu_content)
+                    } else if e.ghost.has(Breach::BadCompletion) {
+                        (Some("a job completion was processed twice or for an unknown job".to_string()), 0)
+                    } else {
+                        self.cpu.as_mut().expect("shadow").accounting(sc, &self.rules, cpu_blocks)
+                    };
+                    self.examined += n;
+                    first(bad.and_then(|d| v(name, d)));
                 }
                 "host-integrity" | "host-accounting" => {
                     if name == "host-integrity" {

@@ -17,6 +17,7 @@ mod export;
 pub mod invariants;
 pub mod report;
 pub mod scenario;
+mod scpu_checks;
 pub mod trace;
 
 use crate::error::{KvmcError, Result};

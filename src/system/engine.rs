@@ -130,6 +130,9 @@ impl Engine {
         if let Some(oc) = self.conn.offloading_mut() {
             oc.host.enable_log();
         }
+        if let Some(sc) = self.conn.simple_cpu_mut() {
+            sc.cpu.enable_log();
+        }
     }
 
     /// Trace replay: one more request slot (a pending request of `wl`'s new last slot).
