@@ -105,7 +105,8 @@ impl CpuShadow {
             let mut new = Vec::new();
             pin_diff(&before, &now, |b| gone.push(b), |b| new.push(b));
             for b in gone {
-                if b < n {
+                // A reference to the null block or past the pool was reported, not counted.
+                if b != NULL_BLOCK && b < n {
                     self.holders[b as usize] -= 1;
                     self.touch(b);
                 }
