@@ -668,7 +668,8 @@ fn simple_cpu_and_mooncake_replay_with_slot_reuse() {
 /// SimpleCPU's host properties are evaluated from its CPU pool's change log (not over the whole
 /// state), find the mutations the checker finds them with, and agree with the full predicates
 /// after every action (`full_check_every = 1` turns a disagreement into an error). The first
-/// 300 rows of the real trace, with a CPU pool small enough to be under pressure.
+/// 300 rows of the real trace, with a CPU pool small enough to be under pressure; then
+/// Mooncake's, whose mutation needs a worker delay replay does not produce.
 #[test]
 fn simple_cpu_host_properties_are_incremental_and_catch_their_mutations() {
     let path = root().join("../shared/traces/conversation_trace.jsonl");
@@ -714,6 +715,22 @@ trace_block_size = 512
             let found = o.finding.as_ref().map(|f| f.property.as_str());
             assert_eq!(found, Some(property), "{variant}, full_check_every {full_every}");
         }
+    }
+    // Mooncake: new pool keys and the save jobs' GPU pins are checked from logs, and agree with
+    // the full predicates after every action of the first 100 rows.
+    let mc_model = model
+        .replace("connector = \"simple-cpu\"", "connector = \"mooncake\"")
+        .replace("[simple_cpu]\ncpu_blocks = 512\n", "");
+    let m = ReplayModel::parse("mc", &d.join("mc.toml"), &mc_model).expect("model parses");
+    let head: String = text.lines().take(100).map(|l| format!("{l}\n")).collect();
+    let t = Trace::parse(&path, &head, 512, None).expect("trace parses");
+    for full_every in [0, 1] {
+        let opts = Options { full_check_every: Some(full_every), out_dir: Some(d.clone()), ..Default::default() };
+        let o = run_trace(&t, &m, &opts).expect("replay runs");
+        assert!(o.finding.is_none(), "{:?}", o.finding);
+        let full = if full_every == 1 { o.metrics.actions + 1 } else { 1 };
+        assert_eq!(o.checks.full, full, "mooncake, full_check_every {full_every}");
+        assert!(o.metrics.stored_chunks > 0 && o.checks.examined > 0);
     }
 }
 

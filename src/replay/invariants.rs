@@ -18,7 +18,8 @@
 //!   appeared or completed; running counts of write-pending and evictable keys. SimpleCPU's
 //!   CPU pool has a change log of its own and its references are diffed per action
 //!   ([`scpu_checks`](super::scpu_checks)); the GPU blocks it pins count as g1-accounting
-//!   holders the same way. Mooncake replays evaluate the state predicates over the whole state.
+//!   holders the same way. The Mooncake pool's entries never change once put, so only the keys
+//!   put in the action are checked; its save jobs' GPU pins are holders as SimpleCPU's are.
 //! - arc-bounds: the whole ARC state after every action (vacuous under LRU; ARC replays run
 //!   without an index, correct but O(resident keys) per action).
 //! - requests-finish: the idle-step counter (a deadlock or livelock shows up as steps without
@@ -139,6 +140,8 @@ struct Logs {
     cpu_blocks: Vec<BlockId>,
     cpu_content: Vec<BlockId>,
     cpu_cached: Vec<(BlockHash, BlockId)>,
+    /// Keys put into the Mooncake pool.
+    pool_put: Vec<BlockHash>,
 }
 
 impl Logs {
@@ -160,6 +163,9 @@ impl Logs {
             std::mem::swap(&mut self.cpu_content, &mut l.content);
             std::mem::swap(&mut self.cpu_cached, &mut l.cached);
         }
+        if let Some(l) = e.conn.mooncake_mut().and_then(|mc| mc.log.get_mut()) {
+            std::mem::swap(&mut self.pool_put, l);
+        }
     }
 
     fn clear(&mut self) {
@@ -173,15 +179,18 @@ impl Logs {
         self.cpu_blocks.clear();
         self.cpu_content.clear();
         self.cpu_cached.clear();
+        self.pool_put.clear();
     }
 }
 
 /// Incremental evaluation state (shadows of what the predicates count).
 pub struct Checker {
-    /// Mooncake (whose pool and pins replay does not log) has its state predicates evaluated
-    /// over the whole state instead.
+    /// False: the state predicates are evaluated over the whole state instead (connectors
+    /// whose state replay does not log: NIXL).
     incremental: bool,
-    /// GPU blocks the connector pins (SimpleCPU), after the previous action, sorted.
+    /// Does the connector pin GPU blocks (SimpleCPU, Mooncake)?
+    pins_gpu: bool,
+    /// The GPU blocks it pins after the previous action, sorted.
     gpu_pins: Vec<BlockId>,
     /// SimpleCPU's CPU pool, counted.
     cpu: Option<CpuShadow>,
@@ -228,10 +237,14 @@ impl Checker {
         let n = e.pool.num_blocks() as usize;
         let in_queue: Vec<bool> = (0..n as u32).map(|x| e.pool.in_free_queue(x)).collect();
         let queued = in_queue.iter().filter(|&&q| q).count() as u32;
-        let incremental =
-            matches!(cfg.connector_kind(), ConnectorKind::None | ConnectorKind::Offloading | ConnectorKind::SimpleCpu);
+        let kind = cfg.connector_kind();
+        let incremental = matches!(
+            kind,
+            ConnectorKind::None | ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake
+        );
         Checker {
             incremental,
+            pins_gpu: matches!(kind, ConnectorKind::SimpleCpu | ConnectorKind::Mooncake),
             gpu_pins: Vec::new(),
             cpu: e.conn.simple_cpu().map(|sc| CpuShadow::new(&sc.cpu)),
             cfg: cfg.clone(),
@@ -316,6 +329,7 @@ impl Checker {
             cpu_blocks,
             cpu_content,
             cpu_cached,
+            pool_put,
         } = logs;
         if !self.incremental {
             self.full_runs += 1;
@@ -336,7 +350,7 @@ impl Checker {
         }
         // The connector's GPU pins (SimpleCPU's stores and loads) are holders too.
         let mut null_pinned = false;
-        if self.cpu.is_some() {
+        if self.pins_gpu {
             let mut now = e.conn.gpu_pins(&self.rules);
             now.sort_unstable();
             if now != self.gpu_pins {
@@ -460,6 +474,20 @@ impl Checker {
                     };
                     self.examined += n;
                     first(bad.and_then(|d| v(name, d)));
+                }
+                "host-integrity" | "host-accounting" if e.conn.mooncake().is_some() => {
+                    // Pool entries are put once and never change: only new ones are checked.
+                    // Mooncake's host-accounting is the completion flag alone.
+                    let mc = e.conn.mooncake().expect("a Mooncake engine");
+                    if name == "host-integrity" {
+                        self.examined += pool_put.len() as u64;
+                        let wrong = |k: &&BlockHash| mc.pool.get(k) != Some(&ContentTag::full(**k, self.b));
+                        if let Some(k) = pool_put.iter().find(wrong) {
+                            first(v(name, format!("Mooncake pool key {k:?} does not hold the KV it names")));
+                        }
+                    } else if e.ghost.has(Breach::BadCompletion) {
+                        first(v(name, "a job completion was processed twice or for an unknown job"));
+                    }
                 }
                 "host-integrity" | "host-accounting" => {
                     if name == "host-integrity" {

@@ -133,6 +133,9 @@ impl Engine {
         if let Some(sc) = self.conn.simple_cpu_mut() {
             sc.cpu.enable_log();
         }
+        if let Some(mc) = self.conn.mooncake_mut() {
+            mc.log = Side(Some(Box::default()));
+        }
     }
 
     /// Trace replay: one more request slot (a pending request of `wl`'s new last slot).

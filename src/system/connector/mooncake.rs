@@ -32,6 +32,7 @@ use super::super::events::{Event, Events};
 use super::super::ghost::{Breach, Ghost, Mark};
 use super::super::gpu_pool::GpuPool;
 use super::super::request::ReqState;
+use super::super::side::Side;
 use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use super::super::workload::{RequestSpec, Workload};
 use super::{ConnCtx, Phase, SchedOut};
@@ -129,6 +130,8 @@ pub struct McState {
     pub loads: Vec<LoadJob>,
     pub next_save: JobId,
     pub next_load: JobId,
+    /// Trace replay's change log: keys put into the pool (not state; off in the checker).
+    pub log: Side<Vec<BlockHash>>,
 }
 
 /// What `build_connector_meta` decided for one request (`ReqMeta`).
@@ -149,6 +152,7 @@ impl McState {
             loads: Vec::new(),
             next_save: 0,
             next_load: 0,
+            log: Side::default(),
         }
     }
 

@@ -75,6 +75,9 @@ fn put(mc: &mut McState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost,
                 stale.push((ctx.wl.label(key), blk));
             }
             mc.pool.insert(key, tag);
+            if let Some(l) = mc.log.get_mut() {
+                l.push(key);
+            }
             stored.push(key);
         }
         if !stale.is_empty() {
