@@ -668,12 +668,12 @@ fn simple_cpu_and_mooncake_replay_with_slot_reuse() {
 /// SimpleCPU's host properties are evaluated from its CPU pool's change log (not over the whole
 /// state), find the mutations the checker finds them with, and agree with the full predicates
 /// after every action (`full_check_every = 1` turns a disagreement into an error). The first
-/// 300 rows of the real trace, with a CPU pool small enough to be under pressure; then
-/// Mooncake's, whose mutation needs a worker delay replay does not produce.
+/// 300 rows of the real trace (tests/traces), with a CPU pool small enough to be under
+/// pressure; then Mooncake's, whose mutation needs a worker delay replay does not produce.
 #[test]
 fn simple_cpu_host_properties_are_incremental_and_catch_their_mutations() {
-    let path = root().join("../shared/traces/conversation_trace.jsonl");
-    let text = std::fs::read_to_string(&path).expect("the shared Mooncake trace");
+    let path = root().join("tests/traces/conversation-head-300.jsonl");
+    let text = std::fs::read_to_string(&path).expect("the trace excerpt (tests/traces/README.md)");
     let head: String = text.lines().take(300).map(|l| format!("{l}\n")).collect();
     let model = r#"
 [engine]
