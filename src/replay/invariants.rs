@@ -348,7 +348,8 @@ impl Checker {
             self.holders[blk as usize] -= 1;
             self.touch(blk);
         }
-        // The connector's GPU pins (SimpleCPU's stores and loads) are holders too.
+        // The connector's GPU pins (SimpleCPU's stores and loads, Mooncake's saves) are holders
+        // too.
         let mut null_pinned = false;
         if self.pins_gpu {
             let mut now = e.conn.gpu_pins(&self.rules);
