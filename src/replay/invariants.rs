@@ -7,19 +7,19 @@
 //! predicates are restricted to what changed, from the change logs the engine keeps in replay
 //! (`system::side`):
 //! - g1-accounting: blocks whose reference count, queue membership, hash or content changed,
-//!   and blocks that entered or left a block table (logged where tables change), are
-//!   checked for `ref_cnt == holders` and `free iff ref_cnt == 0`; the free-queue length is
-//!   compared with a running count of queued blocks. The queue's link structure (no cycles,
+//!   blocks that entered or left a block table (logged where tables change) and blocks the
+//!   connector pinned or unpinned (SimpleCPU, Mooncake: diffed per action) are checked for
+//!   `ref_cnt == holders` and `free iff ref_cnt == 0`; the free-queue length is compared with
+//!   a running count of queued blocks ([`PoolCounts`]). The queue's link structure (no cycles,
 //!   no duplicates) is walked only by the full check.
 //! - g1-cache-sound: cached-map entries whose block or hash changed, plus the entries that
 //!   passed only by the recompute exemption (re-checked every time, since it depends on the
 //!   holders' progress).
 //! - host-integrity and host-accounting: keys whose entry changed and keys of load jobs that
 //!   appeared or completed; running counts of write-pending and evictable keys. SimpleCPU's
-//!   CPU pool has a change log of its own and its references are diffed per action
-//!   ([`scpu_checks`](super::scpu_checks)); the GPU blocks it pins count as g1-accounting
-//!   holders the same way. The Mooncake pool's entries never change once put, so only the keys
-//!   put in the action are checked; its save jobs' GPU pins are holders as SimpleCPU's are.
+//!   CPU pool has a change log of its own and is counted as G1 is
+//!   ([`pool_checks`](super::pool_checks)). The Mooncake pool's entries never change once put,
+//!   so only the keys put in the action are checked.
 //! - arc-bounds: the whole ARC state after every action (vacuous under LRU; ARC replays run
 //!   without an index, correct but O(resident keys) per action).
 //! - requests-finish: the idle-step counter (a deadlock or livelock shows up as steps without
@@ -29,7 +29,7 @@
 //! every `full_check_every` steps and at the end, and with `full_check_every = 1` compares it
 //! with the incremental verdict after every action (a disagreement is a kvmc bug).
 
-use super::scpu_checks::{self, CpuShadow};
+use super::pool_checks::{self, PoolCounts};
 use crate::props::{g1, host};
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::Breach;
@@ -190,22 +190,18 @@ pub struct Checker {
     incremental: bool,
     /// Does the connector pin GPU blocks (SimpleCPU, Mooncake)?
     pins_gpu: bool,
-    /// The GPU blocks it pins after the previous action, sorted.
-    gpu_pins: Vec<BlockId>,
-    /// SimpleCPU's CPU pool, counted.
-    cpu: Option<CpuShadow>,
+    /// G1's holders, counted.
+    g1: PoolCounts,
+    /// SimpleCPU's CPU pool's holders, counted.
+    cpu: Option<PoolCounts>,
     cfg: EngineConfig,
     rules: Rules,
     b: u32,
     bpc: u32,
     progress_steps: u32,
     props: Vec<&'static str>,
-    holders: Vec<u32>,
-    in_queue: Vec<bool>,
-    queued: u32,
-    mark: Vec<u32>,
+    /// The epoch of the action being checked (from `g1`).
     epoch: u32,
-    dirty: Vec<BlockId>,
     /// Cached entries that hold bad KV under the recompute exemption.
     watch: BTreeSet<(BlockHash, BlockId)>,
     /// Per block: the last action (epoch) that listed a cached pair of it, and that pair's hash.
@@ -225,7 +221,7 @@ pub struct Checker {
     /// Blocks, cached entries and host keys examined.
     pub examined: u64,
     /// Actions after which the full-state predicates ran instead (connectors without change
-    /// logs: SimpleCPU, Mooncake).
+    /// logs: NIXL).
     pub full_runs: u64,
     /// Properties not evaluated (`kvmc replay --skip-property`).
     skip: Vec<&'static str>,
@@ -235,8 +231,6 @@ impl Checker {
     /// Start from `e` (a fresh engine with replay aids on).
     pub fn new(e: &Engine, cfg: &EngineConfig, rules: &Rules, progress_steps: u32) -> Self {
         let n = e.pool.num_blocks() as usize;
-        let in_queue: Vec<bool> = (0..n as u32).map(|x| e.pool.in_free_queue(x)).collect();
-        let queued = in_queue.iter().filter(|&&q| q).count() as u32;
         let kind = cfg.connector_kind();
         let incremental = matches!(
             kind,
@@ -245,20 +239,15 @@ impl Checker {
         Checker {
             incremental,
             pins_gpu: matches!(kind, ConnectorKind::SimpleCpu | ConnectorKind::Mooncake),
-            gpu_pins: Vec::new(),
-            cpu: e.conn.simple_cpu().map(|sc| CpuShadow::new(&sc.cpu)),
+            g1: PoolCounts::new(&e.pool),
+            cpu: e.conn.simple_cpu().map(|sc| PoolCounts::new(&sc.cpu)),
             cfg: cfg.clone(),
             rules: rules.clone(),
             b: cfg.block_size,
             bpc: cfg.offload().map_or(1, |o| o.blocks_per_chunk),
             progress_steps,
             props: properties(cfg),
-            holders: vec![0; n],
-            in_queue,
-            queued,
-            mark: vec![0; n],
             epoch: 0,
-            dirty: Vec::new(),
             watch: BTreeSet::new(),
             pair_mark: vec![(0, BlockHash::default()); n],
             seen_pairs: FastMap::default(),
@@ -290,14 +279,6 @@ impl Checker {
         self.props.len()
     }
 
-    fn touch(&mut self, blk: BlockId) {
-        let i = blk as usize;
-        if self.mark[i] != self.epoch {
-            self.mark[i] = self.epoch;
-            self.dirty.push(blk);
-        }
-    }
-
     /// Evaluate every property after one action; drains the engine's change logs.
     pub fn check(&mut self, e: &mut Engine, wl: &Workload) -> Option<Violation> {
         let mut logs = std::mem::take(&mut self.logs);
@@ -311,13 +292,11 @@ impl Checker {
     /// [`check`](Self::check) over the logs taken from the engine.
     fn check_logs(&mut self, e: &Engine, wl: &Workload, logs: &Logs) -> Option<Violation> {
         self.checks += self.props.len() as u64;
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.mark.iter_mut().for_each(|m| *m = 0);
+        let (epoch, wrapped) = self.g1.begin();
+        self.epoch = epoch;
+        if wrapped {
             self.pair_mark.iter_mut().for_each(|m| m.0 = 0);
-            self.epoch = 1;
         }
-        self.dirty.clear();
         let Logs {
             blocks,
             content,
@@ -340,40 +319,19 @@ impl Checker {
         // Tables: what entered and left them (logged where tables change).
         let mut null_in_table = false;
         for &blk in added {
-            self.holders[blk as usize] += 1;
-            self.touch(blk);
+            self.g1.hold(blk);
             null_in_table |= blk == NULL_BLOCK;
         }
         for &blk in removed {
-            self.holders[blk as usize] -= 1;
-            self.touch(blk);
+            self.g1.release(blk);
         }
         // The connector's GPU pins (SimpleCPU's stores and loads, Mooncake's saves) are holders
         // too.
-        let mut null_pinned = false;
-        if self.pins_gpu {
-            let mut now = e.conn.gpu_pins(&self.rules);
-            now.sort_unstable();
-            if now != self.gpu_pins {
-                let (mut gone, mut new) = (Vec::new(), Vec::new());
-                scpu_checks::pin_diff(&self.gpu_pins, &now, |b| gone.push(b), |b| new.push(b));
-                for b in gone {
-                    self.holders[b as usize] -= 1;
-                    self.touch(b);
-                }
-                for b in new {
-                    null_pinned |= b == NULL_BLOCK;
-                    self.holders[b as usize] += 1;
-                    self.touch(b);
-                }
-                self.gpu_pins = now;
-            }
-        }
+        let bad_pin = if self.pins_gpu { self.g1.set_refs(e.conn.gpu_pins(&self.rules)) } else { None };
         for &blk in blocks {
-            self.touch(blk);
+            self.g1.touch(blk);
         }
-        let dirty = std::mem::take(&mut self.dirty);
-        self.examined += dirty.len() as u64;
+        self.examined += self.g1.touched() as u64;
         for pi in 0..self.props.len() {
             let name = self.props[pi];
             match name {
@@ -384,44 +342,10 @@ impl Checker {
                     if null_in_table {
                         first(v(name, "the null block is in a request's block table"));
                     }
-                    if null_pinned {
-                        first(v(name, "the connector pins the null block"));
+                    if let Some(b) = bad_pin {
+                        first(v(name, format!("the connector pins block {b}, the null block or past the pool")));
                     }
-                    for &blk in &dirty {
-                        let i = blk as usize;
-                        let rc = u32::from(e.pool.ref_cnt[i]);
-                        let iq = e.pool.in_free_queue(blk);
-                        if iq != self.in_queue[i] {
-                            self.in_queue[i] = iq;
-                            if iq {
-                                self.queued += 1;
-                            } else {
-                                self.queued -= 1;
-                            }
-                        }
-                        if rc != self.holders[i] {
-                            first(v(
-                                name,
-                                format!("block {blk} has ref count {rc} but {} tables hold it", self.holders[i]),
-                            ));
-                        } else if (rc == 0) != iq {
-                            first(v(
-                                name,
-                                format!(
-                                    "block {blk} has ref count {rc} and is {}in the free queue",
-                                    if iq { "" } else { "not " }
-                                ),
-                            ));
-                        } else if blk == NULL_BLOCK && iq {
-                            first(v(name, "the null block is in the free queue"));
-                        }
-                    }
-                    if self.queued != e.pool.num_free() {
-                        first(v(
-                            name,
-                            format!("{} blocks are queued but num_free is {}", self.queued, e.pool.num_free()),
-                        ));
-                    }
+                    first(self.g1.check(&e.pool, "block").and_then(|d| v(name, d)));
                 }
                 "g1-cache-sound" => {
                     // Soundness of a cached entry changes only with the entry itself, the
@@ -466,14 +390,25 @@ impl Checker {
                 }
                 "host-integrity" | "host-accounting" if self.cpu.is_some() => {
                     let sc = e.conn.simple_cpu().expect("a SimpleCPU engine");
-                    let (bad, n) = if name == "host-integrity" {
-                        scpu_checks::integrity(sc, self.b, cpu_cached, cpu_content)
+                    let bad = if name == "host-integrity" {
+                        let (bad, n) = pool_checks::cpu_integrity(sc, self.b, cpu_cached, cpu_content);
+                        self.examined += n;
+                        bad
                     } else if e.ghost.has(Breach::BadCompletion) {
-                        (Some("a job completion was processed twice or for an unknown job".to_string()), 0)
+                        Some("a job completion was processed twice or for an unknown job".to_string())
                     } else {
-                        self.cpu.as_mut().expect("shadow").accounting(sc, &self.rules, cpu_blocks)
+                        // SimpleCPU's references (lookup and load pins, stores not yet
+                        // processed) are the CPU pool's holders.
+                        let cpu = self.cpu.as_mut().expect("counts");
+                        cpu.begin();
+                        let bad_ref = cpu.set_refs(sc.cpu_refs(&self.rules));
+                        cpu_blocks.iter().for_each(|&b| cpu.touch(b));
+                        self.examined += cpu.touched() as u64;
+                        let found = cpu.check(&sc.cpu, "CPU block");
+                        bad_ref
+                            .map(|b| format!("SimpleCPU references CPU block {b}, the null block or past the pool"))
+                            .or(found)
                     };
-                    self.examined += n;
                     first(bad.and_then(|d| v(name, d)));
                 }
                 "host-integrity" | "host-accounting" if e.conn.mooncake().is_some() => {
@@ -515,7 +450,6 @@ impl Checker {
                 other => first(flag_violation(e, other)),
             }
         }
-        self.dirty = dirty;
         // The first violated property in catalogue order.
         let rank = |p: &str| self.props.iter().position(|x| *x == p).unwrap_or(usize::MAX);
         found.into_iter().min_by_key(|x| rank(x.property))

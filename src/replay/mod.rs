@@ -15,9 +15,9 @@ pub mod config;
 mod driver;
 mod export;
 pub mod invariants;
+mod pool_checks;
 pub mod report;
 pub mod scenario;
-mod scpu_checks;
 pub mod trace;
 
 use crate::error::{KvmcError, Result};
