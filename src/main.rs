@@ -2,7 +2,22 @@
 
 use clap::Parser;
 
+/// mimalloc instead of the system allocator: replay and the checker allocate and free many
+/// small vectors per step, and glibc's malloc made both markedly slower (docs/benchmarks.md,
+/// "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc's `mi_option_purge_delay` (its `mi_option_e` in `mimalloc.h`, v2, the version
+/// Cargo.lock pins; the Rust crate names no constant for it).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
 fn main() {
+    // Never hand freed memory back to the OS: a run's memory use is near its peak throughout,
+    // and purged pages came back as page faults (a fifth of the flagship check's time).
+    unsafe {
+        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1);
+    }
     // Behave like other command-line tools when the reader goes away (`kvmc list | head`):
     // die quietly of SIGPIPE instead of panicking on a failed print.
     #[cfg(unix)]
