@@ -262,6 +262,7 @@ impl GpuPool {
     pub fn get_new_blocks(&mut self, n: u32, ghost: &mut Ghost, ev: &mut Events) -> Vec<BlockId> {
         assert!(n <= self.num_free, "get_new_blocks({n}) with {} free: capacity not checked", self.num_free);
         let mut out = Vec::with_capacity(n as usize);
+        self.warm_victims(n);
         for _ in 0..n {
             let b = self.head;
             self.unlink(b);
@@ -277,6 +278,26 @@ impl GpuPool {
             out.push(b);
         }
         out
+    }
+
+    /// Replay: look up the cached-map entries of the next `n` blocks of the free queue in a
+    /// tight loop before evicting them one by one, so that their cache misses overlap (the
+    /// same idea as `HostTier::warm`). Changes nothing; the checker's tree form skips it.
+    fn warm_victims(&self, n: u32) {
+        if !self.log.is_on() || n < 2 {
+            return;
+        }
+        let (mut b, mut sum) = (self.head, 0usize);
+        for _ in 0..n {
+            if b == NIL {
+                break;
+            }
+            if let Some(h) = self.hash[b as usize] {
+                sum += self.cached.get(&h).map_or(0, |v| v.len());
+            }
+            b = self.next[b as usize];
+        }
+        std::hint::black_box(sum);
     }
 
     /// `touch`: a prefix hit takes a reference; a ref-0 block leaves the free queue.

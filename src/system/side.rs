@@ -205,6 +205,12 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
             *self = KeyMap::Hash(t.into_iter().map(|(k, v)| (k, (v, A::default()))).collect());
         }
     }
+    /// Make room for `n` more entries (hash form; the tree form has no capacity).
+    pub fn reserve(&mut self, n: usize) {
+        if let KeyMap::Hash(m) = self {
+            m.reserve(n);
+        }
+    }
     #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
         match self {

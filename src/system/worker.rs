@@ -196,7 +196,10 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
     let b = ctx.cfg.block_size;
     let n: u32 = out.scheduled.iter().map(|s| s.tokens / b + 2).sum();
     let mut writes: Vec<Write> = Vec::with_capacity(n as usize);
+    // Where each scheduled entry's writes start in `writes`.
+    let mut own_first: Vec<usize> = Vec::with_capacity(out.scheduled.len());
     for s in &out.scheduled {
+        own_first.push(writes.len());
         let spec = ctx.wl.spec(s.req, e.reqs[s.req as usize].turn);
         let q = &e.reqs[s.req as usize];
         let end = s.start + s.tokens;
@@ -213,6 +216,16 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
     // Built at the first read that needs it (most steps read nothing the read cache does not
     // already vouch for).
     let mut written: Option<FastMap<BlockId, (ReqId, ContentTag)>> = None;
+    // Blocks written once, and more than once, in this pass: a read of a block nobody else
+    // wrote needs no map (nearly every read; a decode step reads the block it writes).
+    let (mut once, mut twice) = (BitSet::default(), BitSet::default());
+    for w in &writes {
+        if once.contains(w.block) {
+            twice.insert(w.block);
+        } else {
+            once.insert(w.block);
+        }
+    }
     let loading: BTreeSet<BlockId> = e.conn.loading_blocks();
     // Where each request's reads start: 0, or past the prefix the read cache vouches for.
     let skip = read_cache_prepare(e, out, &writes, &loading, b);
@@ -233,16 +246,24 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                     changed = true;
                     break;
                 };
-                let written = written.get_or_insert_with(|| writes.iter().map(|w| (w.block, (w.req, w.tag))).collect());
-                let view = match written.get(&blk) {
-                    Some(&(w, tag)) if w != s.req => {
-                        if bad.contains_key(&w) {
-                            ContentTag::Bad(BadKind::Tainted)
-                        } else {
-                            tag
+                let own_only = || {
+                    !twice.contains(blk) && writes.get(own_first[si]).is_some_and(|w| w.block == blk && w.req == s.req)
+                };
+                let view = if !once.contains(blk) || own_only() {
+                    e.pool.content[blk as usize]
+                } else {
+                    let written =
+                        written.get_or_insert_with(|| writes.iter().map(|w| (w.block, (w.req, w.tag))).collect());
+                    match written.get(&blk) {
+                        Some(&(w, tag)) if w != s.req => {
+                            if bad.contains_key(&w) {
+                                ContentTag::Bad(BadKind::Tainted)
+                            } else {
+                                tag
+                            }
                         }
+                        _ => e.pool.content[blk as usize],
                     }
-                    _ => e.pool.content[blk as usize],
                 };
                 if loading.contains(&blk) {
                     e.ghost.breach(Breach::UnsafeLoad);

@@ -63,18 +63,20 @@ pub fn complete(
     ev: &mut Events,
 ) {
     let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    let job = oc.job(id).expect("completed job exists").clone();
-    match job.kind {
+    let at = oc.jobs.iter().position(|j| j.id == id).expect("completed job exists");
+    match oc.jobs[at].kind {
         JobKind::Store => {
-            oc.host.warm(job.keys.iter());
+            let (job, host) = (&mut oc.jobs[at], &mut oc.host);
+            host.warm(job.keys.iter());
             for (i, key) in job.keys.iter().enumerate() {
                 let content = &job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())];
-                oc.host.write_content(key, content);
+                host.write_content(key, content);
             }
-            oc.job_mut(id).unwrap().phase = Phase::Done;
+            job.phase = Phase::Done;
             ev.emit(|| Event::TransferDone { job: id });
         }
         JobKind::Load { .. } => {
+            let job = oc.jobs[at].clone();
             let first_bad = fail.unwrap_or(u32::MAX);
             for (j, &blk) in job.blocks.iter().enumerate() {
                 let j = j as u32;
