@@ -372,10 +372,10 @@ impl Checker {
                     }
                     self.seen_pairs = seen;
                     self.examined += cands.len() as u64;
-                    // Looked up once in a tight loop first, so that their cache misses overlap.
-                    std::hint::black_box(cands.iter().map(|(h, _)| e.pool.cached_under(h).len()).sum::<usize>());
-                    for (h, blk) in cands {
-                        if !e.pool.cached_under(&h).contains(&blk) {
+                    // Looked up in a tight loop first, so that their cache misses overlap.
+                    let listed: Vec<bool> = cands.iter().map(|(h, blk)| e.pool.cached_under(h).contains(blk)).collect();
+                    for ((h, blk), listed) in cands.into_iter().zip(listed) {
+                        if !listed {
                             self.watch.remove(&(h, blk));
                             continue;
                         }
