@@ -4,13 +4,14 @@ use clap::Parser;
 
 /// mimalloc instead of the system allocator: replay and the checker allocate and free many
 /// small vectors per step, and glibc's malloc made both markedly slower (docs/benchmarks.md,
-/// "Allocator").
+/// "Round 3: the allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc's `mi_option_purge_delay` (its `mi_option_e` in `mimalloc.h`, v2, the version
-/// Cargo.lock pins; the Rust crate names no constant for it).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+/// mimalloc's `mi_option_purge_delay`: the Rust crate names no constant for it, and in
+/// `mimalloc.h`'s `mi_option_e` (v3, the crate's default build; v2 alike) it comes just before
+/// `use_numa_nodes`. A test below checks that this index holds the purge delay's default.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = libmimalloc_sys::mi_option_use_numa_nodes - 1;
 
 fn main() {
     // Never hand freed memory back to the OS: a run's memory use is near its peak throughout,
@@ -38,5 +39,15 @@ fn main() {
             eprintln!("error: {e}");
             std::process::exit(e.exit_code());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `MI_OPTION_PURGE_DELAY` names the purge delay: mimalloc v3's default for it is 1000 ms
+    /// (a crate update that renumbered the options would fail here, not silently set another).
+    #[test]
+    fn purge_delay_option_index() {
+        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) }, 1000);
     }
 }
