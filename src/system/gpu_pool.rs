@@ -282,7 +282,8 @@ impl GpuPool {
 
     /// Replay: look up the cached-map entries of the next `n` blocks of the free queue in a
     /// tight loop before evicting them one by one, so that their cache misses overlap (the
-    /// same idea as `HostTier::warm`). Changes nothing; the checker's tree form skips it.
+    /// same idea as `HostTier::warm`). Changes nothing; skipped without a change log (the
+    /// checker).
     fn warm_victims(&self, n: u32) {
         if !self.log.is_on() || n < 2 {
             return;

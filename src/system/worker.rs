@@ -211,13 +211,11 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
             writes.push(Write { req: s.req, block: blk, tag: written_tag(spec, i as usize, len, b) });
         }
     }
-    // The last write of each block wins (a block written twice in one pass is a bug the reads
-    // below see).
-    // Built at the first read that needs it (most steps read nothing the read cache does not
-    // already vouch for).
+    // The pass's writes by block; the last write of each block wins (a block written twice in
+    // one pass is a bug the reads below see). Built at the first read of a block that another
+    // request wrote or that was written twice: `once` and `twice` answer every other read
+    // (nearly all of them; a decode step reads the block it writes).
     let mut written: Option<FastMap<BlockId, (ReqId, ContentTag)>> = None;
-    // Blocks written once, and more than once, in this pass: a read of a block nobody else
-    // wrote needs no map (nearly every read; a decode step reads the block it writes).
     let (mut once, mut twice) = (BitSet::default(), BitSet::default());
     for w in &writes {
         if once.contains(w.block) {
