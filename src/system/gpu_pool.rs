@@ -85,7 +85,7 @@ impl GpuPool {
     pub fn enable_log(&mut self) {
         let verified_by = vec![0; self.ref_cnt.len()];
         self.log = Side(Some(Box::new(PoolLog { verified_by, ..Default::default() })));
-        self.cached.use_hash();
+        self.cached.use_hash(self.ref_cnt.len());
     }
 
     #[inline]

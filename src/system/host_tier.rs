@@ -140,9 +140,7 @@ impl HostTier {
     /// indexed (its list form costs O(resident keys) per update).
     pub fn enable_log(&mut self) {
         self.log = Side(Some(Box::default()));
-        self.entries.use_hash();
-        // Full size at once: growing the map by doubling rehashes every entry each time.
-        self.entries.reserve(self.capacity as usize);
+        self.entries.use_hash(self.capacity as usize);
         self.evictable.use_queue();
         self.order.index();
     }

@@ -198,17 +198,14 @@ impl<'a, K, V, A> Iterator for KeyMapIter<'a, K, V, A> {
 }
 
 impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
-    /// Switch to the hash representation (replay).
-    pub fn use_hash(&mut self) {
+    /// Switch to the hash representation (replay), sized for `capacity` entries at once
+    /// (growing by doubling would rehash every entry each time).
+    pub fn use_hash(&mut self, capacity: usize) {
         if let KeyMap::Tree(t) = self {
             let t = std::mem::take(t);
-            *self = KeyMap::Hash(t.into_iter().map(|(k, v)| (k, (v, A::default()))).collect());
-        }
-    }
-    /// Make room for `n` more entries (hash form; the tree form has no capacity).
-    pub fn reserve(&mut self, n: usize) {
-        if let KeyMap::Hash(m) = self {
-            m.reserve(n);
+            let mut m = FastMap::with_capacity_and_hasher(capacity.max(t.len()), Default::default());
+            m.extend(t.into_iter().map(|(k, v)| (k, (v, A::default()))));
+            *self = KeyMap::Hash(m);
         }
     }
     #[inline]
