@@ -471,6 +471,25 @@ mod representations {
             }
         }
 
+        /// The block hash is a chain of bijections: under one parent, two different token
+        /// runs of one length never share a hash (a shared one would be a false prefix hit).
+        /// Small token ids and few of them are where a weak mix would collide first.
+        #[test]
+        fn same_length_runs_never_collide(
+            a in proptest::collection::vec(0u32..4, 1..20),
+            flips in proptest::collection::vec((0usize..20, 0u32..4), 1..4),
+            parent in proptest::prop_oneof![Just(kvmc::system::types::NONE_HASH.0), proptest::num::u64::ANY],
+        ) {
+            use kvmc::system::types::{fold_tokens, BlockHash};
+            let mut b = a.clone();
+            for (i, t) in flips {
+                let n = b.len();
+                b[i % n] = t;
+            }
+            prop_assume!(a != b);
+            prop_assert_ne!(fold_tokens(BlockHash(parent), &a), fold_tokens(BlockHash(parent), &b));
+        }
+
         #[test]
         fn rank_queue_orders_like_a_btreeset(ops in proptest::collection::vec(qop(), 0..120)) {
             let mut q: RankQueue<u8> = RankQueue::default();

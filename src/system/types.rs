@@ -38,22 +38,28 @@ impl fmt::Debug for BlockHash {
 /// Parent hash of block 0 (vLLM `NONE_HASH`).
 pub const NONE_HASH: BlockHash = BlockHash(0x6a09_e667_f3bc_c908);
 
-/// Extends a running prefix hash by one token. A full block's hash is the fold of its
-/// tokens over its parent's hash, so the fold over the first `k` tokens of a block is the
-/// tag of a block into which only those `k` tokens were written.
+/// Extends a running (unfinished) prefix hash by one token: xor, odd multiply, rotate. Each
+/// is a bijection of `h`, so for one parent, distinct token runs of one length never collide;
+/// [`finish_hash`] then mixes the result. Cheap on purpose: replay hashes every prompt token.
 #[inline]
 pub fn extend_hash(h: u64, token: Token) -> u64 {
-    // splitmix64 over (h, token): deterministic across runs and platforms.
-    let mut z = h ^ (u64::from(token).wrapping_add(0x9e37_79b9_7f4a_7c15)).rotate_left(17);
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (h ^ u64::from(token)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26)
+}
+
+/// The splitmix64 finalizer (a bijection too): a running hash becomes a block hash or tag.
+#[inline]
+pub fn finish_hash(h: u64) -> u64 {
+    let z = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    let z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
 
-/// The hash of a block (or of the first `tokens.len()` positions of one) given its parent.
+/// The hash of a block (or the tag of the first `tokens.len()` positions of one) given its
+/// parent: the finished fold of its tokens over the parent's hash. A full block's hash is
+/// this fold over all its tokens, so the fold over the first `k` tokens of a block is the tag
+/// of a block into which only those `k` tokens were written.
 pub fn fold_tokens(parent: BlockHash, tokens: &[Token]) -> u64 {
-    tokens.iter().fold(parent.0, |h, &t| extend_hash(h, t))
+    finish_hash(tokens.iter().fold(parent.0, |h, &t| extend_hash(h, t)))
 }
 
 /// Why a piece of KV is known to be wrong.

@@ -166,7 +166,7 @@ fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
             .chain(std::iter::repeat(&u32::MAX))
             .take(len as usize)
             .fold(spec.parent(i).0, |h, &t| crate::system::types::extend_hash(h, t));
-        ContentTag::Kv { hash: h, len: len as u16 }
+        ContentTag::Kv { hash: crate::system::types::finish_hash(h), len: len as u16 }
     }
 }
 

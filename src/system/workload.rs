@@ -6,7 +6,7 @@
 //! request arrives and replaced when the slot carries the next one, and no registry (labels
 //! fall back to hex digests; chains of more than one block come from a parent map).
 
-use super::types::{extend_hash, fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
+use super::types::{extend_hash, finish_hash, fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
 use std::collections::{BTreeMap, HashMap};
 
 /// How a request ends when it has sampled all of its scripted output tokens.
@@ -141,6 +141,7 @@ pub fn chain_hashes_many(seqs: &[&[Token]], block_size: u32) -> Vec<Vec<BlockHas
             }
             for j in 0..LANES {
                 if let Some(l) = lane[j] {
+                    h[j] = finish_hash(h[j]);
                     out[l].push(BlockHash(h[j]));
                     pos[j] += 1;
                 }
