@@ -134,7 +134,21 @@ impl<T: Ord + Copy> RankQueue<T> {
     }
 
     /// Insert; false if already present.
+    #[inline]
     pub fn insert(&mut self, r: Rank, t: T) -> bool {
+        // The common case, inlined: a fresh rank just above every other (no bucket can hold
+        // its major), appended at the back.
+        if r.1 == 0 && r.0 > self.max_major && !self.fresh.is_empty() && r.0 == self.lo + self.fresh.len() as u64 {
+            self.fresh.push_back(Some(t));
+            self.fresh_live += 1;
+            self.len += 1;
+            return true;
+        }
+        self.insert_rest(r, t)
+    }
+
+    #[inline(never)]
+    fn insert_rest(&mut self, r: Rank, t: T) -> bool {
         if r.1 == 0 && r.0 >= self.lo && !self.fresh.is_empty() {
             let i = (r.0 - self.lo) as usize;
             if i < self.fresh.len() && self.fresh[i] == Some(t) {
@@ -186,7 +200,22 @@ impl<T: Ord + Copy> RankQueue<T> {
     }
 
     /// Remove; false if absent.
+    #[inline]
     pub fn remove(&mut self, r: Rank, t: T) -> bool {
+        // The common case, inlined: the oldest fresh entry (the next victim) leaves and its
+        // successor is live.
+        if r.1 == 0 && r.0 == self.lo && self.fresh.len() > 1 && self.fresh[0] == Some(t) && self.fresh[1].is_some() {
+            self.fresh.pop_front();
+            self.lo += 1;
+            self.fresh_live -= 1;
+            self.len -= 1;
+            return true;
+        }
+        self.remove_rest(r, t)
+    }
+
+    #[inline(never)]
+    fn remove_rest(&mut self, r: Rank, t: T) -> bool {
         if r.1 == 0 && r.0 >= self.lo {
             let i = (r.0 - self.lo) as usize;
             if i < self.fresh.len() && self.fresh[i] == Some(t) {

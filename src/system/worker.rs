@@ -216,7 +216,8 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
     // request wrote or that was written twice: `once` and `twice` answer every other read
     // (nearly all of them; a decode step reads the block it writes).
     let mut written: Option<FastMap<BlockId, (ReqId, ContentTag)>> = None;
-    let (mut once, mut twice) = (BitSet::default(), BitSet::default());
+    let room = e.pool.content.len();
+    let (mut once, mut twice) = (BitSet::with_room(room), BitSet::with_room(room));
     for w in &writes {
         if once.contains(w.block) {
             twice.insert(w.block);
@@ -283,7 +284,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     // Blocks that submitted store copies still read (a write to one tears that copy).
-    let mut store_sources = BitSet::default();
+    let mut store_sources = BitSet::with_room(room);
     if let Some(oc) = e.conn.offloading() {
         for j in oc.jobs.iter().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
             store_sources.extend(j.blocks.iter().copied());

@@ -422,6 +422,10 @@ pub struct StepScratch {
 pub struct BitSet(Vec<u64>);
 
 impl BitSet {
+    /// An empty set with room for members below `n` (no regrowth while it fills).
+    pub fn with_room(n: usize) -> Self {
+        BitSet(Vec::with_capacity(n.div_ceil(64)))
+    }
     pub fn insert(&mut self, i: u32) {
         let w = (i / 64) as usize;
         if self.0.len() <= w {

@@ -167,8 +167,10 @@ impl OcState {
     ) -> (Option<u32>, bool) {
         let rules = c.rules;
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
-        // Restarting at token 0: the mirror is rebuilt from the full table at admission.
+        // Restarting at token 0: the mirror is rebuilt from the full table at admission
+        // (room for the whole request up front: it grows a few blocks per step).
         st.mirror.clear();
+        st.mirror.reserve((spec.tokens.len() as u32).div_ceil(c.block_size) as usize + 1);
         st.mirror_ok.0 .0 = 0;
         if rules.cursor_reset_on_lookup {
             st.cursor = 0;
