@@ -78,7 +78,7 @@ pub enum BadKind {
 pub enum ContentTag {
     /// Never written since allocation (or a load has not landed yet).
     Empty,
-    /// The first `len` positions hold the KV of the prefix whose running hash is `hash`
+    /// The first `len` positions hold the KV of the prefix whose hash ([`fold_tokens`]) is `hash`
     /// (`len == block_size` means a full block and `hash` is its [`BlockHash`]).
     Kv { hash: u64, len: u16 },
     /// Known-wrong content.
