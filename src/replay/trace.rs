@@ -18,6 +18,7 @@
 //! naming the file and line (exit 2), and nothing is written.
 
 use crate::error::{KvmcError, Result};
+use crate::system::side::FastMap;
 use crate::system::types::Token;
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -135,7 +136,10 @@ impl Trace {
         } else {
             Format::Mooncake
         });
-        let mut interned: HashMap<u64, u32> = HashMap::new();
+        // Interned in order of first appearance (the map's hasher does not matter), sized for
+        // every id up front.
+        let total_ids: usize = raws.iter().map(|(_, r)| r.hash_ids.as_ref().map_or(0, Vec::len)).sum();
+        let mut interned: FastMap<u64, u32> = FastMap::with_capacity_and_hasher(total_ids, Default::default());
         let mut ids: Vec<u32> = Vec::new();
         let mut sessions: Vec<String> = Vec::new();
         let mut session_of: HashMap<String, u32> = HashMap::new();
