@@ -59,7 +59,12 @@ pub fn finish_hash(h: u64) -> u64 {
 /// this fold over all its tokens, so the fold over the first `k` tokens of a block is the tag
 /// of a block into which only those `k` tokens were written.
 pub fn fold_tokens(parent: BlockHash, tokens: &[Token]) -> u64 {
-    finish_hash(tokens.iter().fold(parent.0, |h, &t| extend_hash(h, t)))
+    fold_token_iter(parent, tokens.iter().copied())
+}
+
+/// [`fold_tokens`] over tokens that are not in one slice.
+pub fn fold_token_iter(parent: BlockHash, tokens: impl IntoIterator<Item = Token>) -> u64 {
+    finish_hash(tokens.into_iter().fold(parent.0, extend_hash))
 }
 
 /// Why a piece of KV is known to be wrong.

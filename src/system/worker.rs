@@ -16,7 +16,7 @@ use super::events::{Event, Events};
 use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOutput};
 use super::ghost::Breach;
 use super::side::FastMap;
-use super::types::{cdiv, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
+use super::types::{cdiv, fold_token_iter, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -161,12 +161,8 @@ fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
         ContentTag::Kv { hash: fold_tokens(spec.parent(i), &spec.tokens[from..to]), len: len as u16 }
     } else {
         let known = &spec.tokens[from.min(spec.tokens.len())..];
-        let h = known
-            .iter()
-            .chain(std::iter::repeat(&u32::MAX))
-            .take(len as usize)
-            .fold(spec.parent(i).0, |h, &t| crate::system::types::extend_hash(h, t));
-        ContentTag::Kv { hash: crate::system::types::finish_hash(h), len: len as u16 }
+        let tokens = known.iter().copied().chain(std::iter::repeat(u32::MAX)).take(len as usize);
+        ContentTag::Kv { hash: fold_token_iter(spec.parent(i), tokens), len: len as u16 }
     }
 }
 
