@@ -204,12 +204,15 @@ pub struct Checker {
     epoch: u32,
     /// Cached entries that hold bad KV under the recompute exemption.
     watch: BTreeSet<(BlockHash, BlockId)>,
-    /// Per block: the last action (epoch) that listed a cached pair of it, and that pair's hash.
-    pair_mark: Vec<(u32, BlockHash)>,
+    /// Per block: the last action (epoch) that listed a cached pair of it, and the first two
+    /// hashes it was listed under in that action.
+    pair_mark: Vec<PairMark>,
     /// Scratch sets for deduplicating one action's logged pairs (those of a block listed
-    /// under a second hash) and keys.
+    /// under a third hash) and keys.
     seen_pairs: FastMap<(BlockHash, BlockId), ()>,
     seen_keys: FastMap<Key, ()>,
+    /// Per host slot: the last action (epoch) that checked the key in it.
+    slot_mark: Vec<u32>,
     pending: u32,
     evictable: u32,
     loads: BTreeMap<JobId, Vec<Key>>,
@@ -225,6 +228,15 @@ pub struct Checker {
     pub full_runs: u64,
     /// Properties not evaluated (`kvmc replay --skip-property`).
     skip: Vec<&'static str>,
+}
+
+/// A block's mark in one action's cached pairs (see `Checker::pair_mark`).
+#[derive(Clone, Copy, Default)]
+struct PairMark {
+    epoch: u32,
+    /// How many of `hashes` are set (1 or 2).
+    n: u32,
+    hashes: [BlockHash; 2],
 }
 
 impl Checker {
@@ -249,9 +261,10 @@ impl Checker {
             props: properties(cfg),
             epoch: 0,
             watch: BTreeSet::new(),
-            pair_mark: vec![(0, BlockHash::default()); n],
+            pair_mark: vec![PairMark::default(); n],
             seen_pairs: FastMap::default(),
             seen_keys: FastMap::default(),
+            slot_mark: Vec::new(),
             pending: 0,
             evictable: 0,
             loads: BTreeMap::new(),
@@ -295,7 +308,8 @@ impl Checker {
         let (epoch, wrapped) = self.g1.begin();
         self.epoch = epoch;
         if wrapped {
-            self.pair_mark.iter_mut().for_each(|m| m.0 = 0);
+            self.pair_mark.iter_mut().for_each(|m| m.epoch = 0);
+            self.slot_mark.iter_mut().for_each(|m| *m = 0);
         }
         let Logs {
             blocks,
@@ -353,18 +367,25 @@ impl Checker {
                     // Distinct pairs in the order the logs give them (deterministic; cheaper
                     // than sorting the step's thousands of pairs).
                     // A pair is new unless its block was marked with the same hash in this
-                    // action; a block seen under a second hash (rare) goes to the set.
+                    // action. A block is often listed under two hashes in one action (its
+                    // cached entry evicted, the block reused and cached anew); a block seen
+                    // under a third hash (rare) goes to the set.
                     let mut seen = std::mem::take(&mut self.seen_pairs);
                     seen.clear();
                     let mut cands: Vec<(BlockHash, BlockId)> = Vec::with_capacity(cached_pairs.len() + content.len());
                     let current = content.iter().filter_map(|&blk| e.pool.hash[blk as usize].map(|h| (h, blk)));
                     for p in cached_pairs.iter().copied().chain(current).chain(self.watch.iter().copied()) {
                         let m = &mut self.pair_mark[p.1 as usize];
-                        let new = if m.0 != self.epoch {
-                            *m = (self.epoch, p.0);
+                        let new = if m.epoch != self.epoch {
+                            *m = PairMark { epoch: self.epoch, n: 1, hashes: [p.0, p.0] };
+                            true
+                        } else if m.hashes[0] == p.0 || (m.n == 2 && m.hashes[1] == p.0) {
+                            false
+                        } else if m.n == 1 {
+                            (m.n, m.hashes[1]) = (2, p.0);
                             true
                         } else {
-                            m.1 != p.0 && seen.insert(p, ()).is_none()
+                            seen.insert(p, ()).is_none()
                         };
                         if new {
                             cands.push(p);
@@ -498,19 +519,32 @@ impl Checker {
             }
             self.loads = now.iter().map(|(id, ks)| (*id, (*ks).clone())).collect();
         }
-        // Integrity of what was written or became ready.
+        // Integrity of what was written or became ready, each distinct key once, in log order.
+        // A resident key is told apart by its slot (marked with this action's epoch); a key
+        // no longer resident (written, then evicted in the same action) only counts.
         let mut seen = std::mem::take(&mut self.seen_keys);
         seen.clear();
-        let keys: Vec<Key> = written.iter().copied().filter(|k| seen.insert(*k, ()).is_none()).collect();
-        self.seen_keys = seen;
-        self.examined += (keys.len() + pinned.len()) as u64;
-        for k in &keys {
-            if let Some(en) = h.get(k) {
-                if !host::entry_intact(k, en, self.b, self.bpc, wl) {
-                    first(v("host-integrity", format!("host key {k:?} does not hold the KV its key names")));
-                }
+        if self.slot_mark.len() < h.capacity as usize {
+            self.slot_mark.resize(h.capacity as usize, 0);
+        }
+        let mut distinct = 0u64;
+        for k in written {
+            let Some(en) = h.get(k) else {
+                distinct += u64::from(seen.insert(*k, ()).is_none());
+                continue;
+            };
+            let mark = &mut self.slot_mark[en.slot as usize];
+            if *mark == self.epoch {
+                continue;
+            }
+            *mark = self.epoch;
+            distinct += 1;
+            if !host::entry_intact(k, en, self.b, self.bpc, wl) {
+                first(v("host-integrity", format!("host key {k:?} does not hold the KV its key names")));
             }
         }
+        self.seen_keys = seen;
+        self.examined += distinct + pinned.len() as u64;
         if !pinned.is_empty() {
             pinned.sort_unstable();
             pinned.dedup();

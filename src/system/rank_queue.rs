@@ -136,13 +136,25 @@ impl<T: Ord + Copy> RankQueue<T> {
     /// Insert; false if already present.
     #[inline]
     pub fn insert(&mut self, r: Rank, t: T) -> bool {
-        // The common case, inlined: a fresh rank just above every other (no bucket can hold
-        // its major), appended at the back.
-        if r.1 == 0 && r.0 > self.max_major && !self.fresh.is_empty() && r.0 == self.lo + self.fresh.len() as u64 {
-            self.fresh.push_back(Some(t));
-            self.fresh_live += 1;
-            self.len += 1;
-            return true;
+        // The common cases, inlined (each is what `insert_rest` would do):
+        if r.1 == 0 {
+            // a fresh rank just above every other (no bucket can hold its major), appended
+            // at the back;
+            if r.0 > self.max_major && !self.fresh.is_empty() && r.0 == self.lo + self.fresh.len() as u64 {
+                self.fresh.push_back(Some(t));
+                self.fresh_live += 1;
+                self.len += 1;
+                return true;
+            }
+        } else if let Some((m, b)) = self.buckets.get_mut(self.hint) {
+            // a request's next key (positions ascending, so minors descending) in front of
+            // the last bucket used (a live bucket's front is live).
+            if *m == r.0 && b.items.front().is_some_and(|&(fm, ft, _)| (r.1, t) < (fm, ft)) {
+                b.items.push_front((r.1, t, true));
+                b.live += 1;
+                self.len += 1;
+                return true;
+            }
         }
         self.insert_rest(r, t)
     }
@@ -202,14 +214,28 @@ impl<T: Ord + Copy> RankQueue<T> {
     /// Remove; false if absent.
     #[inline]
     pub fn remove(&mut self, r: Rank, t: T) -> bool {
-        // The common case, inlined: the oldest fresh entry (the next victim) leaves and its
-        // successor is live.
-        if r.1 == 0 && r.0 == self.lo && self.fresh.len() > 1 && self.fresh[0] == Some(t) && self.fresh[1].is_some() {
-            self.fresh.pop_front();
-            self.lo += 1;
-            self.fresh_live -= 1;
-            self.len -= 1;
-            return true;
+        // The common cases, inlined (each is what `remove_rest` would do):
+        if r.1 == 0 {
+            // the oldest fresh entry (the next victim) leaves and its successor is live;
+            if r.0 == self.lo && self.fresh.len() > 1 && self.fresh[0] == Some(t) && self.fresh[1].is_some() {
+                self.fresh.pop_front();
+                self.lo += 1;
+                self.fresh_live -= 1;
+                self.len -= 1;
+                return true;
+            }
+        } else if let Some((m, b)) = self.buckets.get_mut(self.hint) {
+            // the front of the last bucket used leaves (a request's keys leave tail first)
+            // and its successor is live, so the bucket stays.
+            if *m == r.0 && b.items.front() == Some(&(r.1, t, true)) && b.items.get(1).is_some_and(|e| e.2) {
+                b.items.pop_front();
+                b.live -= 1;
+                if b.items.len() > 2 * b.live + 16 {
+                    b.items.retain(|e| e.2);
+                }
+                self.len -= 1;
+                return true;
+            }
         }
         self.remove_rest(r, t)
     }

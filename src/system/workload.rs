@@ -355,10 +355,23 @@ impl Workload {
     /// The same chain newest first, without allocating: `last`, its parent, ... (`n` at most;
     /// fewer when the registry does not know a parent).
     pub fn chain_back(&self, last: BlockHash, n: u32) -> impl Iterator<Item = BlockHash> + '_ {
-        std::iter::successors(Some(last), |h| match self.registry.get(h) {
-            Some(i) => Some(i.parent),
-            None => self.parents.as_ref()?.get(h).copied(),
+        // Lazily: a parent is looked up only when it is wanted (`iter::successors` computes
+        // each successor as it yields an item, so a one-block chain cost a lookup it never
+        // used; the registry is far larger than the CPU caches in trace replay).
+        let (mut next, mut left) = (Some(last), n);
+        std::iter::from_fn(move || {
+            let h = next.filter(|_| left > 0)?;
+            left -= 1;
+            next = if left == 0 { None } else { self.parent_of(h) };
+            Some(h)
         })
-        .take(n as usize)
+    }
+
+    /// The parent of a known block hash (the registry's, or replay's parent map).
+    fn parent_of(&self, h: BlockHash) -> Option<BlockHash> {
+        match self.registry.get(&h) {
+            Some(i) => Some(i.parent),
+            None => self.parents.as_ref()?.get(&h).copied(),
+        }
     }
 }
