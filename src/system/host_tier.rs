@@ -471,7 +471,11 @@ impl HostTier {
     pub fn write_content(&mut self, k: &Key, content: &[ContentTag]) {
         if let Some(e) = self.entries.get_mut(k) {
             e.content.clear();
-            e.content.extend_from_slice(content);
+            match content {
+                // One block per chunk (the common case): a push, cheaper than a slice copy.
+                [only] => e.content.push(*only),
+                _ => e.content.extend_from_slice(content),
+            }
             self.note_written(*k);
         }
     }

@@ -291,10 +291,25 @@ impl<T: Ord + Copy> RankQueue<T> {
 
     /// Entries in order, smallest first.
     pub fn iter(&self) -> Iter<'_, T> {
-        let pair: fn(&(u64, Bucket<T>)) -> (&u64, &Bucket<T>) = |(m, b)| (m, b);
-        let mut buckets = self.buckets.iter().map(pair);
-        let cur = buckets.next().map(|(m, b)| (*m, b, 0usize));
-        Iter { q: self, fi: 0, buckets, cur }
+        let (f0, f1) = self.fresh.as_slices();
+        let mut it = Iter {
+            lo: self.lo,
+            fresh: [f0, f1],
+            fi: 0,
+            buckets: &self.buckets,
+            bi: 0,
+            items: [&[], &[]],
+            ii: 0,
+            nf: None,
+            nb: None,
+        };
+        if let Some((_, b)) = self.buckets.first() {
+            let (i0, i1) = b.items.as_slices();
+            it.items = [i0, i1];
+        }
+        it.nf = it.next_fresh();
+        it.nb = it.next_bucket();
+        it
     }
 }
 
@@ -393,59 +408,76 @@ impl<T: Ord + Copy + std::hash::Hash> std::hash::Hash for RankSet<T> {
     }
 }
 
-/// In-order iterator over a [`RankQueue`].
+/// In-order iterator over a [`RankQueue`]: a merge of the fresh deque and the buckets, each
+/// read through its deque's two slices, with the next entry of each side kept.
 pub struct Iter<'a, T> {
-    q: &'a RankQueue<T>,
+    lo: u64,
+    fresh: [&'a [Option<T>]; 2],
+    /// Fresh entries read so far (live or not).
     fi: usize,
-    buckets: std::iter::Map<std::slice::Iter<'a, (u64, Bucket<T>)>, fn(&(u64, Bucket<T>)) -> (&u64, &Bucket<T>)>,
-    cur: Option<(u64, &'a Bucket<T>, usize)>,
+    buckets: &'a [(u64, Bucket<T>)],
+    /// The bucket being read and its items.
+    bi: usize,
+    items: [&'a [(i64, T, bool)]; 2],
+    ii: usize,
+    /// The next entry of each side, not yet yielded.
+    nf: Option<(Rank, T)>,
+    nb: Option<(Rank, T)>,
 }
 
 impl<T: Ord + Copy> Iter<'_, T> {
-    fn peek_fresh(&mut self) -> Option<(Rank, T)> {
-        while self.fi < self.q.fresh.len() {
-            if let Some(t) = self.q.fresh[self.fi] {
-                return Some(((self.q.lo + self.fi as u64, 0), t));
-            }
+    fn next_fresh(&mut self) -> Option<(Rank, T)> {
+        let [a, b] = self.fresh;
+        while self.fi < a.len() + b.len() {
+            let i = self.fi;
             self.fi += 1;
+            let x = if i < a.len() { a[i] } else { b[i - a.len()] };
+            if let Some(t) = x {
+                return Some(((self.lo + i as u64, 0), t));
+            }
         }
         None
     }
-    fn peek_bucket(&mut self) -> Option<(Rank, T)> {
+    fn next_bucket(&mut self) -> Option<(Rank, T)> {
         loop {
-            let (m, b, i) = self.cur?;
-            if i < b.items.len() {
-                let (minor, t, live) = b.items[i];
+            let (m, _) = self.buckets.get(self.bi)?;
+            let [a, b] = self.items;
+            while self.ii < a.len() + b.len() {
+                let i = self.ii;
+                self.ii += 1;
+                let (minor, t, live) = if i < a.len() { a[i] } else { b[i - a.len()] };
                 if live {
-                    return Some(((m, minor), t));
+                    return Some(((*m, minor), t));
                 }
-                self.cur = Some((m, b, i + 1));
-                continue;
             }
-            self.cur = self.buckets.next().map(|(m, b)| (*m, b, 0));
+            self.bi += 1;
+            self.ii = 0;
+            if let Some((_, bk)) = self.buckets.get(self.bi) {
+                let (i0, i1) = bk.items.as_slices();
+                self.items = [i0, i1];
+            }
         }
     }
 }
 
 impl<T: Ord + Copy> Iterator for Iter<'_, T> {
     type Item = (Rank, T);
+    #[inline]
     fn next(&mut self) -> Option<(Rank, T)> {
-        let f = self.peek_fresh();
-        let b = self.peek_bucket();
-        let take_fresh = match (f, b) {
+        let take_fresh = match (self.nf, self.nb) {
             (None, None) => return None,
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (Some(x), Some(y)) => x < y,
         };
         if take_fresh {
-            self.fi += 1;
-            f
+            let x = self.nf;
+            self.nf = self.next_fresh();
+            x
         } else {
-            if let Some((m, bk, i)) = self.cur {
-                self.cur = Some((m, bk, i + 1));
-            }
-            b
+            let x = self.nb;
+            self.nb = self.next_bucket();
+            x
         }
     }
 }

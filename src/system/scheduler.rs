@@ -289,12 +289,14 @@ fn schedule_waiting(
             sw.push(r);
         }
     };
+    // Parked streaming sessions are not running but hold a model-runner slot. Nothing below
+    // parks or unparks a request, so they are counted once, when first needed.
+    let mut parked: Option<usize> = None;
     while *budget > 0 {
         let from_kv = !e.kv_holding.is_empty();
         let head = if from_kv { e.kv_holding.first() } else { e.waiting.first() };
         let Some(&r) = head else { break };
-        // Parked streaming sessions are not running but hold a model-runner slot.
-        let parked = e.reqs.iter().filter(|q| q.status == Status::Parked).count();
+        let parked = *parked.get_or_insert_with(|| e.reqs.iter().filter(|q| q.status == Status::Parked).count());
         if (e.running.len() + parked) as u32 >= cfg.max_num_seqs {
             break;
         }
