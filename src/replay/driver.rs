@@ -106,8 +106,9 @@ pub struct Driver<'a> {
     ahead: Vec<(u32, RequestSpec)>,
 }
 
-/// How many rows' specs [`Driver::spec`] builds together.
-const AHEAD: usize = 4;
+/// How many rows' specs [`Driver::spec`] builds together: enough to keep the hash lanes of
+/// [`RequestSpec::new_many`] busy while prompt lengths differ.
+const AHEAD: usize = 16;
 
 impl Instance {
     fn new(model: &ReplayModel, rules: &Rules, bpc: u32, skip: &[&'static str]) -> Instance {

@@ -121,13 +121,28 @@ pub fn chain_hashes_many(seqs: &[&[Token]], block_size: u32) -> Vec<Vec<BlockHas
     let b = block_size as usize;
     let idle: Vec<Token> = vec![0; b];
     let mut out: Vec<Vec<BlockHash>> = seqs.iter().map(|t| Vec::with_capacity(t.len() / b)).collect();
-    let mut next = (0..seqs.len()).filter(|&l| seqs[l].len() >= b);
+    // Longest first, so that the lanes run out of work together (an idle lane hashes
+    // throwaway tokens alongside the others).
+    let mut order: Vec<usize> = (0..seqs.len()).filter(|&l| seqs[l].len() >= b).collect();
+    order.sort_by_key(|&l| std::cmp::Reverse(seqs[l].len() / b));
+    let mut next = order.into_iter().peekable();
     // Per lane: the sequence it hashes (None: idle, hashing throwaway tokens), its running
     // hash and its next block. A lane that finishes takes the next sequence.
     let mut lane: [Option<usize>; LANES] = std::array::from_fn(|_| next.next());
     let mut h = [NONE_HASH.0; LANES];
     let mut pos = [0usize; LANES];
     while lane.iter().any(Option::is_some) {
+        if next.peek().is_none() && lane.iter().flatten().count() == 1 {
+            // One chain left: the others would only hash throwaway tokens beside it.
+            let j = lane.iter().position(Option::is_some).expect("a lane");
+            let l = lane[j].take().expect("running");
+            let mut parent = BlockHash(h[j]);
+            for chunk in seqs[l][pos[j] * b..].chunks_exact(b) {
+                parent = BlockHash(fold_tokens(parent, chunk));
+                out[l].push(parent);
+            }
+            break;
+        }
         let run = (0..LANES).map(|j| lane[j].map_or(usize::MAX, |l| seqs[l].len() / b - pos[j])).min();
         for _ in 0..run.expect("lanes") {
             let src: [&[Token]; LANES] = std::array::from_fn(|j| match lane[j] {
