@@ -26,12 +26,13 @@ impl<T: Ord + Copy> Bucket<T> {
         self.items.binary_search_by(|(m, x, _)| (*m, *x).cmp(&(minor, t)))
     }
 
+    /// Insert; false if already present. A request's keys arrive in position order, so
+    /// most go in front (minors descend).
+    #[inline(always)]
     fn insert(&mut self, minor: i64, t: T) -> bool {
-        let front = self.items.front().map(|(m, x, _)| (*m, *x));
-        let back = self.items.back().map(|(m, x, _)| (*m, *x));
-        if front.is_none_or(|f| (minor, t) < f) {
+        if self.items.front().is_none_or(|&(m, x, _)| (minor, t) < (m, x)) {
             self.items.push_front((minor, t, true));
-        } else if back.is_some_and(|b| (minor, t) > b) {
+        } else if self.items.back().is_some_and(|&(m, x, _)| (minor, t) > (m, x)) {
             self.items.push_back((minor, t, true));
         } else {
             match self.find(minor, t) {
@@ -48,22 +49,25 @@ impl<T: Ord + Copy> Bucket<T> {
         true
     }
 
+    /// Remove; false if absent. A request's keys leave tail first, so most leave from the
+    /// front (the ends are always live: removals trim tombstones there).
+    #[inline(always)]
     fn remove(&mut self, minor: i64, t: T) -> bool {
-        let i = match self.items.front() {
-            Some((m, x, true)) if (*m, *x) == (minor, t) => 0,
-            _ => match self.find(minor, t) {
-                Ok(i) if self.items[i].2 => i,
-                _ => return false,
-            },
-        };
-        self.items[i].2 = false;
-        self.live -= 1;
-        while self.items.front().is_some_and(|e| !e.2) {
+        if self.items.front() == Some(&(minor, t, true)) {
             self.items.pop_front();
+            while self.items.front().is_some_and(|e| !e.2) {
+                self.items.pop_front();
+            }
+        } else {
+            match self.find(minor, t) {
+                Ok(i) if self.items[i].2 => self.items[i].2 = false,
+                _ => return false,
+            }
+            while self.items.back().is_some_and(|e| !e.2) {
+                self.items.pop_back();
+            }
         }
-        while self.items.back().is_some_and(|e| !e.2) {
-            self.items.pop_back();
-        }
+        self.live -= 1;
         if self.items.len() > 2 * self.live + 16 {
             self.items.retain(|e| e.2);
         }
@@ -147,13 +151,12 @@ impl<T: Ord + Copy> RankQueue<T> {
                 return true;
             }
         } else if let Some((m, b)) = self.buckets.get_mut(self.hint) {
-            // a request's next key (positions ascending, so minors descending) in front of
-            // the last bucket used (a live bucket's front is live).
-            if *m == r.0 && b.items.front().is_some_and(|&(fm, ft, _)| (r.1, t) < (fm, ft)) {
-                b.items.push_front((r.1, t, true));
-                b.live += 1;
-                self.len += 1;
-                return true;
+            // a key of the last bucket's major (a request's next key, which the bucket puts
+            // at its front: positions ascend, minors descend).
+            if *m == r.0 {
+                let ok = b.insert(r.1, t);
+                self.len += usize::from(ok);
+                return ok;
             }
         }
         self.insert_rest(r, t)
@@ -225,16 +228,12 @@ impl<T: Ord + Copy> RankQueue<T> {
                 return true;
             }
         } else if let Some((m, b)) = self.buckets.get_mut(self.hint) {
-            // the front of the last bucket used leaves (a request's keys leave tail first)
-            // and its successor is live, so the bucket stays.
-            if *m == r.0 && b.items.front() == Some(&(r.1, t, true)) && b.items.get(1).is_some_and(|e| e.2) {
-                b.items.pop_front();
-                b.live -= 1;
-                if b.items.len() > 2 * b.live + 16 {
-                    b.items.retain(|e| e.2);
-                }
-                self.len -= 1;
-                return true;
+            // a key of the last bucket used, which keeps another (so the bucket stays; a
+            // request's keys leave tail first, from the bucket's front).
+            if *m == r.0 && b.live > 1 {
+                let ok = b.remove(r.1, t);
+                self.len -= usize::from(ok);
+                return ok;
             }
         }
         self.remove_rest(r, t)

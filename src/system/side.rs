@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// A hasher for keys that are already hashes or small integers (block hashes, block ids):
-/// one multiply-xorshift per word. Side maps only; never iterated for decisions.
+/// words combined by rotation and xor, one multiply-xorshift to finish. Side maps only;
+/// never iterated for decisions.
 #[derive(Default, Clone, Copy)]
 pub struct WordHasher(u64);
 

@@ -372,7 +372,7 @@ impl Workload {
     pub fn chain_back(&self, last: BlockHash, n: u32) -> impl Iterator<Item = BlockHash> + '_ {
         // Lazily: a parent is looked up only when it is wanted (`iter::successors` computes
         // each successor as it yields an item, so a one-block chain cost a lookup it never
-        // used; the registry is far larger than the CPU caches in trace replay).
+        // used, three per stored key in trace replay).
         let (mut next, mut left) = (Some(last), n);
         std::iter::from_fn(move || {
             let h = next.filter(|_| left > 0)?;
