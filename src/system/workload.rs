@@ -103,14 +103,17 @@ impl RequestSpec {
 
 /// Hashes of every full block of `tokens`.
 pub fn chain_hashes(tokens: &[Token], block_size: u32) -> Vec<BlockHash> {
-    let b = block_size as usize;
-    let mut out = Vec::with_capacity(tokens.len() / b);
-    let mut parent = NONE_HASH;
-    for chunk in tokens.chunks_exact(b) {
+    let mut out = Vec::with_capacity(tokens.len() / block_size as usize);
+    extend_chain(&mut out, NONE_HASH, tokens, block_size);
+    out
+}
+
+/// Append to `out` the hashes of the full blocks of `tokens`, chained from `parent`.
+fn extend_chain(out: &mut Vec<BlockHash>, mut parent: BlockHash, tokens: &[Token], block_size: u32) {
+    for chunk in tokens.chunks_exact(block_size as usize) {
         parent = BlockHash(fold_tokens(parent, chunk));
         out.push(parent);
     }
-    out
 }
 
 /// [`chain_hashes`] of several sequences, with the same results. One chain is bound by the
@@ -136,11 +139,7 @@ pub fn chain_hashes_many(seqs: &[&[Token]], block_size: u32) -> Vec<Vec<BlockHas
             // One chain left: the others would only hash throwaway tokens beside it.
             let j = lane.iter().position(Option::is_some).expect("a lane");
             let l = lane[j].take().expect("running");
-            let mut parent = BlockHash(h[j]);
-            for chunk in seqs[l][pos[j] * b..].chunks_exact(b) {
-                parent = BlockHash(fold_tokens(parent, chunk));
-                out[l].push(parent);
-            }
+            extend_chain(&mut out[l], BlockHash(h[j]), &seqs[l][pos[j] * b..], block_size);
             break;
         }
         let run = (0..LANES).map(|j| lane[j].map_or(usize::MAX, |l| seqs[l].len() / b - pos[j])).min();
