@@ -70,6 +70,7 @@ pub fn engine_cache_sound(e: &Engine, b: u32) -> bool {
 }
 
 /// One entry of the cached map (`h` lists `blk`) is sound.
+#[inline(always)]
 pub fn cached_block_sound(e: &Engine, b: u32, h: BlockHash, blk: BlockId) -> bool {
     if e.pool.hash[blk as usize] != Some(h) {
         return false;

@@ -166,6 +166,7 @@ impl GpuPool {
     }
 
     /// The blocks the cached map lists under `h`.
+    #[inline(always)]
     pub fn cached_under(&self, h: &BlockHash) -> &[BlockId] {
         self.cached.get(h).map_or(&[], |v| v.as_slice())
     }
@@ -174,6 +175,7 @@ impl GpuPool {
         self.cached.len()
     }
 
+    #[inline(always)]
     fn push_tail(&mut self, b: BlockId) {
         let i = b as usize;
         self.prev[i] = self.tail;
@@ -202,6 +204,7 @@ impl GpuPool {
         self.note(b);
     }
 
+    #[inline(always)]
     fn unlink(&mut self, b: BlockId) {
         let i = b as usize;
         let (p, n) = (self.prev[i], self.next[i]);
@@ -222,6 +225,7 @@ impl GpuPool {
     }
 
     /// `get_one_block`: the first-inserted block still carrying `h`.
+    #[inline(always)]
     pub fn get_one_block(&self, h: BlockHash) -> Option<BlockId> {
         self.cached.get(&h).and_then(|v| v.first().copied())
     }
@@ -235,6 +239,7 @@ impl GpuPool {
     }
 
     /// `_maybe_evict_cached_block`: drop every cached-map entry of `b` and its hash.
+    #[inline(always)]
     fn evict_cached(&mut self, b: BlockId, ghost: &mut Ghost, ev: &mut Events) {
         if let Some(h) = self.hash[b as usize].take() {
             self.cached.update_or_remove(h, |v| {

@@ -14,7 +14,7 @@
 //! eviction-order fails when the host tier picked others.
 
 use super::host_tier::{Key, Rank};
-use super::rank_queue::RankQueue;
+use super::rank_queue::{first_n, RankQueue};
 use super::rules::HostLru;
 use super::side::Side;
 
@@ -118,6 +118,7 @@ impl RefOrder {
         }
     }
 
+    #[inline(always)]
     fn remove(&mut self, k: &Key, at: Option<&mut RefPlace>) -> Option<Rank> {
         if let Some(ix) = self.indexed.get_mut() {
             // A key without a host entry has no place: it is not listed.
@@ -134,6 +135,7 @@ impl RefOrder {
     }
 
     /// Append `k` at the end (its rank is only carried).
+    #[inline(always)]
     fn push_back(&mut self, k: Key, rank: Rank, at: Option<&mut RefPlace>) {
         if let Some(ix) = self.indexed.get_mut() {
             // A place above every other (only list policies append, and only append).
@@ -147,6 +149,7 @@ impl RefOrder {
     }
 
     /// Place `k` after every key whose rank is not above `rank` (0.33).
+    #[inline(always)]
     fn place(&mut self, k: Key, rank: Rank, at: Option<&mut RefPlace>) {
         if let Some(ix) = self.indexed.get_mut() {
             // Places of 0.33 lists are their ranks (the list is sorted by rank).
@@ -160,6 +163,7 @@ impl RefOrder {
     }
 
     /// `prepare_store` inserted `k` (write pending).
+    #[inline(always)]
     pub fn inserted(&mut self, p: HostLru, k: Key, rank: Rank, at: Option<&mut RefPlace>) {
         match p {
             HostLru::ReleaseOrder => {}
@@ -169,6 +173,7 @@ impl RefOrder {
     }
 
     /// `k` became evictable (its store or its last load completed).
+    #[inline(always)]
     pub fn released(&mut self, p: HostLru, k: Key, mut at: Option<&mut RefPlace>) {
         if p == HostLru::ReleaseOrder {
             self.remove(&k, at.as_deref_mut());
@@ -177,6 +182,7 @@ impl RefOrder {
     }
 
     /// `k` was pinned by a load.
+    #[inline(always)]
     pub fn pinned(&mut self, p: HostLru, k: Key, at: Option<&mut RefPlace>) {
         if p == HostLru::ReleaseOrder {
             self.remove(&k, at);
@@ -184,6 +190,7 @@ impl RefOrder {
     }
 
     /// A request reused resident `k` and raised it to `rank` (0.33 only).
+    #[inline(always)]
     pub fn raised(&mut self, p: HostLru, k: Key, rank: Rank, mut at: Option<&mut RefPlace>) {
         if p == HostLru::RequestRank {
             self.remove(&k, at.as_deref_mut());
@@ -193,6 +200,7 @@ impl RefOrder {
 
     /// The connector touched `k` (0.24 only; callers go through a request's keys tail first):
     /// a listed key moves to the end.
+    #[inline(always)]
     pub fn touched(&mut self, p: HostLru, k: Key, mut at: Option<&mut RefPlace>) {
         if p == HostLru::ReleaseOrder && self.remove(&k, at.as_deref_mut()).is_some() {
             self.push_back(k, (0, 0), at);
@@ -201,6 +209,7 @@ impl RefOrder {
 
     /// A finishing request re-ranked resident `k` to the fresh rank `r` (callers go through
     /// its keys tail first): the key moves to the end.
+    #[inline(always)]
     pub fn finished(&mut self, p: HostLru, k: Key, r: Rank, mut at: Option<&mut RefPlace>) {
         if p == HostLru::ReleaseOrder {
             return;
@@ -215,6 +224,7 @@ impl RefOrder {
     }
 
     /// `k` left the host tier.
+    #[inline(always)]
     pub fn evicted(&mut self, k: &Key, at: Option<&mut RefPlace>) {
         self.remove(k, at);
     }
@@ -222,7 +232,7 @@ impl RefOrder {
     /// The first `n` keys for which `eligible` holds.
     pub fn victims(&self, n: usize, eligible: impl Fn(&Key) -> bool) -> Vec<Key> {
         if let Some(ix) = self.indexed.get() {
-            return ix.by_place.iter().map(|(_, (_, k))| k).filter(|k| eligible(k)).take(n).collect();
+            return first_n(ix.by_place.iter().map(|(_, (_, k))| k), n, |k| eligible(k));
         }
         self.list.iter().map(|(k, _)| *k).filter(|k| eligible(k)).take(n).collect()
     }

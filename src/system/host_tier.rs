@@ -185,6 +185,7 @@ impl HostTier {
     pub fn entries(&self) -> KeyMapIter<'_, Key, HostEntry, RefPlace> {
         self.entries.iter()
     }
+    #[inline(always)]
     pub fn get(&self, k: &Key) -> Option<&HostEntry> {
         self.entries.get(k)
     }
@@ -207,6 +208,7 @@ impl HostTier {
         self.evictable.iter().map(|(_, k)| k).collect()
     }
 
+    #[inline(always)]
     pub fn lookup(&self, k: &Key) -> Lookup {
         match self.entries.get(k).map(|e| e.ref_cnt) {
             None => Lookup::Miss,
@@ -230,6 +232,7 @@ impl HostTier {
     }
 
     /// `k` becomes evictable (ref count reached 0).
+    #[inline(always)]
     fn release(&mut self, k: Key) {
         let fresh = (self.policy == HostLru::ReleaseOrder && self.arc.is_none()).then(|| self.fresh_rank());
         let (e, at) = self.entries.get_mut_aux(&k).expect("resident");
@@ -267,7 +270,7 @@ impl HostTier {
     }
 
     /// Give resident `k` (entry `e`) the rank `rank`.
-    #[inline]
+    #[inline(always)]
     fn rerank(evictable: &mut RankSet<Key>, e: &mut HostEntry, k: Key, rank: Rank) {
         if e.ref_cnt == 0 {
             evictable.remove(e.rank, k);
@@ -385,7 +388,7 @@ impl HostTier {
             let victims: Vec<(Rank, Key)> = if self.evict_mru {
                 self.evictable.iter_rev().filter(eligible).take(need as usize).collect()
             } else {
-                self.evictable.iter().filter(eligible).take(need as usize).collect()
+                self.evictable.first(need as usize, eligible)
             };
             if (victims.len() as u32) < need {
                 return None;
@@ -416,6 +419,7 @@ impl HostTier {
     }
 
     /// Evict evictable `k` (at rank `r`).
+    #[inline(always)]
     fn evict_one(&mut self, r: Rank, k: Key, ghost: &mut Ghost, ev: &mut Events) {
         self.evictable.remove(r, k);
         let (e, mut at) = self.entries.remove_aux(&k).expect("evictable key is resident");

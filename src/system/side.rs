@@ -287,7 +287,7 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
         self.remove_aux(k).map(|(v, _)| v)
     }
     /// Remove, returning the value and (hash form) its auxiliary value.
-    #[inline]
+    #[inline(always)]
     pub fn remove_aux(&mut self, k: &K) -> Option<(V, Option<A>)> {
         match self {
             KeyMap::Tree(m) => m.remove(k).map(|v| (v, None)),
@@ -296,7 +296,7 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
     }
     /// Apply `f` to the value under `k` (if any) and remove the entry when `f` says it is
     /// done (one lookup).
-    #[inline]
+    #[inline(always)]
     pub fn update_or_remove(&mut self, k: K, f: impl FnOnce(&mut V) -> bool) {
         match self {
             KeyMap::Tree(m) => {
@@ -316,7 +316,7 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
         }
     }
     /// The value under `k`, inserted with `V::default()` if absent.
-    #[inline]
+    #[inline(always)]
     pub fn entry_or_default(&mut self, k: K) -> &mut V
     where
         V: Default,

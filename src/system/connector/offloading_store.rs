@@ -221,7 +221,11 @@ impl OcState {
         for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
             if next.peek() == Some(&k) {
                 next.next();
-                src.extend_from_slice(&st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize]);
+                match &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize] {
+                    // One block per chunk (the common case): a push, not a slice copy.
+                    [only] => src.push(*only),
+                    blocks => src.extend_from_slice(blocks),
+                }
             }
         }
         assert!(next.peek().is_none(), "prepare_store stores a subsequence of the offer, in order");
