@@ -41,7 +41,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         if stale {
             q.stale = q.stale.saturating_sub(s.tokens as u16);
         }
-        if failed.contains(&r) || !s.samples || (stale && q.drop_stale) {
+        if (!failed.is_empty() && failed.contains(&r)) || !s.samples || (stale && q.drop_stale) {
             continue; // a dropped output, or a non-final prefill chunk (no sampled token)
         }
         // _update_request_with_output: append the sampled token, check_stop.
