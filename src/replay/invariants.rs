@@ -256,6 +256,7 @@ impl Checker {
             kind,
             ConnectorKind::None | ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake
         );
+        let props = properties(cfg);
         Checker {
             incremental,
             pins_gpu: matches!(kind, ConnectorKind::SimpleCpu | ConnectorKind::Mooncake),
@@ -266,8 +267,8 @@ impl Checker {
             b: cfg.block_size,
             bpc: cfg.offload().map_or(1, |o| o.blocks_per_chunk),
             progress_steps,
-            props: properties(cfg),
-            flag_prop: flag_props(&properties(cfg)),
+            flag_prop: flag_props(&props),
+            props,
             epoch: 0,
             watch: BTreeSet::new(),
             pair_mark: vec![PairMark::default(); n],
@@ -481,7 +482,7 @@ impl Checker {
                         ));
                     }
                 }
-                other => first(flag_violation(e, other)),
+                other => unreachable!("{other} is neither a state predicate here nor a ghost flag"),
             }
         }
         // Ghost flags: nothing to evaluate unless a transition raised a breach.

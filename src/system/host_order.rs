@@ -234,7 +234,7 @@ impl RefOrder {
         if let Some(ix) = self.indexed.get() {
             return first_n(ix.by_place.iter().map(|(_, (_, k))| k), n, |k| eligible(k));
         }
-        self.list.iter().map(|(k, _)| *k).filter(|k| eligible(k)).take(n).collect()
+        first_n(self.list.iter().map(|(k, _)| *k), n, |k| eligible(k))
     }
 
     pub fn map_majors(&mut self, f: impl Fn(u64) -> u64) {

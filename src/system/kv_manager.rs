@@ -109,7 +109,7 @@ pub fn allocate_slots(
     let n = cdiv(need_slots, b).saturating_sub(req.table.len() as u32);
     // Most calls (a decode step inside a block) need no new block.
     let new_blocks = if n == 0 { Vec::new() } else { pool.get_new_blocks(n, ghost, ev) };
-    if !new_blocks.is_empty() {
+    if n > 0 {
         req.table.extend_from_slice(&new_blocks);
         pool.note_holders(&new_blocks, &[]);
     }
