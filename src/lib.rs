@@ -1,3 +1,4 @@
+pub mod alloc;
 pub mod check;
 pub mod cli;
 pub mod conform;

@@ -4,20 +4,14 @@ use clap::Parser;
 
 /// mimalloc instead of the system allocator: replay and the checker allocate and free many
 /// small vectors per step, and glibc's malloc made both markedly slower (docs/benchmarks.md,
-/// "Round 3: the allocator").
+/// "Round 3: the allocator"). Huge pages only where a table asks (`kvmc::alloc`, "Round 8").
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// mimalloc's `mi_option_purge_delay`: the Rust crate names no constant for it, and in
-/// `mimalloc.h`'s `mi_option_e` (v3, the crate's default build; v2 alike) it comes just before
-/// `use_numa_nodes`. A test below checks that this index holds the purge delay's default.
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = libmimalloc_sys::mi_option_use_numa_nodes - 1;
+static GLOBAL: kvmc::alloc::Allocator = kvmc::alloc::Allocator;
 
 fn main() {
-    // Never hand freed memory back to the OS: a run's memory use is near its peak throughout,
-    // and purged pages came back as page faults (a fifth of the flagship check's time).
-    unsafe {
-        libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1);
+    if let Err(e) = kvmc::alloc::init() {
+        eprintln!("error: {e}");
+        std::process::exit(kvmc::error::exit::USAGE);
     }
     // Behave like other command-line tools when the reader goes away (`kvmc list | head`):
     // die quietly of SIGPIPE instead of panicking on a failed print.
@@ -39,15 +33,5 @@ fn main() {
             eprintln!("error: {e}");
             std::process::exit(e.exit_code());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// `MI_OPTION_PURGE_DELAY` names the purge delay: mimalloc v3's default for it is 1000 ms
-    /// (a crate update that renumbered the options would fail here, not silently set another).
-    #[test]
-    fn purge_delay_option_index() {
-        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY) }, 1000);
     }
 }

@@ -359,3 +359,23 @@ fn globs_skip_replay_models() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("replay-mooncake.toml:1:"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_bad_huge_page_policy_exits_2_naming_the_variable() {
+    let run = |v: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_kvmc"))
+            .args(["list"])
+            .env("KVMC_HUGE_PAGES", v)
+            .current_dir(root())
+            .output()
+            .expect("kvmc runs")
+    };
+    let o = run("sometimes");
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("KVMC_HUGE_PAGES must be all, tables or none"), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    for ok in ["all", "tables", "none", ""] {
+        let o = run(ok);
+        assert_eq!(o.status.code(), Some(0), "KVMC_HUGE_PAGES={ok:?}: {}", stderr(&o));
+    }
+}

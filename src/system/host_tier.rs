@@ -137,10 +137,12 @@ impl HostTier {
     }
 
     /// Replay: log every key whose entry changes, and keep the eviction-order reference
-    /// indexed (its list form costs O(resident keys) per update).
+    /// indexed (its list form costs O(resident keys) per update). The key map, read at random
+    /// several times per stored chunk, sits in huge pages (`crate::alloc`).
     pub fn enable_log(&mut self) {
         self.log = Side(Some(Box::default()));
-        self.entries.use_hash(self.capacity as usize);
+        let capacity = self.capacity as usize;
+        crate::alloc::huge_pages(|| self.entries.use_hash(capacity));
         self.evictable.use_queue();
         self.order.index();
     }
