@@ -2,8 +2,8 @@
 //! asks for them.
 //!
 //! `src/main.rs` installs [`Allocator`] as the global allocator and calls [`init`] first
-//! thing. The library's own tests keep the system allocator; for them [`huge_pages`] only runs
-//! its closure.
+//! thing. The library's own tests keep the system allocator, so there [`huge_pages`] changes
+//! nothing.
 //!
 //! # Why huge pages are opt-in
 //! Left to itself, mimalloc asks the kernel for transparent huge pages (`MADV_HUGEPAGE`) on
@@ -184,7 +184,8 @@ mod tests {
         assert!(!WANT_HUGE.with(Cell::get));
     }
 
-    /// The hint on a real allocation: the advised range lies inside it.
+    /// With the hint on, a large allocation is usable, zeroed when asked, and keeps its bytes
+    /// through a reallocation (the advice must never touch the caller's memory).
     #[test]
     fn advice_on_a_large_allocation() {
         let size = HUGE_MIN + 123;
