@@ -33,7 +33,7 @@ use super::ghost::{Breach, Ghost, Mark};
 use super::host_arc::ArcLists;
 use super::host_order::{RefOrder, RefPlace};
 use super::pos_map::PosMap;
-use super::rank_queue::RankSet;
+use super::rank_queue::{first_n, RankSet};
 use super::rules::HostLru;
 use super::side::{HostLog, KeyMap, KeyMapIter, Side};
 use super::types::{BlockHash, ContentTag, Contents};
@@ -388,7 +388,7 @@ impl HostTier {
             }
             let eligible = |(_, k): &(Rank, Key)| !protected(k);
             let victims: Vec<(Rank, Key)> = if self.evict_mru {
-                self.evictable.iter_rev().filter(eligible).take(need as usize).collect()
+                first_n(self.evictable.iter_rev(), need as usize, eligible)
             } else {
                 self.evictable.first(need as usize, eligible)
             };

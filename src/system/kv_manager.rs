@@ -108,11 +108,14 @@ pub fn allocate_slots(
     // allocate_new_blocks up to need_slots.
     let n = cdiv(need_slots, b).saturating_sub(req.table.len() as u32);
     // Most calls (a decode step inside a block) need no new block.
-    let new_blocks = if n == 0 { Vec::new() } else { pool.get_new_blocks(n, ghost, ev) };
-    if n > 0 {
+    let new_blocks = if n == 0 {
+        Vec::new()
+    } else {
+        let new_blocks = pool.get_new_blocks(n, ghost, ev);
         req.table.extend_from_slice(&new_blocks);
         pool.note_holders(&new_blocks, &[]);
-    }
+        new_blocks
+    };
     if a.delay_cache && k.rules.delay_cache_async_loads {
         return Some(new_blocks);
     }
