@@ -237,6 +237,37 @@ fn a_violation_is_written_as_a_scenario_the_checker_reruns() {
     assert_eq!(full.status.code(), Some(10), "{}", stderr(&full));
 }
 
+/// Replay runs with events off, so a ghost-flag property's verdict alone only names the
+/// flag; the export's re-run of the last action tells what the transition saw, in the text
+/// report and in JSON.
+#[test]
+fn a_ghost_flag_violation_says_what_the_transition_saw() {
+    let d = tempdir("flag-detail");
+    let trace = write(&d, "sessions.jsonl", &session_trace(3, 2));
+    let model = write(&d, "model.toml", &session_model(true).replace("host_chunks = 4096", "host_chunks = 16"));
+    let run = |out: &str, json: bool| {
+        let out = d.join(out);
+        let mut args =
+            vec!["replay", trace.to_str().unwrap(), "--model", model.to_str().unwrap(), "--variant", "mut-evict-mru"];
+        args.extend(["--out", out.to_str().unwrap()]);
+        if json {
+            args.extend(["--format", "json"]);
+        }
+        kvmc(&args)
+    };
+    let o = run("text", false);
+    assert_eq!(o.status.code(), Some(10), "{}{}", stdout(&o), stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("VIOLATED: eviction-order (engine 0, step 61, action 64): victim 1 of 8 is L1.0 where the 0.33 request-rank order names L1.11; the host tier evicts [L1.0,"), "{text}");
+    assert!(!text.contains("raised inside a transition"), "{text}");
+    let j = run("json", true);
+    assert_eq!(j.status.code(), Some(10), "{}", stderr(&j));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&j)).unwrap();
+    assert_eq!(v["violation"]["property"], "eviction-order");
+    let detail = v["violation"]["detail"].as_str().unwrap();
+    assert!(detail.starts_with("victim 1 of 8 is L1.0 where") && detail.ends_with("L1.5,L1.4]"), "{detail}");
+}
+
 /// Replay (with its change logs and incremental checks on) finds what the checker found:
 /// source-freshness (a ghost flag raised in the worker) and mirror-table (compared
 /// incrementally in replay).

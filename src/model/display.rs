@@ -131,17 +131,34 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         Event::Finished { req, reason } => format!("{} finishes ({})", n(req), reason.as_str()),
         Event::Freed { req, blocks } => format!("{} frees {blocks:?}", n(req)),
         Event::Violation { property, detail } => format!("VIOLATION {property}: {detail}"),
-        Event::WrongVictims { got, want, policy } => format!(
-            "VIOLATION eviction-order: the host tier evicts [{}]; the {} order names [{}]",
-            keys(got),
-            match policy {
+        Event::WrongVictims { got, want, policy } => {
+            let order = match policy {
                 crate::system::rules::HostLru::ReleaseOrder => "0.24 release",
                 crate::system::rules::HostLru::InsertRank => "0.32 insert-rank",
                 crate::system::rules::HostLru::RequestRank => "0.33 request-rank",
-            },
-            keys(want)
-        ),
+            };
+            // Where the two lists part first, so that a cut story still says it.
+            let i = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+            let name = |ks: &[BlockHash]| ks.get(i).map_or("nothing".to_string(), |k| label(scope, *k));
+            format!(
+                "VIOLATION eviction-order: victim {} of {} is {} where the {order} order names {}; the host tier \
+                 evicts [{}]; the order names [{}]",
+                i + 1,
+                got.len().max(want.len()),
+                name(got),
+                name(want),
+                keys(got),
+                keys(want)
+            )
+        }
     })
+}
+
+/// What the events of one step say about a violation of `property`, if they name it (a
+/// transition that raised a ghost flag tells why in an event; state predicates have none).
+pub fn violation_text(scope: &Scope, events: &[Event], property: &str) -> Option<String> {
+    let prefix = format!("VIOLATION {property}: ");
+    events.iter().filter_map(|e| event_text(scope, e)).find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
 }
 
 /// One step as a story line: what happened, in order.

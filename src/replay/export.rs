@@ -6,14 +6,17 @@
 //!
 //! Steps that changed nothing are left out (the checker has no such transition), found by
 //! re-running the history through the checker's model; the re-run also confirms the
-//! violation.
+//! violation, and its last action, run once more with events on, tells what a ghost-flag
+//! property saw (replay runs with events off, so its own verdict only names the flag).
 
 use super::driver::{Act, Driver, Found};
 use super::trace::Trace;
 use super::Finding;
+use crate::model::display;
 use crate::model::scope::Scope;
 use crate::model::{Action, KvModel};
 use crate::props;
+use crate::system::events::Events;
 use crate::system::types::Token;
 use crate::system::{ConnectorConfig, Direction, EngineConfig, LoadFailurePolicy};
 use stateright::Model;
@@ -95,23 +98,29 @@ pub fn write(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: O
         explorable: !d.inst[f.engine].log.contains(&Act::StepStoresDrain),
     };
     match build(d, f, profile, variant, out) {
-        Ok((m, s, note)) => {
-            finding.model_file = Some(m);
-            finding.scenario_file = Some(s);
-            finding.note = note;
+        Ok(b) => {
+            finding.model_file = Some(b.model);
+            finding.scenario_file = Some(b.scenario);
+            finding.note = b.note;
+            if let Some(detail) = b.detail {
+                finding.detail = detail;
+            }
         }
         Err(why) => finding.note = Some(why),
     }
     finding
 }
 
-fn build(
-    d: &Driver,
-    f: &Found,
-    profile: &str,
-    variant: Option<&str>,
-    out: Option<&Path>,
-) -> Result<(PathBuf, PathBuf, Option<String>), String> {
+/// What [`build`] wrote and learnt.
+struct Built {
+    model: PathBuf,
+    scenario: PathBuf,
+    note: Option<String>,
+    /// The violation as the last action's events tell it, if they do.
+    detail: Option<String>,
+}
+
+fn build(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Option<&Path>) -> Result<Built, String> {
     let inst = &d.inst[f.engine];
     let trace = d.trace;
     let reqs = requests(trace, &inst.arrived);
@@ -151,12 +160,15 @@ fn build(
     let scope = Arc::new(scope);
     let defs: Vec<_> =
         props::CATALOGUE.iter().filter(|p| p.kind == props::Kind::Always && props::applies(p, &scope.cfg)).collect();
-    let model = KvModel::new(scope, Some(profile), variant, defs)?;
+    let model = KvModel::new(scope.clone(), Some(profile), variant, defs)?;
     let pos: BTreeMap<u32, u16> = inst.arrived.iter().enumerate().map(|(i, &r)| (r, i as u16)).collect();
     let mut s = model.init();
     let mut labels: Vec<String> = Vec::new();
     let mut note = None;
-    for act in &inst.log[..inst.log.len().min(f.action as usize)] {
+    let acts = &inst.log[..inst.log.len().min(f.action as usize)];
+    // The state before the last action, and that action (to run it again with events on).
+    let mut last = None;
+    for (i, act) in acts.iter().enumerate() {
         let a = match act {
             Act::Arrive(r) => Action::Arrive(pos[r]),
             Act::Step => Action::Step,
@@ -164,6 +176,9 @@ fn build(
             Act::Done(Direction::Store) => Action::TransferDone(Direction::Store),
             Act::Done(Direction::Load) => Action::TransferDone(Direction::Load),
         };
+        if i + 1 == acts.len() {
+            last = Some((s.clone(), a));
+        }
         match model.next_state(&s, a) {
             Some(n) => {
                 labels.push(model.format_action(&a));
@@ -177,10 +192,16 @@ fn build(
             }
         }
     }
+    let mut detail = None;
     if note.is_none() {
         let def = props::find(&f.violation.property).ok_or("unknown property")?;
         if (def.check)(&model, &s) {
             note = Some("re-run through the checker's model, the scenario does not violate it (a kvmc bug)".into());
+        } else if let Some((before, a)) = last {
+            let mut ev = Events::on();
+            if model.apply(&before.engine, a, &mut ev, true).is_some() {
+                detail = display::violation_text(&scope, &ev.list, &f.violation.property);
+            }
         }
     }
     let mut sc = String::new();
@@ -202,5 +223,5 @@ fn build(
     sc.push_str("]\n");
     write_atomic(&model_path, &m).map_err(|e| format!("{}: {e}", model_path.display()))?;
     write_atomic(&scen_path, &sc).map_err(|e| format!("{}: {e}", scen_path.display()))?;
-    Ok((model_path, scen_path, note))
+    Ok(Built { model: model_path, scenario: scen_path, note, detail })
 }

@@ -97,7 +97,7 @@ fn flag_props(props: &[&str]) -> Vec<bool> {
 fn flag_violation(e: &Engine, name: &'static str) -> Option<Violation> {
     let hit = flag_of(name).is_some_and(|bs| bs.iter().any(|b| e.ghost.has(*b)));
     if hit {
-        v(name, "raised inside a transition (see the events before it)")
+        v(name, "raised inside a transition (re-running the scenario shows its events)")
     } else {
         None
     }

@@ -121,7 +121,12 @@ pub fn text(o: &Outcome) -> String {
             let _ = writeln!(
                 s,
                 "  {:<26} VIOLATED: {} (engine {}, step {}, action {}): {}",
-                "", f.property, f.engine, f.step, f.action, f.detail
+                "",
+                f.property,
+                f.engine,
+                f.step,
+                f.action,
+                cut(&f.detail, 480) // JSON has it whole
             );
             if let (Some(m), Some(sc)) = (&f.model_file, &f.scenario_file) {
                 let _ = writeln!(s, "  {:<26} history written: {} and {}", "", m.display(), sc.display());
@@ -271,6 +276,18 @@ pub fn scenario_text(o: &ScenarioOutcome, verbose: bool) -> String {
     s
 }
 
+/// `t` cut to at most `n` bytes (at a character boundary), saying how much was left out.
+fn cut(t: &str, n: usize) -> String {
+    if t.len() <= n {
+        return t.to_string();
+    }
+    let mut end = n;
+    while !t.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} ... ({} more characters)", &t[..end], t.len() - end)
+}
+
 /// A step of a large engine can tell thousands of events (every block a finish frees, every
 /// hash an allocation evicts). Without `--verbose` a long story keeps its first events and
 /// every violation note, each cut to a readable length, and says how many it left out.
@@ -280,16 +297,6 @@ pub fn abridge(story: &str) -> String {
     if story.len() <= LONG {
         return story.to_string();
     }
-    let cut = |t: &str, n: usize| -> String {
-        if t.len() <= n {
-            return t.to_string();
-        }
-        let mut end = n;
-        while !t.is_char_boundary(end) {
-            end -= 1;
-        }
-        format!("{} ... ({} more characters)", &t[..end], t.len() - end)
-    };
     let items: Vec<&str> = story.split("; ").collect();
     let mut kept = Vec::new();
     let mut left = 0usize;
