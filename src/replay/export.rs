@@ -194,13 +194,13 @@ fn build(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Optio
     }
     let mut detail = None;
     if note.is_none() {
-        let def = props::find(&f.violation.property).ok_or("unknown property")?;
+        let def = props::find(f.violation.property).ok_or("unknown property")?;
         if (def.check)(&model, &s) {
             note = Some("re-run through the checker's model, the scenario does not violate it (a kvmc bug)".into());
         } else if let Some((before, a)) = last {
             let mut ev = Events::on();
             if model.apply(&before.engine, a, &mut ev, true).is_some() {
-                detail = display::violation_text(&scope, &ev.list, &f.violation.property);
+                detail = display::violation_text(&scope, &ev.list, f.violation.property);
             }
         }
     }

@@ -88,10 +88,13 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         }
     }
     // Stopped running requests leave `running`; stopped preempted ones (stale output) leave
-    // the waiting queues; sessions that continue are enqueued again, in output order.
-    e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-    e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-    e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+    // the waiting queues; sessions that continue are enqueued again, in output order. (Most
+    // steps stop nothing: the queues are walked only when something stopped.)
+    if !stopped.is_empty() {
+        e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+        e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+        e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+    }
     for r in continuing {
         enqueue_waiting(e, r);
     }
