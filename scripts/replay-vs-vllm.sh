@@ -4,7 +4,8 @@
 # (docs/benchmarks.md, "The speed target").
 #
 #   scripts/replay-vs-vllm.sh            # about 13 minutes on 2 cores; prints the ratio
-#   scripts/replay-vs-vllm.sh 300        # the first 300 requests only (a minute)
+#   scripts/replay-vs-vllm.sh 300        # the first 300 requests only: a minute, to check
+#                                        # the setup (fixed costs dominate both sides there)
 #
 # vLLM's side is tests/conformance/vllm/scheduler_replay.py (real Scheduler, KVCacheManager,
 # OffloadingConnector scheduler and worker sides; model and copies faked), run once, from the
@@ -68,10 +69,16 @@ echo "replay-vs-vllm: vLLM's scheduler side over $(basename "$trace"), $what" >&
 "${pin_vllm[@]}" "$venv/bin/python" tests/conformance/vllm/scheduler_replay.py --trace "$trace" --limit "$limit" \
   --json-out "$work/vllm.json" >"$work/vllm.out" 2>"$work/vllm.err" &
 vllm_pid=$!
+# Whatever ends this script (an interrupt, a failed kvmc run) ends the vLLM run too.
+trap 'kill "$vllm_pid" 2>/dev/null || true' EXIT
+kvmc_failed() {
+  echo "replay-vs-vllm: kvmc's replay failed; see $work/kvmc.json" >&2
+  exit 1
+}
 if [ ${#pin_kvmc[@]} -gt 0 ]; then
   sleep 5
   while kill -0 "$vllm_pid" 2>/dev/null; do
-    kvmc_once
+    kvmc_once || kvmc_failed
     sleep 20
   done
 fi
@@ -80,7 +87,7 @@ if ! wait "$vllm_pid"; then
   exit 1
 fi
 if [ ${#pin_kvmc[@]} -eq 0 ]; then
-  for _ in 1 2 3 4 5; do kvmc_once; done
+  for _ in 1 2 3 4 5; do kvmc_once || kvmc_failed; done
 fi
 
 python3 - "$work" "$limit" <<'EOF'
