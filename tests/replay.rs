@@ -448,6 +448,8 @@ mod representations {
         Insert((u64, i64), u8),
         Remove(usize),
         Fresh(u8),
+        /// A request rank drawn after the fresh ranks so far: (next + 1, -position).
+        Late(i64, u8),
     }
 
     fn qop() -> impl Strategy<Value = QOp> {
@@ -455,6 +457,7 @@ mod representations {
             ((0u64..12, -6i64..2), 0u8..6).prop_map(|(r, k)| QOp::Insert(r, k)),
             (0usize..64).prop_map(QOp::Remove),
             (0u8..6).prop_map(QOp::Fresh),
+            (1i64..6, 0u8..6).prop_map(|(p, k)| QOp::Late(p, k)),
         ]
     }
 
@@ -533,6 +536,7 @@ mod representations {
                         next += 1 + u64::from(k % 3);
                         prop_assert_eq!(q.insert((next, 0), k), s.insert(((next, 0), k)));
                     }
+                    QOp::Late(p, k) => prop_assert_eq!(q.insert((next + 1, -p), k), s.insert(((next + 1, -p), k))),
                     QOp::Remove(i) => {
                         if let Some(&x) = s.iter().nth(i % (s.len().max(1))) {
                             prop_assert!(q.remove(x.0, x.1));
@@ -543,6 +547,13 @@ mod representations {
                 }
                 prop_assert_eq!(q.len(), s.len());
                 prop_assert_eq!(q.iter().collect::<Vec<_>>(), s.iter().copied().collect::<Vec<_>>());
+                // Victim picks: the fresh-run fast path agrees with the ordered set.
+                for n in [1, 3, 64] {
+                    for keep in [|_: &((u64, i64), u8)| true, |e: &((u64, i64), u8)| e.1 % 3 != 0] {
+                        let want: Vec<_> = s.iter().copied().filter(|e| keep(e)).take(n).collect();
+                        prop_assert_eq!(q.first(n, keep), want);
+                    }
+                }
             }
         }
 

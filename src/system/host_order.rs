@@ -229,10 +229,11 @@ impl RefOrder {
         self.remove(k, at);
     }
 
-    /// The first `n` keys for which `eligible` holds.
+    /// The first `n` keys for which `eligible` holds (a pure predicate: the indexed form may
+    /// ask it twice about a key).
     pub fn victims(&self, n: usize, eligible: impl Fn(&Key) -> bool) -> Vec<Key> {
         if let Some(ix) = self.indexed.get() {
-            return first_n(ix.by_place.iter().map(|(_, (_, k))| k), n, |k| eligible(k));
+            return ix.by_place.first(n, |(_, (_, k))| eligible(k)).into_iter().map(|(_, (_, k))| k).collect();
         }
         first_n(self.list.iter().map(|(k, _)| *k), n, |k| eligible(k))
     }

@@ -279,6 +279,42 @@ impl<T: Ord + Copy> RankQueue<T> {
         true
     }
 
+    /// The first `n` entries for which `keep` holds, smallest first: what
+    /// `first_n(self.iter(), n, keep)` gives. A store's victims are nearly always fresh
+    /// entries below every bucket entry; those are read straight from the fresh deque's two
+    /// slices, without the merge. Reaching a bucket entry sends the pick to the merged
+    /// iterator, from the start, so `keep` must be a pure predicate (it is asked again).
+    pub fn first(&self, n: usize, mut keep: impl FnMut(&(Rank, T)) -> bool) -> Vec<(Rank, T)> {
+        let mut out = Vec::with_capacity(n);
+        if n == 0 {
+            return out;
+        }
+        // The smallest bucket entry: the first live item of the bucket of the smallest major.
+        let bound =
+            self.buckets.first().and_then(|(m, b)| b.items.iter().find(|e| e.2).map(|&(minor, t, _)| ((*m, minor), t)));
+        let (f0, f1) = self.fresh.as_slices();
+        let mut major = self.lo;
+        for x in f0.iter().chain(f1) {
+            if let Some(t) = *x {
+                let e = ((major, 0), t);
+                if bound.is_some_and(|b| b < e) {
+                    return first_n(self.iter(), n, keep);
+                }
+                if keep(&e) {
+                    out.push(e);
+                    if out.len() == n {
+                        return out;
+                    }
+                }
+            }
+            major += 1;
+        }
+        if bound.is_none() {
+            return out;
+        }
+        first_n(self.iter(), n, keep)
+    }
+
     /// Where the bucket of `major` is (Ok) or would go (Err).
     #[inline]
     fn bucket(&self, major: u64) -> Result<usize, usize> {
@@ -375,11 +411,12 @@ impl<T: Ord + Copy> RankSet<T> {
     }
     /// The first `n` entries, smallest first, for which `keep` holds (fewer if there are not
     /// that many): `iter().filter(keep).take(n)` without the boxed iterator's call per entry
-    /// (a store's victims are picked here, thousands per step in replay).
+    /// (a store's victims are picked here, thousands per step in replay). `keep` must be a
+    /// pure predicate ([`RankQueue::first`] may ask it twice about an entry).
     pub fn first(&self, n: usize, keep: impl FnMut(&(Rank, T)) -> bool) -> Vec<(Rank, T)> {
         match self {
             RankSet::Tree(s) => first_n(s.iter().copied(), n, keep),
-            RankSet::Queue(q) => first_n(q.iter(), n, keep),
+            RankSet::Queue(q) => q.first(n, keep),
         }
     }
     /// Entries in reverse order (largest first).
