@@ -15,7 +15,8 @@
 # virtual machine in the same state (its speed drifts by a third within an hour). With one
 # core, vLLM runs first and kvmc five times after it.
 #
-# Prints vLLM's CPU seconds, kvmc's CPU seconds per run and their median, and the ratio.
+# Prints vLLM's CPU seconds, the median and range of kvmc's CPU seconds over its runs, and
+# the ratio.
 # Both sides must report the same engine steps, or the script exits 1. Traces come from
 # ../shared/traces unless KVMC_TRACES names another directory; the work files go to
 # target/replay-vs-vllm/.
