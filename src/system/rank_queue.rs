@@ -289,9 +289,10 @@ impl<T: Ord + Copy> RankQueue<T> {
         if n == 0 {
             return out;
         }
-        // The smallest bucket entry: the first live item of the bucket of the smallest major.
+        // The smallest bucket entry: the first live item of the first bucket that has one (the
+        // bucket of the smallest major: a bucket leaves the queue with its last live item).
         let bound =
-            self.buckets.first().and_then(|(m, b)| b.items.iter().find(|e| e.2).map(|&(minor, t, _)| ((*m, minor), t)));
+            self.buckets.iter().find_map(|(m, b)| b.items.iter().find(|e| e.2).map(|&(minor, t, _)| ((*m, minor), t)));
         let (f0, f1) = self.fresh.as_slices();
         let mut major = self.lo;
         for x in f0.iter().chain(f1) {
