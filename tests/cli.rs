@@ -53,6 +53,23 @@ fn explicit_variant_run_exits_10_with_a_story() {
     assert!(out.contains("VIOLATION source-freshness"), "{out}");
 }
 
+/// A ghost-flag property's counterexample says in its last step why the flag was raised
+/// (load-safety's breaches carry an event too, as the other flags' do).
+#[test]
+fn a_load_safety_counterexample_names_the_read() {
+    let o = kvmc(&[
+        "check",
+        "models/restart-recompute.toml",
+        "--variant",
+        "mut-no-touch-dequeue",
+        "--property",
+        "load-safety",
+    ]);
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("VIOLATION load-safety: C reads block 2 while a load is still writing it"), "{out}");
+}
+
 #[test]
 fn explicit_run_of_a_holding_model_exits_0() {
     let o = kvmc(&["check", "models/restart-recompute.toml"]);

@@ -427,6 +427,13 @@ impl HostTier {
         let (e, mut at) = self.entries.remove_aux(&k).expect("evictable key is resident");
         if e.ref_cnt != 0 {
             ghost.breach(Breach::EvictedPinned);
+            let (slot, rc) = (e.slot, e.ref_cnt);
+            ev.emit(|| Event::Violation {
+                property: "load-safety",
+                detail: format!(
+                    "the host tier evicts the chunk in slot {slot} with ref count {rc} (pinned or being written)"
+                ),
+            });
         }
         self.num_evictable -= 1;
         self.free_list.push(e.slot);

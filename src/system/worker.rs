@@ -262,6 +262,10 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                 };
                 if loading.contains(&blk) {
                     e.ghost.breach(Breach::UnsafeLoad);
+                    ev.emit(|| Event::Violation {
+                        property: "load-safety",
+                        detail: format!("{} reads block {blk} while a load is still writing it", spec.name),
+                    });
                 }
                 if !tag_serves(view, spec, i as usize, need, b) {
                     let want = ctx.wl.label(spec.hashes.get(i as usize).copied().unwrap_or_default());
@@ -291,6 +295,11 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         e.pool.set_content(w.block, tag);
         if loading.contains(&w.block) {
             e.ghost.breach(Breach::UnsafeLoad);
+            let (blk, name) = (w.block, &ctx.wl.spec(w.req, e.reqs[w.req as usize].turn).name);
+            ev.emit(|| Event::Violation {
+                property: "load-safety",
+                detail: format!("{name} writes block {blk} while a load is still writing it"),
+            });
         }
         if let Connector::SimpleCpu(sc) = &mut e.conn {
             sc_conn::forward_write(sc, w.block, &mut e.ghost, ev);

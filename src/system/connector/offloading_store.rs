@@ -241,6 +241,10 @@ impl OcState {
         if has_async_load {
             // vLLM asserts every other job of the request is a store or a sync load.
             ghost.breach(Breach::UnsafeLoad);
+            ev.emit(|| Event::Violation {
+                property: "load-safety",
+                detail: format!("store job {id} created while {}'s async load is in flight", spec.name),
+            });
         }
         st.transfer_jobs.push(id);
         if finished {

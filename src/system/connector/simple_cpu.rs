@@ -316,6 +316,10 @@ impl ScState {
         if self.reqs[r as usize].load.is_some() {
             // vLLM asserts `self._reqs_to_load.get(req_id) is None`.
             ghost.breach(Breach::UnsafeLoad);
+            ev.emit(|| Event::Violation {
+                property: "load-safety",
+                detail: format!("a load for request {r} is prepared while its previous load is still registered"),
+            });
         }
         ghost.mark(Mark::HostHit);
         let _ = ev;
