@@ -134,7 +134,7 @@ fn host_lru_033_evicts_tails_of_older_requests_first() {
     assert_eq!(t.eviction_order(), vec![h(3), h(2), h(1)]);
     // a pinned key is never a victim; a store that cannot make room changes nothing
     let mut r3 = acc();
-    t.prepare_load(&[(h(3), 2)], &mut r3, &mut g);
+    t.prepare_load(&[(h(3), 2)], &mut r3, &mut g, &mut ev);
     let out = t.prepare_store(&[(h(4), 2)], &mut r3, &mut g, &mut ev).unwrap();
     assert_eq!(out.evicted, vec![h(2)]);
     assert_eq!(out.slots, vec![1], "the victim's slot is reused");
@@ -153,7 +153,7 @@ fn host_complete_load_twice_is_a_breach() {
     let mut r = acc();
     t.prepare_store(&[(h(1), 2)], &mut r, &mut g, &mut ev).unwrap();
     t.complete_store(&[h(1)], &mut g, &mut ev);
-    t.prepare_load(&[(h(1), 2)], &mut r, &mut g);
+    t.prepare_load(&[(h(1), 2)], &mut r, &mut g, &mut ev);
     t.complete_load(&[h(1)], &mut g);
     assert_eq!(g.violations, 0);
     t.complete_load(&[h(1)], &mut g);
@@ -179,7 +179,7 @@ fn host_lru_victim_order_per_policy() {
         orders.push(t.eviction_order());
         t.touch(&k); // 0.24's connector touches R's keys (a no-op for the rank policies)
         orders.push(t.eviction_order());
-        t.prepare_load(&[(k[1], 2)], &mut q, &mut g); // Q reuses R's chunk 1
+        t.prepare_load(&[(k[1], 2)], &mut q, &mut g, &mut ev); // Q reuses R's chunk 1
         t.complete_load(&[k[1]], &mut g);
         orders.push(t.eviction_order());
         t.on_request_finished(&mut r);

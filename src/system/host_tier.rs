@@ -518,9 +518,15 @@ impl HostTier {
 
     /// `prepare_load(keys)`: pin ready keys; returns their chunk slots. Loading a key that is
     /// absent or write-pending is a load-safety breach (vLLM asserts).
-    pub fn prepare_load(&mut self, keys: &[(Key, u32)], acc: &mut ReqAccess, ghost: &mut Ghost) -> Vec<u32> {
+    pub fn prepare_load(
+        &mut self,
+        keys: &[(Key, u32)],
+        acc: &mut ReqAccess,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) -> Vec<u32> {
         let mut slots = Vec::with_capacity(keys.len());
-        for (k, _) in keys {
+        for &(ref k, end) in keys {
             match self.entries.get_mut_aux(k) {
                 Some((e, at)) if e.ref_cnt >= 0 => {
                     if e.ref_cnt == 0 {
@@ -540,6 +546,12 @@ impl HostTier {
                 }
                 _ => {
                     ghost.breach(Breach::UnsafeLoad);
+                    ev.emit(|| Event::Violation {
+                        property: "load-safety",
+                        detail: format!(
+                            "a load reads the host chunk ending at token {end}, which is absent or still being written"
+                        ),
+                    });
                     slots.push(u32::MAX);
                 }
             }

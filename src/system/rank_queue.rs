@@ -294,8 +294,7 @@ impl<T: Ord + Copy> RankQueue<T> {
         let bound =
             self.buckets.iter().find_map(|(m, b)| b.items.iter().find(|e| e.2).map(|&(minor, t, _)| ((*m, minor), t)));
         let (f0, f1) = self.fresh.as_slices();
-        let mut major = self.lo;
-        for x in f0.iter().chain(f1) {
+        for (major, x) in (self.lo..).zip(f0.iter().chain(f1)) {
             if let Some(t) = *x {
                 let e = ((major, 0), t);
                 if bound.is_some_and(|b| b < e) {
@@ -308,7 +307,6 @@ impl<T: Ord + Copy> RankQueue<T> {
                     }
                 }
             }
-            major += 1;
         }
         if bound.is_none() {
             return out;

@@ -315,18 +315,8 @@ impl OcState {
         let dst: Vec<BlockId> = req.table[load_start as usize..num_gpu_blocks as usize].to_vec();
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
         st.cursor = num_chunks; // CHUNK_LEVEL: hit chunks are not offered again.
-        let slots = self.host.prepare_load(&keys, &mut self.reqs[r as usize].as_mut().unwrap().access, ghost);
+        let slots = self.host.prepare_load(&keys, &mut self.reqs[r as usize].as_mut().unwrap().access, ghost, ev);
         let id = self.new_job_id();
-        if slots.contains(&u32::MAX) {
-            // prepare_load found keys that are absent or still being written.
-            let bad: Vec<usize> = slots.iter().enumerate().filter(|(_, &s)| s == u32::MAX).map(|(i, _)| i).collect();
-            ev.emit(|| Event::Violation {
-                property: "load-safety",
-                detail: format!(
-                    "load job {id} reads host chunks {bad:?} of its hit that are absent or still being written"
-                ),
-            });
-        }
         let st = self.reqs[r as usize].as_mut().unwrap();
         if !st.transfer_jobs.is_empty() {
             // vLLM asserts `not req_status.transfer_jobs` here (#46014).

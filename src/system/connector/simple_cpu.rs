@@ -322,7 +322,6 @@ impl ScState {
             });
         }
         ghost.mark(Mark::HostHit);
-        let _ = ev;
         self.reqs[r as usize].load = Some(ScLoad { gpu, cpu, event: None, finished: false });
     }
 
