@@ -13,3 +13,4 @@ mod roundtrip;
 mod rows;
 mod simple_cpu;
 mod system;
+mod tables;

@@ -9,7 +9,7 @@ use std::fmt;
 
 mod table;
 mod variants;
-pub use table::{RuleRow, RULE_ROWS};
+pub use table::{RuleRow, RuleValue, Rules, RULE_ROWS};
 pub use variants::VARIANTS;
 
 /// The store watermark of a finished request (OffloadingConnectorScheduler._build_store_jobs).
@@ -61,126 +61,6 @@ pub enum Cut {
     FromStart,
     /// From `blk(s) + 1` (off by one).
     AfterStart,
-}
-
-/// Every switch on which profiles and variants differ.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct Rules {
-    /// `BlockPool.touch` removes a ref-0 hit block from the free queue.
-    pub touch_dequeues: bool,
-    /// `allocate_slots` caches only up to the scheduled end (`min(total + new, num_tokens)`),
-    /// not every full block whose hash is known.
-    pub cache_scheduled_only: bool,
-    /// `allocate_slots(delay_cache_blocks=True)` for async loads.
-    pub delay_cache_async_loads: bool,
-    /// No admission from `waiting` in a step that preempted (Scheduler.schedule).
-    pub no_admission_after_preempt: bool,
-    /// Not in vLLM: under `recompute`, also evict the invalid blocks' hashes (a fix for GP S10).
-    pub evict_invalid_on_recompute: bool,
-    /// An async load is admitted only if it leaves the blocks in-flight prefills still need
-    /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
-    pub reserve_for_async_loads: bool,
-    /// The reservation leaves out the request being admitted (not in vLLM: a request whose
-    /// async load failed from its first block stays in `_inflight_prefills` and reserves its
-    /// own remaining blocks when it is admitted again).
-    pub reserve_excludes_self: bool,
-    /// A full block table delivered as new-request data replaces the connector's mirror
-    /// (`yield_req_data`'s `is_full_table`, #60810). Before 0.33 the flag meant "preempted"
-    /// and was false for new-request entries, so a resumed streaming session's full table was
-    /// appended to the mirror.
-    pub full_table_resets_mirror: bool,
-    /// `get_num_new_matched_tokens` resets the store cursor to 0 (#63010).
-    pub cursor_reset_on_lookup: bool,
-    /// `get_num_new_matched_tokens` returns None while the request has transfers in flight (#46014).
-    pub inflight_lookup_guard: bool,
-    /// A write-pending key (HIT_PENDING) counts and defers the lookup (None); when false the
-    /// scan stops at it like a miss, keeping the hits before it.
-    pub pending_lookup_defers: bool,
-    /// `build_connector_meta` flushes the stores of preempted requests (#29870).
-    pub flush_preempted_stores: bool,
-    /// Store watermark for finished requests other than aborted ones.
-    pub finish_watermark: FinishWatermark,
-    /// FINISHED_ERROR uses `num_computed_tokens` as its watermark, like ABORTED (#63937).
-    pub error_watermark_computed: bool,
-    /// Advance the store cursor when `prepare_store` returns None (#27697's bug).
-    pub cursor_advance_on_store_failure: bool,
-    /// Process a completed job twice (a worker reporting it twice is not ignored).
-    pub double_complete: bool,
-    /// The host tier's eviction order.
-    pub host_lru: HostLru,
-    /// ARC's `evict` falls back to T1 when T2 has no candidate (0.32+; 0.24 returns None).
-    pub arc_t1_fallback: bool,
-    /// ARC trims its ghost lists to the capacity after an eviction (false: a mutation).
-    pub arc_ghost_trim: bool,
-    /// Not in vLLM: prepare_store evicts from the most recently used end (a negative control
-    /// for eviction-order).
-    pub evict_mru: bool,
-    /// The store cursor only moves forward (`max`, 0.32+); 0.24 assigns the watermark's chunk.
-    pub cursor_monotonic: bool,
-    /// `_build_store_jobs` also visits requests finished since the last step (0.32+).
-    pub visit_finished: bool,
-    /// Host hits within the budget load synchronously, before the forward pass (0.33).
-    pub sync_loads: bool,
-    // --- SimpleCPUOffloadConnector (`v1/simple_kv_offload/manager.py`) ---
-    /// `build_connector_meta` resets the mirror and store cursor of every request in
-    /// `preempted_req_ids` (0.32+; 0.24 reset only on MRV1's resumed flag).
-    pub scpu_reset_on_preempt: bool,
-    /// `request_finished_all_groups` queues a finish-time store of the confirmed blocks above
-    /// the cursor (`_queue_finished_eager_store`, 0.32+; 0.24 had none).
-    pub scpu_finish_flush: bool,
-    /// An eager scan that finds a block already cached in the CPU pool (a GPU-side hit) moves
-    /// that CPU block to the MRU end of the free queue (#62444; 0.33 skips it unchanged).
-    pub scpu_refresh_on_gpu_hit: bool,
-    /// A store registers the hash stamped on the CPU block at prep (0.24) instead of the GPU
-    /// block's hash read at completion (0.32+).
-    pub scpu_hash_at_prep: bool,
-    /// `get_num_new_matched_tokens` pins the CPU hit blocks until `update_state_after_alloc`.
-    pub scpu_lookup_pins: bool,
-    /// A lookup first drops the pin left by an earlier lookup of the same request.
-    pub scpu_drop_stale_pin: bool,
-    /// `update_state_after_alloc` pins the CPU blocks it loads until the load completes.
-    pub scpu_load_pins: bool,
-    /// Stores pin (touch) their GPU source blocks until the store completes.
-    pub scpu_store_pins_gpu: bool,
-    /// Mutation: a store registers its CPU block under the hash at prep, before the copy lands.
-    pub scpu_register_at_prep: bool,
-    /// A completed store frees its CPU blocks in transfer order, head (prefix) first.
-    pub scpu_release_head_first: bool,
-    /// Router replay: the emit-start rule.
-    pub aux_emit: EmitStart,
-    /// Router replay, 0.33: the scheduler retains rows of GPU-cached blocks, caps local hits at
-    /// `max_cache_hit` and refuses external hits whose rows are not retained.
-    pub aux_retain: bool,
-    /// Router replay, prime-rl: the load clamp.
-    pub aux_clamp: Option<Clamp>,
-    /// The clamp exempts requests resumed after preemption (the PR text says so; the code at
-    /// prime-rl 8052d448 does not).
-    pub aux_clamp_exempts_resumed: bool,
-    /// Router replay, prime-rl: the loaded-block cut of local prefix hits.
-    pub aux_cut: Option<Cut>,
-    /// Router replay, prime-rl: a first capture that starts mid-block is not buffered
-    /// (`skip_remote_prefill_partial_block`).
-    pub aux_partial_skip: bool,
-    /// MooncakeStoreConnector: a save job references (touches) the request's blocks until
-    /// the worker reports it (`_reference_save_blocks`).
-    pub mc_save_pins: bool,
-    /// NixlConnector, host-buffer mode: a step's save set also holds the block that straddles
-    /// the request's chunked-prefill boundary (partly written by the previous step, completed
-    /// by this one), also when the step allocates no new block (#59102, open upstream: false in
-    /// every profile, `fix-59102`). Without it only the step's newly allocated block ids are
-    /// copied to the host buffer.
-    pub nixl_resave_partial: bool,
-    /// Variant: the row store evicts referenced rows too.
-    pub aux_store_evicts_live: bool,
-    /// Mutation: the worker also emits the row of the last sampled token.
-    pub aux_emit_last_token: bool,
-    /// Mutation: prime-rl's load limit trims the connector's answer in the scheduler, after
-    /// `get_num_new_matched_tokens` returned, instead of inside it (the Mooncake wrapper, C3,
-    /// rewrites the connector's LoadSpec; a trim from outside leaves it stale).
-    pub aux_clamp_in_core: bool,
-    /// Mutation: 0.33's `cap_external_hit` trims the external hit to the retained prefix
-    /// instead of refusing it (all or nothing).
-    pub aux_cap_trims: bool,
 }
 
 /// A released rule set.

@@ -1,6 +1,12 @@
-//! The rules table: every switch, what it decides, and how to print its value (docs/rules.md).
+//! The rules table: every switch, what it decides, the vLLM code or change behind it, and how
+//! its value prints (docs/rules.md, `kvmc list --rules`, `Display for Rules`).
+//!
+//! One definition: [`rules_table!`] declares each switch once, with its doc, its type and its
+//! row, and expands to both the [`Rules`] struct and [`RULE_ROWS`], so a switch without a row
+//! (or a row without a switch) cannot compile. Add a switch here, then give it a value in
+//! every profile (`super::vllm_033` and the profiles built on it).
 
-use super::{Clamp, Cut, EmitStart, FinishWatermark, HostLru, Rules};
+use super::{Clamp, Cut, EmitStart, FinishWatermark, HostLru};
 
 /// One row of the rules table: a switch, what it decides, and its value per profile.
 pub struct RuleRow {
@@ -10,281 +16,208 @@ pub struct RuleRow {
     pub value: fn(&Rules) -> String,
 }
 
-pub const RULE_ROWS: &[RuleRow] = &[
-    RuleRow {
-        name: "touch_dequeues",
-        what: "prefix hit removes a free block from the free queue",
-        upstream: "BlockPool.touch",
-        value: |r| r.touch_dequeues.to_string(),
-    },
-    RuleRow {
-        name: "cache_scheduled_only",
-        what: "blocks are cached only up to the scheduled end",
-        upstream: "KVCacheManager.allocate_slots",
-        value: |r| r.cache_scheduled_only.to_string(),
-    },
-    RuleRow {
-        name: "delay_cache_async_loads",
-        what: "async-load blocks are cached only when the load lands",
-        upstream: "allocate_slots(delay_cache_blocks)",
-        value: |r| r.delay_cache_async_loads.to_string(),
-    },
-    RuleRow {
-        name: "no_admission_after_preempt",
-        what: "no admission in a step that preempted",
-        upstream: "Scheduler.schedule",
-        value: |r| r.no_admission_after_preempt.to_string(),
-    },
-    RuleRow {
-        name: "reserve_for_async_loads",
-        what: "async loads leave room for in-flight prefills",
-        upstream: "Scheduler._inflight_prefill_reserved_blocks",
-        value: |r| r.reserve_for_async_loads.to_string(),
-    },
-    RuleRow {
-        name: "reserve_excludes_self",
-        what: "an async load's reservation leaves out the request itself",
-        upstream: "(proposed)",
-        value: |r| r.reserve_excludes_self.to_string(),
-    },
-    RuleRow {
-        name: "evict_invalid_on_recompute",
-        what: "recompute policy evicts invalid blocks' hashes",
-        upstream: "(proposed)",
-        value: |r| r.evict_invalid_on_recompute.to_string(),
-    },
-    RuleRow {
-        name: "cursor_reset_on_lookup",
-        what: "store cursor reset to 0 at lookup",
-        upstream: "#63010",
-        value: |r| r.cursor_reset_on_lookup.to_string(),
-    },
-    RuleRow {
-        name: "inflight_lookup_guard",
-        what: "lookup waits while transfers are in flight",
-        upstream: "#46014",
-        value: |r| r.inflight_lookup_guard.to_string(),
-    },
-    RuleRow {
-        name: "pending_lookup_defers",
-        what: "a write-pending key defers the lookup (HIT_PENDING)",
-        upstream: "LookupResult.HIT_PENDING",
-        value: |r| r.pending_lookup_defers.to_string(),
-    },
-    RuleRow {
-        name: "flush_preempted_stores",
-        what: "preempted requests' stores are flushed",
-        upstream: "#29870",
-        value: |r| r.flush_preempted_stores.to_string(),
-    },
-    RuleRow {
-        name: "finish_watermark",
-        what: "store watermark of a finished request",
-        upstream: "#54288",
-        value: |r| match r.finish_watermark {
+/// How a switch's value reads in the rules table.
+pub trait RuleValue {
+    fn show(&self) -> String;
+}
+
+impl RuleValue for bool {
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl RuleValue for FinishWatermark {
+    fn show(&self) -> String {
+        match self {
             FinishWatermark::NumTokens => "num_tokens".into(),
             FinishWatermark::PromptOrTokensMinusOne => "max(prompt, num_tokens-1)".into(),
-        },
-    },
-    RuleRow {
-        name: "error_watermark_computed",
-        what: "error finish stores only computed tokens",
-        upstream: "#63937",
-        value: |r| r.error_watermark_computed.to_string(),
-    },
-    RuleRow {
-        name: "cursor_advance_on_store_failure",
-        what: "cursor advances when prepare_store fails",
-        upstream: "#27697",
-        value: |r| r.cursor_advance_on_store_failure.to_string(),
-    },
-    RuleRow {
-        name: "double_complete",
-        what: "a job completion is processed twice",
-        upstream: "(mutation)",
-        value: |r| r.double_complete.to_string(),
-    },
-    RuleRow {
-        name: "full_table_resets_mirror",
-        what: "a new-request full table replaces the connector's mirror",
-        upstream: "#60810",
-        value: |r| r.full_table_resets_mirror.to_string(),
-    },
-    RuleRow {
-        name: "host_lru",
-        what: "host-tier eviction order",
-        upstream: "#51787, #61050",
-        value: |r| match r.host_lru {
+        }
+    }
+}
+
+impl RuleValue for HostLru {
+    fn show(&self) -> String {
+        match self {
             HostLru::ReleaseOrder => "release order + touch".into(),
             HostLru::InsertRank => "insert rank".into(),
             HostLru::RequestRank => "request rank".into(),
-        },
-    },
-    RuleRow {
-        name: "arc_t1_fallback",
-        what: "ARC evicts from T1 when T2 has no candidate (else the store is refused)",
-        upstream: "ARCCachePolicy.evict (0.32)",
-        value: |r| r.arc_t1_fallback.to_string(),
-    },
-    RuleRow {
-        name: "arc_ghost_trim",
-        what: "ARC trims B1/B2 to the capacity after an eviction",
-        upstream: "ARCCachePolicy.evict",
-        value: |r| r.arc_ghost_trim.to_string(),
-    },
-    RuleRow {
-        name: "cursor_monotonic",
-        what: "store cursor only moves forward",
-        upstream: "OffloadingConnectorScheduler.advance_stored_idx",
-        value: |r| r.cursor_monotonic.to_string(),
-    },
-    RuleRow {
-        name: "visit_finished",
-        what: "finished requests get a last store",
-        upstream: "_build_store_jobs(finished_req_ids)",
-        value: |r| r.visit_finished.to_string(),
-    },
-    RuleRow {
-        name: "sync_loads",
-        what: "host hits within the budget load synchronously",
-        upstream: "_reserve_sync_load",
-        value: |r| r.sync_loads.to_string(),
-    },
-    RuleRow {
-        name: "mc_save_pins",
-        what: "Mooncake save jobs reference their GPU blocks until done",
-        upstream: "MooncakeStoreScheduler._reference_save_blocks",
-        value: |r| r.mc_save_pins.to_string(),
-    },
-    RuleRow {
-        name: "nixl_resave_partial",
-        what: "NIXL host buffer re-saves the block straddling a chunk boundary",
-        upstream: "#59102",
-        value: |r| r.nixl_resave_partial.to_string(),
-    },
-    RuleRow {
-        name: "aux_emit",
-        what: "router replay: emit start",
-        upstream: "AuxOutputSchedulerConnector",
-        value: |r| match r.aux_emit {
+        }
+    }
+}
+
+impl RuleValue for EmitStart {
+    fn show(&self) -> String {
+        match self {
             EmitStart::V031 => "max(s, ...)".into(),
             EmitStart::V033 => "max(min(s, prompt), ...)".into(),
-        },
-    },
-    RuleRow {
-        name: "aux_retain",
-        what: "router replay: rows retained, external hits gated",
-        upstream: "max_cache_hit / cap_external_hit",
-        value: |r| r.aux_retain.to_string(),
-    },
-    RuleRow {
-        name: "aux_clamp",
-        what: "router replay: external loads clamped below start",
-        upstream: "prime-rl _routed_experts_load_limit",
-        value: |r| match r.aux_clamp {
+        }
+    }
+}
+
+impl RuleValue for Option<Clamp> {
+    fn show(&self) -> String {
+        match self {
             None => "none".into(),
             Some(Clamp::Floor) => "block_floor(s)".into(),
             Some(Clamp::Ceil) => "block_ceil(s)".into(),
-        },
-    },
-    RuleRow {
-        name: "aux_cut",
-        what: "router replay: local hits cut at the first loaded block",
-        upstream: "prime-rl _first_loaded_block",
-        value: |r| match r.aux_cut {
+        }
+    }
+}
+
+impl RuleValue for Option<Cut> {
+    fn show(&self) -> String {
+        match self {
             None => "none".into(),
             Some(Cut::FromStart) => "from blk(s)".into(),
             Some(Cut::AfterStart) => "from blk(s)+1".into(),
-        },
-    },
-    RuleRow {
-        name: "aux_partial_skip",
-        what: "router replay: mid-block first capture not buffered",
-        upstream: "prime-rl skip_remote_prefill_partial_block",
-        value: |r| r.aux_partial_skip.to_string(),
-    },
-    RuleRow {
-        name: "aux_store_evicts_live",
-        what: "row store evicts referenced rows",
-        upstream: "(variant)",
-        value: |r| r.aux_store_evicts_live.to_string(),
-    },
-    RuleRow {
-        name: "aux_clamp_in_core",
-        what: "router replay: the load limit trims the connector's answer afterwards",
-        upstream: "(mutation)",
-        value: |r| r.aux_clamp_in_core.to_string(),
-    },
-    RuleRow {
-        name: "aux_cap_trims",
-        what: "router replay: cap_external_hit trims instead of refusing",
-        upstream: "(mutation)",
-        value: |r| r.aux_cap_trims.to_string(),
-    },
-    RuleRow {
-        name: "evict_mru",
-        what: "evict the most recently used key",
-        upstream: "(mutation)",
-        value: |r| r.evict_mru.to_string(),
-    },
-    RuleRow {
-        name: "scpu_reset_on_preempt",
-        what: "SimpleCPU resets a preempted request's mirror and cursor",
-        upstream: "preempted_req_ids (0.32)",
-        value: |r| r.scpu_reset_on_preempt.to_string(),
-    },
-    RuleRow {
-        name: "scpu_finish_flush",
-        what: "SimpleCPU stores confirmed blocks when a request finishes",
-        upstream: "_queue_finished_eager_store (0.32)",
-        value: |r| r.scpu_finish_flush.to_string(),
-    },
-    RuleRow {
-        name: "scpu_refresh_on_gpu_hit",
-        what: "SimpleCPU refreshes a CPU block found already cached",
-        upstream: "#62444",
-        value: |r| r.scpu_refresh_on_gpu_hit.to_string(),
-    },
-    RuleRow {
-        name: "scpu_hash_at_prep",
-        what: "SimpleCPU registers the hash stamped at store prep",
-        upstream: "_process_store_completion (0.32)",
-        value: |r| r.scpu_hash_at_prep.to_string(),
-    },
-    RuleRow {
-        name: "scpu_lookup_pins",
-        what: "SimpleCPU lookup pins its hit blocks",
-        upstream: "get_num_new_matched_tokens",
-        value: |r| r.scpu_lookup_pins.to_string(),
-    },
-    RuleRow {
-        name: "scpu_drop_stale_pin",
-        what: "SimpleCPU lookup drops the request's earlier pin",
-        upstream: "get_num_new_matched_tokens",
-        value: |r| r.scpu_drop_stale_pin.to_string(),
-    },
-    RuleRow {
-        name: "scpu_load_pins",
-        what: "SimpleCPU pins the CPU blocks of a load",
-        upstream: "update_state_after_alloc",
-        value: |r| r.scpu_load_pins.to_string(),
-    },
-    RuleRow {
-        name: "scpu_store_pins_gpu",
-        what: "SimpleCPU stores pin their GPU source blocks",
-        upstream: "_prepare_eager_store_specs (touch)",
-        value: |r| r.scpu_store_pins_gpu.to_string(),
-    },
-    RuleRow {
-        name: "scpu_register_at_prep",
-        what: "SimpleCPU registers a CPU block before its copy lands",
-        upstream: "(mutation)",
-        value: |r| r.scpu_register_at_prep.to_string(),
-    },
-    RuleRow {
-        name: "scpu_release_head_first",
-        what: "SimpleCPU frees a transfer's CPU blocks head first",
-        upstream: "_process_store_completion",
-        value: |r| r.scpu_release_head_first.to_string(),
-    },
-];
+        }
+    }
+}
+
+/// `doc; name: type => "what it decides", "vLLM code or change";` for every switch, in the
+/// table's order: defines [`Rules`] (one field per switch) and [`RULE_ROWS`] (one row each).
+macro_rules! rules_table {
+    ($($(#[doc = $doc:literal])* $name:ident: $ty:ty => $what:literal, $upstream:literal;)*) => {
+        /// Every switch on which profiles and variants differ (the rows of [`RULE_ROWS`]).
+        #[derive(Clone, PartialEq, Eq, Hash, Debug)]
+        pub struct Rules {
+            $($(#[doc = $doc])* pub $name: $ty,)*
+        }
+
+        pub const RULE_ROWS: &[RuleRow] = &[
+            $(RuleRow {
+                name: stringify!($name),
+                what: $what,
+                upstream: $upstream,
+                value: |r| RuleValue::show(&r.$name),
+            },)*
+        ];
+    };
+}
+
+rules_table! {
+    /// `BlockPool.touch` removes a ref-0 hit block from the free queue.
+    touch_dequeues: bool => "prefix hit removes a free block from the free queue", "BlockPool.touch";
+    /// `allocate_slots` caches only up to the scheduled end (`min(total + new, num_tokens)`),
+    /// not every full block whose hash is known.
+    cache_scheduled_only: bool => "blocks are cached only up to the scheduled end", "KVCacheManager.allocate_slots";
+    /// `allocate_slots(delay_cache_blocks=True)` for async loads.
+    delay_cache_async_loads: bool
+        => "async-load blocks are cached only when the load lands", "allocate_slots(delay_cache_blocks)";
+    /// No admission from `waiting` in a step that preempted (Scheduler.schedule).
+    no_admission_after_preempt: bool => "no admission in a step that preempted", "Scheduler.schedule";
+    /// An async load is admitted only if it leaves the blocks in-flight prefills still need
+    /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
+    reserve_for_async_loads: bool
+        => "async loads leave room for in-flight prefills", "Scheduler._inflight_prefill_reserved_blocks";
+    /// The reservation leaves out the request being admitted (not in vLLM: a request whose
+    /// async load failed from its first block stays in `_inflight_prefills` and reserves its
+    /// own remaining blocks when it is admitted again).
+    reserve_excludes_self: bool => "an async load's reservation leaves out the request itself", "(proposed)";
+    /// Not in vLLM: under `recompute`, also evict the invalid blocks' hashes (a fix for GP S10).
+    evict_invalid_on_recompute: bool => "recompute policy evicts invalid blocks' hashes", "(proposed)";
+    /// `get_num_new_matched_tokens` resets the store cursor to 0 (#63010).
+    cursor_reset_on_lookup: bool => "store cursor reset to 0 at lookup", "#63010";
+    /// `get_num_new_matched_tokens` returns None while the request has transfers in flight (#46014).
+    inflight_lookup_guard: bool => "lookup waits while transfers are in flight", "#46014";
+    /// A write-pending key (HIT_PENDING) counts and defers the lookup (None); when false the
+    /// scan stops at it like a miss, keeping the hits before it.
+    pending_lookup_defers: bool => "a write-pending key defers the lookup (HIT_PENDING)", "LookupResult.HIT_PENDING";
+    /// `build_connector_meta` flushes the stores of preempted requests (#29870).
+    flush_preempted_stores: bool => "preempted requests' stores are flushed", "#29870";
+    /// Store watermark for finished requests other than aborted ones.
+    finish_watermark: FinishWatermark => "store watermark of a finished request", "#54288";
+    /// FINISHED_ERROR uses `num_computed_tokens` as its watermark, like ABORTED (#63937).
+    error_watermark_computed: bool => "error finish stores only computed tokens", "#63937";
+    /// Advance the store cursor when `prepare_store` returns None (#27697's bug).
+    cursor_advance_on_store_failure: bool => "cursor advances when prepare_store fails", "#27697";
+    /// Process a completed job twice (a worker reporting it twice is not ignored).
+    double_complete: bool => "a job completion is processed twice", "(mutation)";
+    /// A full block table delivered as new-request data replaces the connector's mirror
+    /// (`yield_req_data`'s `is_full_table`, #60810). Before 0.33 the flag meant "preempted"
+    /// and was false for new-request entries, so a resumed streaming session's full table was
+    /// appended to the mirror.
+    full_table_resets_mirror: bool => "a new-request full table replaces the connector's mirror", "#60810";
+    /// The host tier's eviction order.
+    host_lru: HostLru => "host-tier eviction order", "#51787, #61050";
+    /// ARC's `evict` falls back to T1 when T2 has no candidate (0.32+; 0.24 returns None).
+    arc_t1_fallback: bool
+        => "ARC evicts from T1 when T2 has no candidate (else the store is refused)", "ARCCachePolicy.evict (0.32)";
+    /// ARC trims its ghost lists to the capacity after an eviction (false: a mutation).
+    arc_ghost_trim: bool => "ARC trims B1/B2 to the capacity after an eviction", "ARCCachePolicy.evict";
+    /// The store cursor only moves forward (`max`, 0.32+); 0.24 assigns the watermark's chunk.
+    cursor_monotonic: bool => "store cursor only moves forward", "OffloadingConnectorScheduler.advance_stored_idx";
+    /// `_build_store_jobs` also visits requests finished since the last step (0.32+).
+    visit_finished: bool => "finished requests get a last store", "_build_store_jobs(finished_req_ids)";
+    /// Host hits within the budget load synchronously, before the forward pass (0.33).
+    sync_loads: bool => "host hits within the budget load synchronously", "_reserve_sync_load";
+    /// MooncakeStoreConnector: a save job references (touches) the request's blocks until
+    /// the worker reports it (`_reference_save_blocks`).
+    mc_save_pins: bool
+        => "Mooncake save jobs reference their GPU blocks until done", "MooncakeStoreScheduler._reference_save_blocks";
+    /// NixlConnector, host-buffer mode: a step's save set also holds the block that straddles
+    /// the request's chunked-prefill boundary (partly written by the previous step, completed
+    /// by this one), also when the step allocates no new block (#59102, open upstream: false in
+    /// every profile, `fix-59102`). Without it only the step's newly allocated block ids are
+    /// copied to the host buffer.
+    nixl_resave_partial: bool => "NIXL host buffer re-saves the block straddling a chunk boundary", "#59102";
+    /// Router replay: the emit-start rule.
+    aux_emit: EmitStart => "router replay: emit start", "AuxOutputSchedulerConnector";
+    /// Router replay, 0.33: the scheduler retains rows of GPU-cached blocks, caps local hits at
+    /// `max_cache_hit` and refuses external hits whose rows are not retained.
+    aux_retain: bool => "router replay: rows retained, external hits gated", "max_cache_hit / cap_external_hit";
+    /// Router replay, prime-rl: the load clamp.
+    aux_clamp: Option<Clamp>
+        => "router replay: external loads clamped below start", "prime-rl _routed_experts_load_limit";
+    /// The clamp exempts requests resumed after preemption (the PR text says so; the code at
+    /// prime-rl 8052d448 does not).
+    aux_clamp_exempts_resumed: bool
+        => "router replay: the load clamp exempts requests resumed after preemption", "prime-rl PR text (not its code)";
+    /// Router replay, prime-rl: the loaded-block cut of local prefix hits.
+    aux_cut: Option<Cut> => "router replay: local hits cut at the first loaded block", "prime-rl _first_loaded_block";
+    /// Router replay, prime-rl: a first capture that starts mid-block is not buffered
+    /// (`skip_remote_prefill_partial_block`).
+    aux_partial_skip: bool
+        => "router replay: mid-block first capture not buffered", "prime-rl skip_remote_prefill_partial_block";
+    /// Variant: the row store evicts referenced rows too.
+    aux_store_evicts_live: bool => "row store evicts referenced rows", "(variant)";
+    /// Mutation: the worker also emits the row of the last sampled token.
+    aux_emit_last_token: bool => "router replay: the worker also emits the last sampled token's row", "(mutation)";
+    /// Mutation: prime-rl's load limit trims the connector's answer in the scheduler, after
+    /// `get_num_new_matched_tokens` returned, instead of inside it (the Mooncake wrapper, C3,
+    /// rewrites the connector's LoadSpec; a trim from outside leaves it stale).
+    aux_clamp_in_core: bool => "router replay: the load limit trims the connector's answer afterwards", "(mutation)";
+    /// Mutation: 0.33's `cap_external_hit` trims the external hit to the retained prefix
+    /// instead of refusing it (all or nothing).
+    aux_cap_trims: bool => "router replay: cap_external_hit trims instead of refusing", "(mutation)";
+    /// Not in vLLM: prepare_store evicts from the most recently used end (a negative control
+    /// for eviction-order).
+    evict_mru: bool => "evict the most recently used key", "(mutation)";
+    /// `build_connector_meta` resets the mirror and store cursor of every request in
+    /// `preempted_req_ids` (0.32+; 0.24 reset only on MRV1's resumed flag).
+    scpu_reset_on_preempt: bool
+        => "SimpleCPU resets a preempted request's mirror and cursor", "preempted_req_ids (0.32)";
+    /// `request_finished_all_groups` queues a finish-time store of the confirmed blocks above
+    /// the cursor (`_queue_finished_eager_store`, 0.32+; 0.24 had none).
+    scpu_finish_flush: bool
+        => "SimpleCPU stores confirmed blocks when a request finishes", "_queue_finished_eager_store (0.32)";
+    /// An eager scan that finds a block already cached in the CPU pool (a GPU-side hit) moves
+    /// that CPU block to the MRU end of the free queue (#62444; 0.33 skips it unchanged).
+    scpu_refresh_on_gpu_hit: bool => "SimpleCPU refreshes a CPU block found already cached", "#62444";
+    /// A store registers the hash stamped on the CPU block at prep (0.24) instead of the GPU
+    /// block's hash read at completion (0.32+).
+    scpu_hash_at_prep: bool => "SimpleCPU registers the hash stamped at store prep", "_process_store_completion (0.32)";
+    /// `get_num_new_matched_tokens` pins the CPU hit blocks until `update_state_after_alloc`.
+    scpu_lookup_pins: bool => "SimpleCPU lookup pins its hit blocks", "get_num_new_matched_tokens";
+    /// A lookup first drops the pin left by an earlier lookup of the same request.
+    scpu_drop_stale_pin: bool => "SimpleCPU lookup drops the request's earlier pin", "get_num_new_matched_tokens";
+    /// `update_state_after_alloc` pins the CPU blocks it loads until the load completes.
+    scpu_load_pins: bool => "SimpleCPU pins the CPU blocks of a load", "update_state_after_alloc";
+    /// Stores pin (touch) their GPU source blocks until the store completes.
+    scpu_store_pins_gpu: bool => "SimpleCPU stores pin their GPU source blocks", "_prepare_eager_store_specs (touch)";
+    /// Mutation: a store registers its CPU block under the hash at prep, before the copy lands.
+    scpu_register_at_prep: bool => "SimpleCPU registers a CPU block before its copy lands", "(mutation)";
+    /// A completed store frees its CPU blocks in transfer order, head (prefix) first.
+    scpu_release_head_first: bool => "SimpleCPU frees a transfer's CPU blocks head first", "_process_store_completion";
+}
