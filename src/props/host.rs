@@ -54,7 +54,22 @@ fn integrity_simple_cpu(b: u32, sc: &ScState) -> bool {
 
 /// The ARC lists of an OffloadingConnector run with `eviction_policy = "arc"`.
 pub fn arc(s: &KvState) -> Option<&ArcLists> {
-    s.engine.conn.offloading().and_then(|oc| oc.host.arc.as_deref())
+    engine_arc(&s.engine)
+}
+
+/// Guard `reach-arc-t2`: ARC's T2 (keys hit again since they entered) holds a key.
+pub fn engine_arc_t2(e: &Engine) -> bool {
+    engine_arc(e).is_some_and(|a| !a.t2.is_empty())
+}
+
+/// Guard `reach-arc-ghost-hit`: a ghost hit (B1 or B2) has moved ARC's target.
+pub fn engine_arc_ghost_hit(e: &Engine) -> bool {
+    engine_arc(e).is_some_and(|a| a.target.get() != 0.0)
+}
+
+/// The ARC lists of an engine whose OffloadingConnector runs `eviction_policy = "arc"`.
+fn engine_arc(e: &Engine) -> Option<&ArcLists> {
+    e.conn.offloading().and_then(|oc| oc.host.arc.as_deref())
 }
 
 /// `arc-bounds`: the ARC lists agree with the host entries and stay within their bounds

@@ -11,6 +11,7 @@ mod progress;
 use crate::model::{KvModel, KvState};
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::{Breach, Mark};
+use crate::system::Engine;
 use stateright::Property;
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -29,212 +30,167 @@ pub struct PropDef {
     pub offload_only: bool,
     /// Only meaningful with router replay on.
     pub rows_only: bool,
+    /// What the verdict is read from; `check` is built from it (every driver reads this).
+    pub source: Source,
+    /// The checker's predicate (stateright's `Property` takes a function pointer).
     pub check: fn(&KvModel, &KvState) -> bool,
 }
 
+/// Where a property's verdict comes from: the one place that ties a ghost flag or mark to its
+/// property. The checker evaluates `check` (made from it by the catalogue's macros); replay
+/// reads the flags and marks directly (src/replay/invariants.rs) and evaluates state
+/// predicates from the engine's change logs.
+#[derive(Copy, Clone, Debug)]
+pub enum Source {
+    /// A predicate over the whole state (`check`).
+    State,
+    /// Sticky ghost breaches raised inside transitions: violated once any of them is raised.
+    Breaches(&'static [Breach]),
+    /// A reachability guard: the last transition raised this ghost mark.
+    Mark(Mark),
+    /// A reachability guard over the engine's state alone.
+    Engine(fn(&Engine) -> bool),
+}
+
+impl PropDef {
+    /// The ghost breaches behind a flag property (None: not a flag property).
+    pub fn breaches(&self) -> Option<&'static [Breach]> {
+        match self.source {
+            Source::Breaches(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The ghost mark behind a guard (None: not a mark guard).
+    pub fn mark(&self) -> Option<Mark> {
+        match self.source {
+            Source::Mark(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// Is this a predicate over the whole state (rather than a ghost flag or mark)?
+    pub fn is_state_predicate(&self) -> bool {
+        matches!(self.source, Source::State)
+    }
+}
+
+/// `offload` / `rows` / nothing: the entry's (offload_only, rows_only).
+macro_rules! needs {
+    () => {
+        (false, false)
+    };
+    (offload) => {
+        (true, false)
+    };
+    (rows) => {
+        (false, true)
+    };
+}
+
+/// An always-property given by a state predicate.
+macro_rules! state {
+    ($name:literal, $f:path $(, $needs:ident)?) => {
+        PropDef {
+            name: $name,
+            kind: Kind::Always,
+            offload_only: needs!($($needs)?).0,
+            rows_only: needs!($($needs)?).1,
+            source: Source::State,
+            check: $f,
+        }
+    };
+}
+
+/// An always-property given by ghost breaches: it fails once any of them is raised.
+macro_rules! flag {
+    ($name:literal, [$($b:expr),+] $(, $needs:ident)?) => {
+        PropDef {
+            name: $name,
+            kind: Kind::Always,
+            offload_only: needs!($($needs)?).0,
+            rows_only: needs!($($needs)?).1,
+            source: Source::Breaches(&[$($b),+]),
+            check: |_, s| !(false $(|| s.engine.ghost.has($b))+),
+        }
+    };
+}
+
+/// A reachability guard given by a ghost mark of the last transition.
 macro_rules! mark {
-    ($name:literal, $m:expr, $offload:expr) => {
+    ($name:literal, $m:expr $(, $needs:ident)?) => {
         PropDef {
             name: $name,
             kind: Kind::Sometimes,
-            offload_only: $offload,
-            rows_only: false,
+            offload_only: needs!($($needs)?).0,
+            rows_only: needs!($($needs)?).1,
+            source: Source::Mark($m),
             check: |_, s| s.engine.ghost.marked($m),
         }
     };
 }
 
+/// A reachability guard given by a predicate over the engine.
+macro_rules! guard {
+    ($name:literal, $f:path $(, $needs:ident)?) => {
+        PropDef {
+            name: $name,
+            kind: Kind::Sometimes,
+            offload_only: needs!($($needs)?).0,
+            rows_only: needs!($($needs)?).1,
+            source: Source::Engine($f),
+            check: |_, s| $f(&s.engine),
+        }
+    };
+}
+
 pub const CATALOGUE: &[PropDef] = &[
-    PropDef { name: "g1-accounting", kind: Kind::Always, offload_only: false, rows_only: false, check: g1::accounting },
-    PropDef {
-        name: "g1-cache-sound",
-        kind: Kind::Always,
-        offload_only: false,
-        rows_only: false,
-        check: g1::cache_sound,
-    },
-    PropDef {
-        name: "kv-read-integrity",
-        kind: Kind::Always,
-        offload_only: false,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::BadRead),
-    },
-    PropDef {
-        name: "host-integrity",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: host::integrity,
-    },
-    PropDef {
-        name: "source-freshness",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::StaleSource),
-    },
-    PropDef {
-        name: "load-safety",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::UnsafeLoad) && !s.engine.ghost.has(Breach::EvictedPinned),
-    },
-    PropDef {
-        name: "host-accounting",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: host::accounting,
-    },
-    PropDef {
-        name: "mirror-table",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::MirrorMismatch),
-    },
-    PropDef {
-        name: "store-coverage",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::CoverageLoss),
-    },
-    PropDef {
-        name: "eviction-order",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: eviction::eviction_order,
-    },
-    PropDef { name: "arc-bounds", kind: Kind::Always, offload_only: true, rows_only: false, check: host::arc_bounds },
-    PropDef {
-        name: "final-store-kept",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::FinalStoreLost),
-    },
-    PropDef {
-        name: "rows-present",
-        kind: Kind::Always,
-        offload_only: false,
-        rows_only: true,
-        check: |_, s| !s.engine.ghost.has(Breach::RowsMissing),
-    },
-    PropDef {
-        name: "rows-exact",
-        kind: Kind::Always,
-        offload_only: false,
-        rows_only: true,
-        check: |_, s| !s.engine.ghost.has(Breach::RowsInexact),
-    },
-    PropDef {
-        name: "start-anchored",
-        kind: Kind::Always,
-        offload_only: false,
-        rows_only: true,
-        check: |_, s| !s.engine.ghost.has(Breach::StartNotAnchored),
-    },
-    PropDef {
-        name: "connector-assert",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::ConnectorAssert),
-    },
-    PropDef {
-        name: "handoff-integrity",
-        kind: Kind::Always,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| !s.engine.ghost.has(Breach::PdStaleSend),
-    },
-    PropDef {
-        name: "requests-finish",
-        kind: Kind::Always,
-        offload_only: false,
-        rows_only: false,
-        check: progress::requests_finish,
-    },
-    mark!("reach-g1-hit", Mark::G1Hit, false),
-    mark!("reach-g1-eviction", Mark::G1Eviction, false),
-    mark!("reach-preemption", Mark::Preemption, false),
-    mark!("reach-abort", Mark::Abort, false),
-    mark!("reach-error-finish", Mark::ErrorFinish, false),
-    mark!("reach-load-failure", Mark::LoadFailure, true),
-    mark!("reach-host-hit", Mark::HostHit, true),
-    mark!("reach-host-eviction", Mark::HostEviction, true),
-    mark!("reach-store-done", Mark::StoreCompleted, true),
-    mark!("reach-store-refused", Mark::StoreRefused, true),
-    mark!("reach-restart", Mark::Restart, true),
-    mark!("reach-sync-load", Mark::SyncLoad, true),
-    mark!("reach-flush", Mark::Flush, true),
-    mark!("reach-finish-store", Mark::FinishStore, true),
-    mark!("reach-lookup-inflight", Mark::LookupInflight, true),
-    mark!("reach-stream-park", Mark::SessionParked, false),
-    mark!("reach-stream-resume", Mark::SessionResumed, false),
-    mark!("reach-readmit-full-table", Mark::ReadmitFullTable, true),
-    mark!("reach-pd-handoff", Mark::PdHandoff, true),
-    mark!("reach-pd-partial-save", Mark::PdPartialSave, true),
-    PropDef {
-        name: "reach-arc-t2",
-        kind: Kind::Sometimes,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| host::arc(s).is_some_and(|a| !a.t2.is_empty()),
-    },
-    PropDef {
-        name: "reach-arc-ghost-hit",
-        kind: Kind::Sometimes,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| host::arc(s).is_some_and(|a| a.target.get() != 0.0),
-    },
-    PropDef {
-        name: "reach-stale-pin",
-        kind: Kind::Sometimes,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| s.engine.ghost.marked(Mark::StalePinDropped),
-    },
-    PropDef {
-        name: "reach-partial-store",
-        kind: Kind::Sometimes,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| s.engine.ghost.marked(Mark::PartialStore),
-    },
-    PropDef {
-        name: "reach-host-refresh",
-        kind: Kind::Sometimes,
-        offload_only: true,
-        rows_only: false,
-        check: |_, s| s.engine.ghost.marked(Mark::HostRefresh),
-    },
-    PropDef {
-        name: "reach-rows-read-from-store",
-        kind: Kind::Sometimes,
-        offload_only: false,
-        rows_only: true,
-        check: |_, s| s.engine.ghost.marked(Mark::RowsFromStore),
-    },
-    PropDef {
-        name: "reach-rows-cut",
-        kind: Kind::Sometimes,
-        offload_only: false,
-        rows_only: true,
-        check: |_, s| s.engine.ghost.marked(Mark::RowsCut),
-    },
-    PropDef {
-        name: "reach-all-finished",
-        kind: Kind::Sometimes,
-        offload_only: false,
-        rows_only: false,
-        check: progress::all_finished,
-    },
+    state!("g1-accounting", g1::accounting),
+    state!("g1-cache-sound", g1::cache_sound),
+    flag!("kv-read-integrity", [Breach::BadRead]),
+    state!("host-integrity", host::integrity, offload),
+    flag!("source-freshness", [Breach::StaleSource], offload),
+    flag!("load-safety", [Breach::UnsafeLoad, Breach::EvictedPinned], offload),
+    state!("host-accounting", host::accounting, offload),
+    flag!("mirror-table", [Breach::MirrorMismatch], offload),
+    flag!("store-coverage", [Breach::CoverageLoss], offload),
+    flag!("eviction-order", [Breach::EvictionOrder], offload),
+    state!("arc-bounds", host::arc_bounds, offload),
+    flag!("final-store-kept", [Breach::FinalStoreLost], offload),
+    flag!("rows-present", [Breach::RowsMissing], rows),
+    flag!("rows-exact", [Breach::RowsInexact], rows),
+    flag!("start-anchored", [Breach::StartNotAnchored], rows),
+    flag!("connector-assert", [Breach::ConnectorAssert], offload),
+    flag!("handoff-integrity", [Breach::PdStaleSend], offload),
+    state!("requests-finish", progress::requests_finish),
+    mark!("reach-g1-hit", Mark::G1Hit),
+    mark!("reach-g1-eviction", Mark::G1Eviction),
+    mark!("reach-preemption", Mark::Preemption),
+    mark!("reach-abort", Mark::Abort),
+    mark!("reach-error-finish", Mark::ErrorFinish),
+    mark!("reach-load-failure", Mark::LoadFailure, offload),
+    mark!("reach-host-hit", Mark::HostHit, offload),
+    mark!("reach-host-eviction", Mark::HostEviction, offload),
+    mark!("reach-store-done", Mark::StoreCompleted, offload),
+    mark!("reach-store-refused", Mark::StoreRefused, offload),
+    mark!("reach-restart", Mark::Restart, offload),
+    mark!("reach-sync-load", Mark::SyncLoad, offload),
+    mark!("reach-flush", Mark::Flush, offload),
+    mark!("reach-finish-store", Mark::FinishStore, offload),
+    mark!("reach-lookup-inflight", Mark::LookupInflight, offload),
+    mark!("reach-stream-park", Mark::SessionParked),
+    mark!("reach-stream-resume", Mark::SessionResumed),
+    mark!("reach-readmit-full-table", Mark::ReadmitFullTable, offload),
+    mark!("reach-pd-handoff", Mark::PdHandoff, offload),
+    mark!("reach-pd-partial-save", Mark::PdPartialSave, offload),
+    guard!("reach-arc-t2", host::engine_arc_t2, offload),
+    guard!("reach-arc-ghost-hit", host::engine_arc_ghost_hit, offload),
+    mark!("reach-stale-pin", Mark::StalePinDropped, offload),
+    mark!("reach-partial-store", Mark::PartialStore, offload),
+    mark!("reach-host-refresh", Mark::HostRefresh, offload),
+    mark!("reach-rows-read-from-store", Mark::RowsFromStore, rows),
+    mark!("reach-rows-cut", Mark::RowsCut, rows),
+    guard!("reach-all-finished", progress::all_finished),
 ];
 
 pub fn find(name: &str) -> Option<&'static PropDef> {

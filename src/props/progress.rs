@@ -1,6 +1,7 @@
 //! Progress: every request finishes and releases everything (bounded liveness).
 
 use crate::model::{KvModel, KvState};
+use crate::system::Engine;
 
 /// `requests-finish`: no reachable state where work remains and nothing but a fault can move
 /// (deadlock), and no run of more than `progress_steps` engine steps without progress
@@ -10,6 +11,6 @@ pub fn requests_finish(m: &KvModel, s: &KvState) -> bool {
 }
 
 /// Guard: every request arrived and finished, and nothing is held.
-pub fn all_finished(_m: &KvModel, s: &KvState) -> bool {
-    !s.engine.has_work() && s.engine.reqs.iter().all(|q| q.status.is_finished())
+pub fn all_finished(e: &Engine) -> bool {
+    !e.has_work() && e.reqs.iter().all(|q| q.status.is_finished())
 }

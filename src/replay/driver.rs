@@ -64,8 +64,6 @@ pub struct Instance {
     /// Rows in arrival order.
     pub arrived: Vec<u32>,
     pub unfinished: u32,
-    /// Reachability marks seen (`Mark` bits).
-    pub marks: u32,
 }
 
 /// Where a violation happened.
@@ -134,7 +132,6 @@ impl Instance {
             log: Vec::new(),
             arrived: Vec::new(),
             unfinished: 0,
-            marks: 0,
         }
     }
 
@@ -433,7 +430,6 @@ impl<'a> Driver<'a> {
     fn after_action(&mut self, k: usize) -> Result<Option<Found>> {
         let inst = &mut self.inst[k];
         inst.actions += 1;
-        inst.marks |= inst.engine.ghost.marks;
         let found = inst.checker.check(&mut inst.engine, &inst.wl);
         let every = self.full_every;
         if every == 1 {

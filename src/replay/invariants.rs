@@ -3,7 +3,8 @@
 //!
 //! The ghost flags (kv-read-integrity, source-freshness, load-safety, mirror-table,
 //! store-coverage, eviction-order, final-store-kept, and the breaches inside g1-accounting and
-//! host-accounting) are raised inside transitions and cost nothing to read. The state
+//! host-accounting) are raised inside transitions and cost nothing to read; which breaches
+//! make which property is read from the property's catalogue entry (`props::Source`). The state
 //! predicates are restricted to what changed, from the change logs the engine keeps in replay
 //! (`system::side`):
 //! - g1-accounting: blocks whose reference count, queue membership, hash or content changed,
@@ -30,7 +31,8 @@
 //! with the incremental verdict after every action (a disagreement is a kvmc bug).
 
 use super::pool_checks::{self, PoolCounts};
-use crate::props::{g1, host};
+use super::reached::Reached;
+use crate::props::{g1, host, Source};
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::Breach;
 use crate::system::host_tier::Key;
@@ -59,38 +61,31 @@ pub fn properties(cfg: &EngineConfig) -> Vec<&'static str> {
         .collect()
 }
 
-/// The properties whose predicate is a state predicate (evaluated from change logs); every
-/// other always-property is a ghost flag raised inside transitions.
-const STATE_PREDICATES: &[&str] =
-    &["g1-accounting", "g1-cache-sound", "host-integrity", "host-accounting", "arc-bounds", "requests-finish"];
-
-/// The ghost breach behind a flag property (None: not a flag property).
+/// The ghost breaches behind a flag property (None: not a flag property), read from its
+/// catalogue entry.
 pub fn flag_of(name: &str) -> Option<&'static [Breach]> {
-    Some(match name {
-        "kv-read-integrity" => &[Breach::BadRead],
-        "source-freshness" => &[Breach::StaleSource],
-        "load-safety" => &[Breach::UnsafeLoad, Breach::EvictedPinned],
-        "mirror-table" => &[Breach::MirrorMismatch],
-        "store-coverage" => &[Breach::CoverageLoss],
-        "eviction-order" => &[Breach::EvictionOrder],
-        "final-store-kept" => &[Breach::FinalStoreLost],
-        "rows-present" => &[Breach::RowsMissing],
-        "rows-exact" => &[Breach::RowsInexact],
-        "start-anchored" => &[Breach::StartNotAnchored],
-        "connector-assert" => &[Breach::ConnectorAssert],
-        "handoff-integrity" => &[Breach::PdStaleSend],
-        _ => return None,
-    })
+    crate::props::find(name).and_then(|p| p.breaches())
+}
+
+/// Is `name` a state predicate (evaluated here from change logs) rather than a ghost flag?
+fn is_state_predicate(name: &str) -> bool {
+    crate::props::find(name).is_some_and(|p| p.is_state_predicate())
 }
 
 /// Does replay evaluate property `name` (as a state predicate or a flag)?
 pub fn handles(name: &str) -> bool {
-    STATE_PREDICATES.contains(&name) || flag_of(name).is_some()
+    is_state_predicate(name) || flag_of(name).is_some()
+}
+
+/// Does replay report guard `name` when it is reached (a ghost mark, or a predicate over the
+/// engine evaluated after every action)?
+pub fn reports(name: &str) -> bool {
+    crate::props::find(name).is_some_and(|p| matches!(p.source, Source::Mark(_) | Source::Engine(_)))
 }
 
 /// Per property: a ghost flag rather than a state predicate.
 fn flag_props(props: &[&str]) -> Vec<bool> {
-    props.iter().map(|p| !STATE_PREDICATES.contains(p)).collect()
+    props.iter().map(|p| !is_state_predicate(p)).collect()
 }
 
 /// The ghost flag behind each flag property.
@@ -236,6 +231,8 @@ pub struct Checker {
     pub full_runs: u64,
     /// Properties not evaluated (`kvmc replay --skip-property`).
     skip: Vec<&'static str>,
+    /// Reachability guards reached so far.
+    pub reached: Reached,
 }
 
 /// A block's mark in one action's cached pairs (see `Checker::pair_mark`).
@@ -283,6 +280,7 @@ impl Checker {
             examined: 0,
             full_runs: 0,
             skip: Vec::new(),
+            reached: Reached::new(cfg),
         }
     }
 
@@ -305,6 +303,7 @@ impl Checker {
 
     /// Evaluate every property after one action; drains the engine's change logs.
     pub fn check(&mut self, e: &mut Engine, wl: &Workload) -> Option<Violation> {
+        self.reached.observe(e);
         let mut logs = std::mem::take(&mut self.logs);
         logs.swap(e);
         let found = self.check_logs(e, wl, &logs);

@@ -7,6 +7,7 @@
 //!   completing a fixed number of steps after they were issued, one or more engines behind a
 //!   router.
 //! - [`invariants`]: the catalogue's always-properties, evaluated incrementally.
+//! - `reached`: the catalogue's reachability guards a replay reached.
 //! - `export`: a violation's history as a model file and a scenario (`kvmc replay` and
 //!   `kvmc explore --path` re-run it).
 //! - [`scenario`]: `kvmc replay` of a kvmc scenario file (the checker's own model and actions).
@@ -16,6 +17,7 @@ mod driver;
 mod export;
 pub mod invariants;
 mod pool_checks;
+mod reached;
 pub mod report;
 pub mod scenario;
 pub mod trace;
@@ -209,7 +211,6 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     let mut per_engine = Vec::new();
     let mut total = Metrics::default();
     let mut checks = Checks::default();
-    let mut marks = 0u32;
     for inst in &d.inst {
         let s = inst.ev.stats.as_deref().cloned().unwrap_or_default();
         let mut m = metrics_of(&s, inst.steps, inst.actions, inst.clock);
@@ -222,7 +223,6 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         checks.examined += inst.checker.examined;
         checks.full += inst.full_checks + inst.checker.full_runs;
         checks.properties = inst.checker.properties().to_vec();
-        marks |= inst.marks;
     }
     total.model_seconds = d.inst.iter().map(|i| i.clock).max().unwrap_or(0) as f64 / 1e6;
     total.requests = trace.rows.len() as u64;
@@ -243,7 +243,8 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     checks.reached = crate::props::CATALOGUE
         .iter()
         .filter(|p| p.kind == crate::props::Kind::Sometimes)
-        .filter_map(|p| mark_of(p.name).filter(|m| marks & m != 0).map(|_| p.name))
+        .filter(|p| d.inst.iter().any(|inst| inst.checker.reached.has(p)))
+        .map(|p| p.name)
         .collect();
     let requests = d
         .results
@@ -271,27 +272,6 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         seconds: start.elapsed().as_secs_f64(),
         peak_rss_bytes: crate::check::run::peak_rss_bytes(),
     })
-}
-
-/// The mark bit of a reachability guard.
-fn mark_of(name: &str) -> Option<u32> {
-    use crate::system::ghost::Mark::*;
-    let m = match name {
-        "reach-g1-hit" => G1Hit,
-        "reach-g1-eviction" => G1Eviction,
-        "reach-preemption" => Preemption,
-        "reach-host-hit" => HostHit,
-        "reach-host-eviction" => HostEviction,
-        "reach-store-done" => StoreCompleted,
-        "reach-store-refused" => StoreRefused,
-        "reach-restart" => Restart,
-        "reach-sync-load" => SyncLoad,
-        "reach-flush" => Flush,
-        "reach-finish-store" => FinishStore,
-        "reach-lookup-inflight" => LookupInflight,
-        _ => return None,
-    };
-    Some(m as u32)
 }
 
 fn add(t: &mut Metrics, m: &Metrics) {
