@@ -200,3 +200,123 @@ fn reuse_under_each_rule_set_is_pinned() {
     }
     assert!(got.is_empty(), "reuse numbers changed (update docs/router-replay.md):\n{}", got.join("\n"));
 }
+
+/// Router replay over a trace: `sessions` sessions of three turns (a first turn of 200 new
+/// tokens, then 64 new tokens a turn, 30 generated tokens each), so later turns find earlier
+/// turns' prompts and answers in G1 or the host tier, and their rows (every request needs
+/// rows from position 0) come back from the row store.
+fn rows_session_trace(sessions: usize) -> String {
+    let mut out = String::new();
+    let mut id = 0u32;
+    for s in 0..sessions {
+        let ids: Vec<String> = (id..id + 4).map(|x| x.to_string()).collect();
+        id += 4;
+        out.push_str(&format!(
+            "{{\"session_id\": \"s{s}\", \"input_length\": 200, \"output_length\": 30, \"hash_ids\": [{}]}}\n",
+            ids.join(", ")
+        ));
+        for _ in 1..3 {
+            out.push_str(&format!(
+                "{{\"session_id\": \"s{s}\", \"delay\": 0, \"input_length\": 64, \"output_length\": 30, \"hash_ids\": [{id}]}}\n"
+            ));
+            id += 1;
+        }
+    }
+    out
+}
+
+/// A router-replay replay model: OffloadingConnector, a G1 pool small enough to evict and
+/// preempt, three requests at a time (so request slots are reused).
+fn rows_replay_model(profile: &str) -> String {
+    format!(
+        r#"description = "router replay over a trace"
+[engine]
+profile = "{profile}"
+connector = "offloading"
+block_size = 16
+gpu_blocks = 48
+max_num_batched_tokens = 512
+[offload]
+host_chunks = 4096
+[router_replay]
+[replay]
+load = "closed-loop"
+concurrency = 3
+trace_block_size = 64
+"#
+    )
+}
+
+/// `kvmc replay` of a model with `[router_replay]` once panicked (an index out of bounds in
+/// the rows scheduler: request slots added or reused by replay had no rows state). Now the
+/// rows are checked after every action (and the full-state predicates agree after each),
+/// under both router-replay rule sets, and a rows mutation is found over the trace.
+#[test]
+fn router_replay_runs_over_a_session_trace_with_rows_checked_every_step() {
+    use kvmc::replay::config::ReplayModel;
+    use kvmc::replay::trace::Trace;
+    use kvmc::replay::{run_trace, Options};
+    let d = tempdir("rows-replay");
+    let trace = Trace::parse(&d.join("t.jsonl"), &rows_session_trace(6), 64, None).expect("trace parses");
+    for profile in ["prime-rl", "vllm-0.33"] {
+        let m = ReplayModel::parse("m", &d.join("m.toml"), &rows_replay_model(profile)).expect("model parses");
+        let run = |variant: Option<&str>| {
+            let opts = Options {
+                variant: variant.map(String::from),
+                full_check_every: Some(1),
+                out_dir: Some(d.clone()),
+                ..Default::default()
+            };
+            run_trace(&trace, &m, &opts).expect("replay runs")
+        };
+        let o = run(None);
+        assert!(o.finding.is_none(), "{profile}: {:?}", o.finding);
+        for p in ["rows-present", "rows-exact", "start-anchored"] {
+            assert!(o.checks.properties.contains(&p), "{profile}: {p} is checked");
+        }
+        let m = &o.metrics;
+        assert_eq!(o.checks.evaluations, o.checks.properties.len() as u64 * m.actions, "{profile}");
+        assert_eq!(o.checks.full, m.actions + 1, "{profile}: the full predicates ran after every action");
+        // Every position of every request is accounted for once.
+        for r in &o.requests {
+            let reached = r.g1_hit_tokens + r.host_hit_tokens + r.prefill_tokens + r.decode_tokens;
+            assert_eq!(reached, u64::from(r.prompt_tokens + r.output_tokens) - 1, "{profile}: line {}", r.line);
+        }
+        let figures = (
+            m.finished,
+            m.g1_hit_tokens,
+            m.host_hit_tokens,
+            m.prefill_tokens,
+            m.recomputed_tokens,
+            m.preemptions,
+            m.load_jobs,
+            m.store_jobs,
+            m.steps,
+            m.actions,
+        );
+        // prime-rl clamps every external load to block_floor(0) = 0 (each request needs its
+        // rows from position 0, which a load cannot bring); 0.33 retains rows and admits the
+        // host hits whose rows it kept. Both read rows of G1 hits back from the row store.
+        let (want, reached): (_, &[&str]) = match profile {
+            "prime-rl" => (
+                (18, 1264, 0, 4029, 32, 1, 0, 20, 302, 320),
+                &["reach-preemption", "reach-readmit-full-table", "reach-rows-read-from-store", "reach-rows-cut"],
+            ),
+            _ => (
+                (18, 2080, 976, 2237, 18, 1, 7, 19, 299, 324),
+                &["reach-preemption", "reach-host-hit", "reach-readmit-full-table", "reach-rows-read-from-store"],
+            ),
+        };
+        assert_eq!(figures, want, "{profile}: {m:?}");
+        for g in reached.iter().chain(&["reach-g1-hit", "reach-store-done", "reach-all-finished"]) {
+            assert!(o.checks.reached.contains(g), "{profile}: {g} in {:?}", o.checks.reached);
+        }
+        // A rows mutation is found over the trace, and its history re-runs through the
+        // checker's model (the exported model keeps [router_replay]).
+        let bad = run(Some("mut-emit-last-token"));
+        let f = bad.finding.as_ref().expect("the rows mutation is found over the trace");
+        assert_eq!(f.property, "rows-exact", "{profile}");
+        assert!(f.scenario_file.is_some(), "{profile}: {f:?}");
+        assert!(!f.note.as_deref().unwrap_or("").contains("kvmc bug"), "{profile}: {:?}", f.note);
+    }
+}

@@ -70,6 +70,10 @@ fn engine_toml(cfg: &EngineConfig, profile: &str) -> String {
             let _ = writeln!(s, "eviction_policy = \"arc\"");
         }
     }
+    if let Some(rr) = &cfg.router_replay {
+        let _ = writeln!(s, "\n[router_replay]");
+        let _ = writeln!(s, "store_objects = {}", rr.store_objects);
+    }
     s
 }
 

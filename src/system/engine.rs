@@ -142,6 +142,9 @@ impl Engine {
     pub fn add_slot(&mut self) -> ReqId {
         self.reqs.push(ReqState::new());
         self.conn.add_slot();
+        if let Some(a) = self.aux.as_mut() {
+            a.add_slot();
+        }
         (self.reqs.len() - 1) as ReqId
     }
 
@@ -155,6 +158,7 @@ impl Engine {
             && !self.finished_recving.contains(&r)
             && !self.failed_recving.contains(&r)
             && self.conn.slot_idle(r)
+            && self.aux.as_ref().is_none_or(|a| a.slot_idle(r))
             && self
                 .batches
                 .iter()
@@ -166,6 +170,9 @@ impl Engine {
         debug_assert!(self.slot_reusable(r));
         self.reqs[r as usize] = ReqState::new();
         self.conn.reset_slot(r);
+        if let Some(a) = self.aux.as_mut() {
+            a.reset_slot(r);
+        }
     }
 
     /// Requests not yet finished, or finished but still holding blocks or connector state.

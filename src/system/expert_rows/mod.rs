@@ -74,6 +74,25 @@ impl AuxState {
         }
     }
 
+    /// Trace replay: one more request slot (the engine's `add_slot`).
+    pub fn add_slot(&mut self) {
+        self.sched.add_slot();
+        self.workers.push(None);
+        self.rows.push(RowsRecord::default());
+    }
+
+    /// Trace replay: nothing of slot `r`'s last request is left: the scheduler sent its
+    /// terminal event, the worker tore its state down (its keys released in the store).
+    pub fn slot_idle(&self, r: ReqId) -> bool {
+        self.workers[r as usize].is_none() && self.sched.slot_idle(r)
+    }
+
+    /// Trace replay: idle slot `r` carries a new request; its client has received no rows.
+    pub fn reset_slot(&mut self, r: ReqId) {
+        debug_assert!(self.slot_idle(r));
+        self.rows[r as usize] = RowsRecord::default();
+    }
+
     /// Rows emitted for `r` so far.
     pub fn record(&self, r: ReqId) -> &RowsRecord {
         &self.rows[r as usize]

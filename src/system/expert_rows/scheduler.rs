@@ -96,6 +96,19 @@ impl AuxSched {
         }
     }
 
+    /// Trace replay: one more request slot.
+    pub fn add_slot(&mut self) {
+        self.sent.push(None);
+    }
+
+    /// Trace replay: no hashes sent for `r`'s request, no terminal event or load of it
+    /// waiting for the next metadata.
+    pub fn slot_idle(&self, r: ReqId) -> bool {
+        self.sent[r as usize].is_none()
+            && self.finished.iter().all(|(x, _)| *x != r)
+            && self.loading.iter().all(|(x, _)| *x != r)
+    }
+
     /// `_take_new_hashes`.
     fn take_new_hashes(&mut self, r: ReqId, hashes: &[BlockHash], num_tokens: u32, b: u32) -> Vec<BlockHash> {
         let sent = self.sent[r as usize].unwrap_or(0);
