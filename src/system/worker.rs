@@ -145,6 +145,7 @@ pub fn execute(
         w.completed = completed;
         w.finished_recving = recving;
         w.invalid_blocks = inv;
+        w.finished_sending = oc.finished_sending();
     }
     w
 }

@@ -129,7 +129,9 @@ impl Connector {
             Connector::None => true,
             // Not replayed (the replay driver refuses NIXL models).
             Connector::Nixl(_) => false,
-            Connector::Offloading(oc) => oc.reqs[i].is_none() && oc.jobs.iter().all(|j| j.req != r),
+            Connector::Offloading(oc) => {
+                oc.reqs[i].is_none() && oc.jobs.iter().all(|j| j.req != r) && oc.held.iter().all(|h| h.req != r)
+            }
             Connector::SimpleCpu(sc) => {
                 let q = &sc.reqs[i];
                 q.store.is_none()
@@ -257,7 +259,7 @@ impl Connector {
             // MooncakeStoreConnector returns (False, None) and keeps its state until the id
             // comes back in `finished_req_ids`.
             Connector::None | Connector::Mooncake(_) => {}
-            Connector::Offloading(oc) => oc.request_finished(r, req, spec, c),
+            Connector::Offloading(oc) => return oc.request_finished(r, req, spec, c),
             Connector::SimpleCpu(sc) => sc.request_finished(r, req, spec, pool, c, ghost, ev),
             Connector::Nixl(nx) => return nx.request_finished(r, req),
         }

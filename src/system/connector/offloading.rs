@@ -108,6 +108,19 @@ pub struct OcState {
     /// `_block_id_to_pending_jobs`: GPU blocks a finished request's stores still read.
     pub fences: BTreeMap<BlockId, Vec<JobId>>,
     pub host: HostTier,
+    /// fix-final-store: finished requests whose blocks the connector holds until their last
+    /// store lands, in finish order.
+    pub held: Vec<Held>,
+}
+
+/// fix-final-store (`final_store_waits`): a finished request whose blocks the connector keeps
+/// (`request_finished` returned `delay_free_blocks`) until its last store is settled and
+/// copied; the worker then reports it in `finished_sending` and the scheduler frees them.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Held {
+    pub req: ReqId,
+    /// Its last store was refused for lack of room and is offered again at the next step.
+    pub waiting: bool,
 }
 
 impl OcState {
@@ -116,7 +129,14 @@ impl OcState {
         if o.eviction_policy == crate::system::config::EvictionPolicy::Arc {
             host.use_arc(rules.arc_t1_fallback, rules.arc_ghost_trim);
         }
-        OcState { reqs: vec![None; num_reqs], jobs: Vec::new(), next_job: 0, fences: BTreeMap::new(), host }
+        OcState {
+            reqs: vec![None; num_reqs],
+            jobs: Vec::new(),
+            next_job: 0,
+            fences: BTreeMap::new(),
+            host,
+            held: Vec::new(),
+        }
     }
 
     /// The request's offload keys so far, in chunk order.
@@ -363,11 +383,20 @@ impl OcState {
     }
 
     /// `request_finished`: refresh the keys and fence the blocks in-flight stores still read.
-    pub fn request_finished(&mut self, r: ReqId, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
+    /// Returns `delay_free_blocks`: vLLM's OffloadingConnector never delays (it fences
+    /// instead); under fix-final-store a request whose finish-time store has chunks to offer
+    /// keeps its blocks until that store is settled and copied.
+    pub fn request_finished(&mut self, r: ReqId, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) -> bool {
         let Some(st) = self.reqs[r as usize].as_mut() else {
-            return;
+            return false;
         };
         Self::update_offload_keys(st, req, spec, c);
+        let hold = c.rules.final_store_waits
+            && c.rules.visit_finished
+            && !Self::store_candidates(st, req, spec, None, c).0.is_empty();
+        if hold {
+            self.held.push(Held { req: r, waiting: false });
+        }
         let jobs = st.transfer_jobs.clone();
         for id in jobs {
             let blocks =
@@ -380,6 +409,20 @@ impl OcState {
                 }
             }
         }
+        hold
+    }
+
+    /// fix-final-store, the worker's `get_finished`: held requests whose last store is settled
+    /// and whose store copies have all finished (reported) give their blocks back.
+    pub fn finished_sending(&mut self) -> Vec<ReqId> {
+        if self.held.is_empty() {
+            return Vec::new();
+        }
+        let jobs = &self.jobs;
+        let done = |h: &Held| !h.waiting && jobs.iter().all(|j| j.req != h.req || j.phase == Phase::Reported);
+        let out: Vec<ReqId> = self.held.iter().filter(|h| done(h)).map(|h| h.req).collect();
+        self.held.retain(|h| !out.contains(&h.req));
+        out
     }
 
     /// `update_connector_output`: apply the worker's reported completions.

@@ -14,7 +14,7 @@ use super::super::request::ReqState;
 use super::super::rules::{FinishWatermark, HostLru};
 use super::super::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
 use super::super::workload::{RequestSpec, Workload};
-use super::offloading::{key_of, Job, JobKind, OcState, Phase};
+use super::offloading::{key_of, Job, JobKind, OcReq, OcState, Phase};
 use super::{ConnCtx, SchedOut, StepScratch};
 
 impl OcState {
@@ -101,12 +101,16 @@ impl OcState {
                 }
             }
         }
-        // _build_store_jobs: scheduled requests, then requests finished since last step.
+        // _build_store_jobs: scheduled requests, then requests finished since last step (and,
+        // under fix-final-store, finished requests whose last store waits for room).
+        let retries: Vec<ReqId> =
+            self.held.iter().filter(|h| h.waiting && !out.finished.contains(&h.req)).map(|h| h.req).collect();
         let visits: Vec<(ReqId, Option<u32>)> = out
             .scheduled
             .iter()
             .map(|s| (s.req, Some(s.tokens)))
             .chain(out.finished.iter().filter(|_| c.rules.visit_finished).map(|&f| (f, None)))
+            .chain(retries.iter().map(|&f| (f, None)))
             .collect();
         for (r, scheduled) in visits {
             self.build_store_job(
@@ -125,7 +129,10 @@ impl OcState {
             let jobs: Vec<JobId> = scratch.flush.iter().copied().collect();
             ev.emit(|| Event::JobsToFlush { jobs });
         }
-        for &f in &out.finished {
+        for &f in out.finished.iter().chain(&retries) {
+            if self.keep_waiting(f) {
+                continue; // the finish is signalled once its last store is settled
+            }
             self.check_finished(f, wl.spec(f, reqs[f as usize].turn), c, ghost, ev);
             if let Some(st) = self.reqs[f as usize].as_mut() {
                 st.finished_signaled = true;
@@ -137,25 +144,33 @@ impl OcState {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn build_store_job(
-        &mut self,
-        r: ReqId,
-        scheduled: Option<u32>,
+    /// fix-final-store: after the visit of held request `r`, does its refused last store wait
+    /// for room? Only while some transfer is in flight: its completion can unpin or make
+    /// evictable the entries that refused it. With none, the refusal is for good (the offer
+    /// does not fit) and the store is given up, as vLLM does at once.
+    fn keep_waiting(&mut self, r: ReqId) -> bool {
+        let refused = self.reqs[r as usize].as_ref().is_some_and(|st| st.refused.any());
+        let in_flight = !self.jobs.is_empty();
+        let Some(h) = self.held.iter_mut().find(|h| h.req == r) else {
+            return false;
+        };
+        h.waiting = refused && in_flight;
+        h.waiting
+    }
+
+    /// The chunks a store visit of `r` offers, `(key, end position)` with their chunk
+    /// indices (`_build_store_jobs`: from the cursor up to the watermark's last complete
+    /// chunk, skipping chunks with a null block), and the chunk count up to the watermark.
+    #[inline(always)]
+    pub(super) fn store_candidates(
+        st: &OcReq,
         req: &ReqState,
         spec: &RequestSpec,
-        pool: &GpuPool,
+        scheduled: Option<u32>,
         c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        let Some(st) = self.reqs[r as usize].as_ref() else {
-            return;
-        };
+    ) -> (Vec<(Key, u32)>, Vec<u32>, u32) {
         let (bpc, tpc) = (c.bpc, c.tpc());
         let num_tokens = req.num_tokens(spec);
-        let finished = req.status.is_finished();
         let watermark = match (req.status, scheduled) {
             (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
             (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => req.num_computed,
@@ -183,6 +198,28 @@ impl OcState {
             cands.push((key_of(spec, ci, c), (ci + 1) * tpc));
             cand_chunks.push(ci);
         }
+        (cands, cand_chunks, storable)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build_store_job(
+        &mut self,
+        r: ReqId,
+        scheduled: Option<u32>,
+        req: &ReqState,
+        spec: &RequestSpec,
+        pool: &GpuPool,
+        c: &ConnCtx,
+        scratch: &mut StepScratch,
+        ghost: &mut Ghost,
+        ev: &mut Events,
+    ) {
+        let Some(st) = self.reqs[r as usize].as_ref() else {
+            return;
+        };
+        let bpc = c.bpc;
+        let finished = req.status.is_finished();
+        let (cands, cand_chunks, storable) = Self::store_candidates(st, req, spec, scheduled, c);
         let st = self.reqs[r as usize].as_mut().unwrap();
         // Ghost: only this visit's refusals count as the request's latest offer.
         st.refused.clear();

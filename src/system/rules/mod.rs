@@ -103,6 +103,7 @@ fn vllm_033() -> Rules {
         evict_mru: false,
         cursor_monotonic: true,
         visit_finished: true,
+        final_store_waits: false,
         sync_loads: true,
         scpu_reset_on_preempt: true,
         scpu_finish_flush: true,

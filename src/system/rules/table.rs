@@ -150,6 +150,12 @@ rules_table! {
     cursor_monotonic: bool => "store cursor only moves forward", "OffloadingConnectorScheduler.advance_stored_idx";
     /// `_build_store_jobs` also visits requests finished since the last step (0.32+).
     visit_finished: bool => "finished requests get a last store", "_build_store_jobs(finished_req_ids)";
+    /// Not in vLLM: a finished request whose last store has chunks to offer keeps its GPU
+    /// blocks (`delay_free_blocks`) until that store is accepted and copied; a refusal for lack
+    /// of room is offered again at every later step while a transfer in flight can still make
+    /// room (a fix for the lost final store, final-store-kept).
+    final_store_waits: bool
+        => "a refused last store keeps the finished request's blocks and is offered again", "(proposed)";
     /// Host hits within the budget load synchronously, before the forward pass (0.33).
     sync_loads: bool => "host hits within the budget load synchronously", "_reserve_sync_load";
     /// MooncakeStoreConnector: a save job references (touches) the request's blocks until

@@ -69,6 +69,12 @@ pub const VARIANTS: &[Variant] = &[
         apply: |r| r.nixl_resave_partial = true,
     },
     Variant {
+        name: "fix-final-store",
+        summary: "not in vLLM: a finished request keeps its blocks until its last store is accepted and copied; a store refused for lack of room is offered again at every later step while a transfer in flight can still make room",
+        upstream: "none (proposed fix for final-store-kept)",
+        apply: |r| r.final_store_waits = true,
+    },
+    Variant {
         name: "fix-s10",
         summary:
             "not in vLLM: the recompute load-failure policy also evicts invalid blocks' hashes",
