@@ -4,6 +4,7 @@ mod arc;
 mod cli;
 mod common;
 mod conform;
+mod explore;
 mod models;
 mod mooncake;
 mod nixl;
