@@ -75,6 +75,11 @@ pub struct Rules {
     pub delay_cache_async_loads: bool,
     /// No admission from `waiting` in a step that preempted (Scheduler.schedule).
     pub no_admission_after_preempt: bool,
+    /// Model Runner V2: `SchedulerOutput.scheduled_new_reqs` lists the requests resumed after a
+    /// preemption after the brand-new ones (`scheduled_new_reqs.extend(scheduled_resumed_reqs)`
+    /// in `Scheduler.schedule`, 0.24 to 0.33); false: one list in admission order (0.34).
+    /// Connectors read the same order (`yield_req_data`).
+    pub resumed_after_new: bool,
     /// Not in vLLM: under `recompute`, also evict the invalid blocks' hashes (a fix for GP S10).
     pub evict_invalid_on_recompute: bool,
     /// An async load is admitted only if it leaves the blocks in-flight prefills still need
@@ -205,6 +210,7 @@ fn vllm_033() -> Rules {
         cache_scheduled_only: true,
         delay_cache_async_loads: true,
         no_admission_after_preempt: true,
+        resumed_after_new: true,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,

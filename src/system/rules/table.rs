@@ -36,6 +36,12 @@ pub const RULE_ROWS: &[RuleRow] = &[
         value: |r| r.no_admission_after_preempt.to_string(),
     },
     RuleRow {
+        name: "resumed_after_new",
+        what: "MRV2 lists resumed requests after the new ones in scheduled_new_reqs",
+        upstream: "Scheduler.schedule",
+        value: |r| r.resumed_after_new.to_string(),
+    },
+    RuleRow {
         name: "reserve_for_async_loads",
         what: "async loads leave room for in-flight prefills",
         upstream: "Scheduler._inflight_prefill_reserved_blocks",
