@@ -6,6 +6,16 @@
 #   scripts/record-fixtures.sh --check    # record into a temp dir and diff against the
 #                                         # committed fixtures (exit 1 on any difference)
 #   scripts/record-fixtures.sh main.toml  # only the named scenarios
+#   scripts/record-fixtures.sh --hash-seed 3 --check
+#                                         # Python's hash seed (PYTHONHASHSEED) for the run:
+#                                         # an integer in [0, 4294967295] or 'random'; default
+#                                         # 0, the fixtures' seed. Under another seed the
+#                                         # header says "hash_seed" and the .kvevents differ
+#                                         # (tests/conformance/README.md, Determinism)
+#
+# A scenario that fails leaves its log up to the failing step in NAME.jsonl.partial, ending
+# with a "partial" marker line (`kvmc conform` says it is partial); the committed NAME.jsonl
+# is kept.
 #
 # Without scenario arguments it also re-records (or checks) the logs of
 # tests/conformance/known-divergences/ (scenarios the model does not reproduce yet; kept
@@ -21,14 +31,27 @@ VENV="${VLLM_VENV:-/work/venv-vllm}"
 PY="$VENV/bin/python"
 
 check=0
+seed=0
 scenarios=()
-for arg in "$@"; do
-  case "$arg" in
+while [ $# -gt 0 ]; do
+  case "$1" in
     --check) check=1 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-    *) scenarios+=("$CONF/scenarios/$(basename "$arg")") ;;
+    --hash-seed) [ $# -ge 2 ] || { echo "--hash-seed needs a value" >&2; exit 2; }; seed="$2"; shift ;;
+    --hash-seed=*) seed="${1#--hash-seed=}" ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) scenarios+=("$CONF/scenarios/$(basename "$1")") ;;
   esac
+  shift
 done
+case "$seed" in
+  random) ;;
+  ''|*[!0-9]*) echo "--hash-seed $seed: an integer in [0, 4294967295] or 'random'" >&2; exit 2 ;;
+  *) if [ ${#seed} -gt 10 ] || [ "$seed" -gt 4294967295 ]; then
+       echo "--hash-seed $seed: an integer in [0, 4294967295] or 'random'" >&2; exit 2
+     fi
+     seed=$((10#$seed)) ;;
+esac
 known=()
 if [ ${#scenarios[@]} -eq 0 ]; then
   scenarios=("$CONF"/scenarios/*.toml)
@@ -48,14 +71,16 @@ if ! "$PY" -c 'import vllm, sys; sys.exit(vllm.__version__ != "0.33.0")' 2>/dev/
 fi
 
 export HF_HUB_OFFLINE=1
-export PYTHONHASHSEED=0
+export PYTHONHASHSEED="$seed"
 unset VLLM_USE_V2_MODEL_RUNNER   # record.py pins the 0.33 default (V2)
 
 if [ $check -eq 1 ]; then
   out="$(mktemp -d)"
   out_known="$out/known"
   mkdir -p "$out_known"
-  trap 'rm -rf "$out"' EXIT
+  # A failed scenario's partial log is kept: the temp dir stays if it holds one.
+  trap 'if compgen -G "$out/*.partial" >/dev/null || compgen -G "$out_known/*.partial" >/dev/null; then
+          echo "partial logs kept in $out" >&2; else rm -rf "$out"; fi' EXIT
 else
   out="$CONF/fixtures"
   out_known="$CONF/known-divergences"
@@ -63,10 +88,10 @@ else
 fi
 
 start=$(date +%s)
-"$PY" "$CONF/vllm/record.py" "${scenarios[@]}" --out-dir "$out" 2> >(grep -v \
+"$PY" "$CONF/vllm/record.py" "${scenarios[@]}" --out-dir "$out" --hash-seed "$seed" 2> >(grep -v \
   -e 'is deprecated' -e 'FlashInfer kernels' -e 'vllm._C' -e 'Initializing KVConnectorBase' >&2)
 if [ ${#known[@]} -gt 0 ]; then
-  "$PY" "$CONF/vllm/record.py" "${known[@]}" --out-dir "$out_known" 2> >(grep -v \
+  "$PY" "$CONF/vllm/record.py" "${known[@]}" --out-dir "$out_known" --hash-seed "$seed" 2> >(grep -v \
     -e 'is deprecated' -e 'FlashInfer kernels' -e 'vllm._C' -e 'Initializing KVConnectorBase' >&2)
 fi
 echo "recorded $(( ${#scenarios[@]} + ${#known[@]} )) scenario(s) in $(( $(date +%s) - start )) s" >&2

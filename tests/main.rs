@@ -4,6 +4,8 @@ mod arc;
 mod cli;
 mod common;
 mod conform;
+mod conform_logs;
+mod explore;
 mod models;
 mod mooncake;
 mod nixl;

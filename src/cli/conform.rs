@@ -38,6 +38,19 @@ pub fn run(a: ConformArgs) -> Result<i32> {
         let r = conform::check(path, &a.profile, a.variant.as_deref(), a.window)?;
         last = Some(r.clone());
         match &r.divergence {
+            None if r.partial.is_some() => {
+                // Conforms only as far as the recorder got: no verdict on the whole run.
+                if code != exit::VERDICT {
+                    code = exit::INCOMPLETE;
+                }
+                println!(
+                    "{}: PARTIAL log: the {} steps recorded conform ({} decisions compared); no verdict on the \
+                     whole run",
+                    path.display(),
+                    r.steps,
+                    r.decisions
+                );
+            }
             None => {
                 println!("{}: conforms ({} steps, {} decisions compared)", path.display(), r.steps, r.decisions);
             }
@@ -53,6 +66,15 @@ pub fn run(a: ConformArgs) -> Result<i32> {
                     }
                 }
             }
+        }
+        if let Some(p) = &r.partial {
+            println!(
+                "  {}:{}: partial log: the recorder stopped in step {}: {} (that step and later ones are not in the log)",
+                path.display(),
+                p.line,
+                p.step,
+                if p.error.is_empty() { "no reason given" } else { &p.error }
+            );
         }
         for (p, step) in &r.findings {
             println!("  invariant {p} is violated from step {step} on (the implementation does this too)");

@@ -5,6 +5,7 @@
 mod compare;
 pub mod kv_events;
 pub mod log;
+pub mod validate;
 
 use crate::error::{KvmcError, Result};
 use crate::model::scope::{Arrivals, Faults, Scope};
@@ -20,6 +21,8 @@ use crate::system::{
 use log::{Ev, Header, Line};
 use std::path::Path;
 use std::sync::Arc;
+use validate::BadTransfer;
+pub use validate::Partial;
 
 /// The first place where the model and the log disagree.
 #[derive(Debug, Clone)]
@@ -44,6 +47,9 @@ pub struct Report {
     pub findings: Vec<(String, u32)>,
     /// Per step with any: blocks the model stored and removed, per medium (KV-event counts).
     pub kv_counts: Vec<(u32, kv_events::Counts)>,
+    /// The log is partial: the recorder stopped (its marker line says where and why), so a
+    /// log that conforms conforms only as far as it goes.
+    pub partial: Option<Partial>,
 }
 
 /// Build the engine scope a log describes: its configuration and its requests, whose tokens
@@ -207,12 +213,29 @@ pub fn check(path: &Path, profile: &str, variant: Option<&str>, window: usize) -
 }
 
 /// `check` on a log's text (`path` names it in messages).
+///
+/// A partial log (its last line is a recorder's `partial` marker) is checked up to the marker.
+/// A `transfer_done` / `transfer_failed` that names a job the log never created, or one already
+/// reported finished, is bad input at that line, unless the log diverges earlier (a deleted
+/// `store` line leaves its job's report orphaned; the divergence at the deleted line comes first).
 pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>, window: usize) -> Result<Report> {
+    let (text, partial) = validate::split_partial(path, text)?;
     let (h, lines) = log::parse(path, text)?;
+    if let (Some(p), Some(l)) = (&partial, lines.last()) {
+        if p.step < l.ev.step() {
+            return Err(KvmcError::input(
+                path,
+                p.line,
+                format!("the partial-log marker names step {}, before the log's last step {}", p.step, l.ev.step()),
+            ));
+        }
+    }
+    let bad = validate::bad_transfer(&lines, h.connector == "simple-cpu");
     let mut dropped: Vec<usize> = Vec::new();
     loop {
-        let (report, newly) = replay(path, &h, &lines, &dropped, profile, variant, window)?;
+        let (mut report, newly) = replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref())?;
         if newly.is_empty() {
+            report.partial = partial;
             return Ok(report);
         }
         dropped.extend(newly);
@@ -230,6 +253,7 @@ fn replay(
     profile: &str,
     variant: Option<&str>,
     window: usize,
+    bad: Option<&BadTransfer>,
 ) -> Result<(Report, Vec<usize>)> {
     let scope = Arc::new(scope_of(path, h, lines, dropped)?);
     let safety: Vec<_> = props::CATALOGUE
@@ -279,12 +303,16 @@ fn replay(
                 }
                 Ev::Abort { req, .. } => engine.abort(ctx, idx(req), &mut ev),
                 Ev::Error { req, .. } => engine.error(ctx, idx(req), &mut ev),
-                // SimpleCPU's store and load events have separate counters.
-                Ev::TransferDone { job, kind, .. } if kind.as_deref() == Some("load") => {
-                    input.complete.push(*job | LOAD_EVENT)
+                // SimpleCPU's store and load events have separate counters. A job reported
+                // twice is bad input (reported after this step's decisions are compared);
+                // the model's worker sees it once.
+                Ev::TransferDone { job, kind, .. } => {
+                    let id = if kind.as_deref() == Some("load") { *job | LOAD_EVENT } else { *job };
+                    if !input.complete.contains(&id) {
+                        input.complete.push(id)
+                    }
                 }
-                Ev::TransferDone { job, .. } => input.complete.push(*job),
-                Ev::TransferFailed { job, invalid_blocks, .. } => {
+                Ev::TransferFailed { job, invalid_blocks, .. } if !input.fail_blocks.iter().any(|(j, _)| j == job) => {
                     input.fail_blocks.push((*job, invalid_blocks.clone()))
                 }
                 _ => {}
@@ -308,9 +336,17 @@ fn replay(
             .map(|l| l.no)
             .collect();
         if !newly.is_empty() {
-            return Ok((Report { steps: step, decisions, divergence: None, findings, kv_counts: Vec::new() }, newly));
+            return Ok((
+                Report { steps: step, decisions, divergence: None, findings, kv_counts: Vec::new(), partial: None },
+                newly,
+            ));
         }
-        if let Some(mut d) = compare::step(&scope, &engine, step, &this, &ev.list, &queued, &snapshots, &mut memo) {
+        let diverged = compare::step(&scope, &engine, step, &this, &ev.list, &queued, &snapshots, &mut memo);
+        // A transfer report the log cannot make, unless a decision before it diverged.
+        if let Some(b) = bad.filter(|b| b.step == step && diverged.as_ref().is_none_or(|d| d.line > b.line)) {
+            return Err(KvmcError::input(path, b.line, b.why.clone()));
+        }
+        if let Some(mut d) = diverged {
             let first = d.line;
             d.window = lines
                 .iter()
@@ -323,7 +359,7 @@ fn replay(
                 .rev()
                 .collect();
             return Ok((
-                Report { steps: step, decisions, divergence: Some(d), findings, kv_counts: Vec::new() },
+                Report { steps: step, decisions, divergence: Some(d), findings, kv_counts: Vec::new(), partial: None },
                 Vec::new(),
             ));
         }
@@ -339,7 +375,7 @@ fn replay(
         }
         engine.ghost.marks = 0;
     }
-    Ok((Report { steps: last, decisions, divergence: None, findings, kv_counts }, Vec::new()))
+    Ok((Report { steps: last, decisions, divergence: None, findings, kv_counts, partial: None }, Vec::new()))
 }
 
 /// What the model did in one step, counted the way vLLM's KV events count it.

@@ -138,6 +138,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let mut out = SchedOut {
         finished: std::mem::take(&mut e.finished_since),
         scheduled: Vec::with_capacity(ctx.cfg.max_num_seqs as usize),
+        resumed_after_new: ctx.rules.resumed_after_new,
         ..Default::default()
     };
 
@@ -225,8 +226,9 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     }
     ev.emit(|| Event::StepScheduled {
         scheduled: out.scheduled.iter().map(|s| (s.req, s.tokens)).collect(),
-        // Model Runner V2 (0.33's default) reports requests resumed after preemption as new.
-        new: out.scheduled.iter().filter(|s| s.full_table).map(|s| s.req).collect(),
+        // Model Runner V2 (0.33's default) reports requests resumed after preemption as new,
+        // in `yield_req_data` order (`scheduled_new_reqs`: up to 0.33 resumed ones last).
+        new: out.yield_order().filter(|s| s.full_table).map(|s| s.req).collect(),
         resumed: Vec::new(),
         preempted: out.preempted.clone(),
         finished: out.finished.clone(),

@@ -390,15 +390,19 @@ pub struct SchedOut {
     pub preempted: Vec<ReqId>,
     /// `finished_req_ids`: requests finished since the previous step.
     pub finished: Vec<ReqId>,
+    /// `Rules::resumed_after_new`: the order of `scheduled_new_reqs`.
+    pub resumed_after_new: bool,
 }
 
 impl SchedOut {
-    /// `yield_req_data` order (Model Runner V2): `scheduled_new_reqs` (requests admitted from
-    /// WAITING, then those resumed after a preemption, which MRV2 appends to them), then the
-    /// cached (running) requests; each group in scheduling order.
+    /// `yield_req_data` order (Model Runner V2): `scheduled_new_reqs`, then the cached
+    /// (running) requests, each in scheduling order. Up to 0.33 `scheduled_new_reqs` holds the
+    /// requests admitted from WAITING, then those resumed after a preemption, which MRV2
+    /// appends to them; 0.34 keeps one list in admission order (`resumed_after_new`).
     pub fn yield_order(&self) -> impl Iterator<Item = &Scheduled> {
-        let new = self.scheduled.iter().filter(|s| s.full_table && !s.resumed);
-        let resumed = self.scheduled.iter().filter(|s| s.full_table && s.resumed);
+        let split = self.resumed_after_new;
+        let new = self.scheduled.iter().filter(move |s| s.full_table && !(split && s.resumed));
+        let resumed = self.scheduled.iter().filter(move |s| split && s.full_table && s.resumed);
         new.chain(resumed).chain(self.scheduled.iter().filter(|s| !s.full_table))
     }
 }

@@ -85,6 +85,7 @@ fn vllm_033() -> Rules {
         cache_scheduled_only: true,
         delay_cache_async_loads: true,
         no_admission_after_preempt: true,
+        resumed_after_new: true,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,

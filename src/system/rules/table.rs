@@ -107,6 +107,12 @@ rules_table! {
         => "async-load blocks are cached only when the load lands", "allocate_slots(delay_cache_blocks)";
     /// No admission from `waiting` in a step that preempted (Scheduler.schedule).
     no_admission_after_preempt: bool => "no admission in a step that preempted", "Scheduler.schedule";
+    /// Model Runner V2: `SchedulerOutput.scheduled_new_reqs` lists the requests resumed after a
+    /// preemption after the brand-new ones (`scheduled_new_reqs.extend(scheduled_resumed_reqs)`
+    /// in `Scheduler.schedule`, 0.24 to 0.33); false: one list in admission order (0.34).
+    /// Connectors read the same order (`yield_req_data`).
+    resumed_after_new: bool
+        => "MRV2 lists resumed requests after the new ones in scheduled_new_reqs", "Scheduler.schedule";
     /// An async load is admitted only if it leaves the blocks in-flight prefills still need
     /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
     reserve_for_async_loads: bool

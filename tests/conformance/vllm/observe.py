@@ -60,8 +60,9 @@ def dumps(obj) -> str:
 
 
 class Recorder:
-    def __init__(self, eng, sc, out, debug: bool = False):
+    def __init__(self, eng, sc, out, debug: bool = False, hash_seed: str = "0"):
         self.debug = debug
+        self.hash_seed = hash_seed
         self.eng = eng
         self.sc = sc
         self.out = out
@@ -106,7 +107,16 @@ class Recorder:
         }
         if sc.connector == "simple-cpu":
             hdr["cpu_blocks"] = sc.cpu_blocks
+        if self.hash_seed != "0":   # absent: 0, the fixtures' seed
+            hdr["hash_seed"] = int(self.hash_seed) if self.hash_seed.isdigit() else self.hash_seed
         self.out.write(dumps(hdr) + "\n")
+
+    def partial(self, error: str) -> None:
+        """The run stopped in this step: drop the step's unwritten lines and end the log with
+        the marker `{"ev":"partial","step":N,"error":...}` (the log is partial)."""
+        self.buf = []
+        self.out.write(dumps({"ev": "partial", "step": self.step, "error": error}) + "\n")
+        self.out.flush()
 
     def _labels(self) -> dict[bytes, str]:
         """Arrival order; a session's inputs in order: "S.i" for its first input's block

@@ -22,12 +22,38 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
+
+
+def hash_seed(value: str) -> str:
+    """A PYTHONHASHSEED value: an integer in [0, 4294967295], or "random"."""
+    if value == "random" or (value.isdigit() and int(value) <= 4294967295):
+        return str(int(value)) if value != "random" else value
+    raise argparse.ArgumentTypeError(f"{value!r}: an integer in [0, 4294967295] or 'random'")
+
+
+def _seed_arg(argv: list[str]) -> str | None:
+    """The --hash-seed value on the command line (default "0"); None if it is invalid
+    (argparse then says why)."""
+    seed = "0"
+    for i, a in enumerate(argv):
+        if a == "--hash-seed" and i + 1 < len(argv):
+            seed = argv[i + 1]
+        elif a.startswith("--hash-seed="):
+            seed = a.split("=", 1)[1]
+    try:
+        return hash_seed(seed)
+    except argparse.ArgumentTypeError:
+        return None
+
+
 # vLLM iterates some sets of request ids (e.g. finished_req_ids when it builds the
-# finish-time store jobs); pin str hashing so two runs always agree.
-if os.environ.get("PYTHONHASHSEED") != "0":
-    os.environ["PYTHONHASHSEED"] = "0"
+# finish-time store jobs); pin str hashing (--hash-seed, default 0) so two runs agree.
+_SEED = _seed_arg(sys.argv[1:])
+if _SEED is not None and os.environ.get("PYTHONHASHSEED") != _SEED:
+    os.environ["PYTHONHASHSEED"] = _SEED
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -83,12 +109,13 @@ class Timeline:
                 and not any(self.pending_inputs.values()))
 
 
-def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) -> dict:
+def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None,
+        hash_seed: str = "0") -> dict:
     """Run one scenario, writing its log to `out`. If `kvevents` is a list, the
-    KVEventCapture (kvevents.py) holding the published KV event batches is appended."""
-    from vllm.v1.request import RequestStatus
-
-    from engine import build_engine, make_request
+    KVEventCapture (kvevents.py) holding the published KV event batches is appended.
+    If the run fails after the header, the log ends with a `partial` marker line
+    (docs/conformance-format.md) and the exception propagates."""
+    from engine import build_engine
     from fakeworker import FakeWorker, ScpuFakeWorker
     from kvevents import KVEventCapture
     from observe import Recorder
@@ -96,17 +123,31 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
     t0 = time.monotonic()
     eng = build_engine(sc)
     t_build = time.monotonic() - t0
-    rec = Recorder(eng, sc, out, debug=debug)
+    rec = Recorder(eng, sc, out, debug=debug, hash_seed=hash_seed)
     cap = KVEventCapture(eng.scheduler, lambda: rec.step)
     if kvevents is not None:
         kvevents.append(cap)
     worker = ScpuFakeWorker(sc) if sc.connector == "simple-cpu" else FakeWorker(sc)
     rec.worker = worker
+    rec.header()
+    try:
+        return _steps(sc, eng, rec, cap, worker, t0, t_build)
+    except BaseException as e:
+        # Keep what was recorded: every step before this one is complete in the log; this
+        # step's lines (rec.buf) are dropped. The marker says where and why it stopped.
+        rec.partial(f"{type(e).__name__}: {e}")
+        raise
+
+
+def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
+    """The engine loop of run(): one EngineCore.step per iteration until the scenario ends."""
+    from vllm.v1.request import RequestStatus
+
+    from engine import make_request
+
     sched = eng.scheduler
     tl = Timeline(sc)
     tokens_of: dict[str, list[int]] = {}
-    rec.header()
-
     step = 0
     while True:
         step += 1
@@ -220,12 +261,22 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None) ->
             "kv_batches": len(cap.payloads), "kv_events": cap.num_events}
 
 
+def partial_path(dest: Path) -> Path:
+    """Where a failed run's log is kept: NAME.jsonl.partial beside NAME.jsonl (a committed
+    fixture is never overwritten by a partial log)."""
+    return dest.with_name(dest.name + ".partial")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         description="Record conformance logs from vLLM 0.33's real scheduler side.")
     ap.add_argument("scenarios", nargs="+", metavar="SCENARIO.toml")
     ap.add_argument("-o", "--output", help="log file (one scenario)")
     ap.add_argument("--out-dir", help="directory for NAME.jsonl logs (any number of scenarios)")
+    ap.add_argument("--hash-seed", type=hash_seed, default="0", metavar="N",
+                    help="PYTHONHASHSEED for the run (an integer in [0, 4294967295] or "
+                         "'random'; default 0, which the committed fixtures use); the process "
+                         "re-executes itself with it")
     ap.add_argument("-q", "--quiet", action="store_true")
     ap.add_argument("--debug", action="store_true",
                     help="print request state at every finish to stderr (not in the log)")
@@ -234,6 +285,11 @@ def main(argv=None) -> int:
         ap.error("give exactly one of -o/--output and --out-dir")
     if args.output is not None and len(args.scenarios) != 1:
         ap.error("-o takes one scenario; use --out-dir for several")
+    if os.environ.get("PYTHONHASHSEED") != args.hash_seed:
+        ap.error(f"--hash-seed {args.hash_seed}: PYTHONHASHSEED is "
+                 f"{os.environ.get('PYTHONHASHSEED')!r} (run record.py as a script)")
+    if args.out_dir is not None:
+        Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     status = 0
     t_start = time.monotonic()
     for path in args.scenarios:
@@ -245,13 +301,23 @@ def main(argv=None) -> int:
             continue
         dest = Path(args.output) if args.output else Path(args.out_dir) / f"{sc.name}.jsonl"
         tmp = dest.with_suffix(".tmp")
+        partial = partial_path(dest)
         caps: list = []
         try:
             with open(tmp, "w") as out:
-                stats = run(sc, out, debug=args.debug, kvevents=caps)
-        except (ScenarioError, RuntimeError) as e:
-            tmp.unlink(missing_ok=True)
-            print(f"{path}: {e}", file=sys.stderr)
+                stats = run(sc, out, debug=args.debug, kvevents=caps, hash_seed=args.hash_seed)
+        except Exception as e:
+            # The log up to the failing step is kept, marked partial (its last line), under
+            # NAME.jsonl.partial; no KV event files are written for it.
+            kept = ""
+            if tmp.exists() and tmp.stat().st_size > 0:
+                tmp.replace(partial)
+                kept = f" (partial log kept: {partial})"
+            else:
+                tmp.unlink(missing_ok=True)
+            print(f"{path}: {type(e).__name__}: {e}{kept}", file=sys.stderr)
+            if not isinstance(e, (ScenarioError, RuntimeError)):
+                traceback.print_exc()
             status = 2 if isinstance(e, ScenarioError) else 1
             continue
         ev_path, steps_path = kvevents_paths(dest)
@@ -261,6 +327,7 @@ def main(argv=None) -> int:
         tmp.replace(dest)
         ev_tmp.replace(ev_path)
         steps_tmp.replace(steps_path)
+        partial.unlink(missing_ok=True)   # an earlier failed run's leftover
         if not args.quiet:
             print(f"{sc.name}: {stats['steps']} steps, build {stats['build_s']:.2f} s, "
                   f"run {stats['total_s']:.2f} s -> {dest}; {stats['kv_batches']} KV event "

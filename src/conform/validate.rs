@@ -1,0 +1,107 @@
+//! Checks of a log that look at more than one line: the marker a recorder leaves at the end
+//! of a partial log, and the worker's transfer reports against the jobs the log created
+//! (docs/conformance-format.md, "Partial logs" and "Inputs").
+
+use super::log::{Ev, Line};
+use crate::error::{KvmcError, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A partial log: the recorder stopped in `step` (whose lines are not in the log) because of
+/// `error`; its marker is the log's last line, `line`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    pub line: usize,
+    pub step: u32,
+    pub error: String,
+}
+
+/// `{"ev":"partial","step":N,"error":"..."}`.
+#[derive(Deserialize)]
+struct Marker {
+    ev: String,
+    step: u32,
+    #[serde(default)]
+    error: String,
+}
+
+fn marker(line: &str) -> Option<Marker> {
+    if !line.contains("\"partial\"") {
+        return None;
+    }
+    serde_json::from_str::<Marker>(line).ok().filter(|m| m.ev == "partial")
+}
+
+/// Split a partial log's marker off its text: the text without it, and the marker. A marker
+/// anywhere but on the last line is bad input.
+pub fn split_partial<'a>(path: &Path, text: &'a str) -> Result<(&'a str, Option<Partial>)> {
+    let body = text.trim_end();
+    let start = body.rfind('\n').map_or(0, |i| i + 1);
+    let last_no = body[..start].matches('\n').count() + 1;
+    for (i, l) in body[..start].lines().enumerate() {
+        if marker(l).is_some() {
+            return Err(KvmcError::input(path, i + 1, "a partial-log marker must be the log's last line"));
+        }
+    }
+    Ok(match marker(&body[start..]) {
+        Some(m) => (&text[..start], Some(Partial { line: last_no, step: m.step, error: m.error })),
+        None => (text, None),
+    })
+}
+
+/// A transfer report the log cannot make: (line, step, why).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadTransfer {
+    pub line: usize,
+    pub step: u32,
+    pub why: String,
+}
+
+/// The first `transfer_done` / `transfer_failed` line that names a job no earlier `load` or
+/// `store` line created, or one that an earlier line already reported finished. SimpleCPU's
+/// store and load events are counted apart (`kind`); the OffloadingConnector has one job
+/// counter. A worker reports each job once (`get_finished` drops what it reported).
+pub fn bad_transfer(lines: &[Line], scpu: bool) -> Option<BadTransfer> {
+    // (stream, job) -> the line that created it, and the line that reported it finished.
+    let mut created: BTreeMap<(&str, u32), usize> = BTreeMap::new();
+    let mut reported: BTreeMap<(&str, u32), usize> = BTreeMap::new();
+    let what = |stream: &str, job: u32| match stream {
+        "store" => format!("store event {job}"),
+        "load" => format!("load event {job}"),
+        _ => format!("job {job}"),
+    };
+    for l in lines {
+        let (stream, job, ev) = match &l.ev {
+            Ev::Load { job, .. } => {
+                created.entry((if scpu { "load" } else { "" }, *job)).or_insert(l.no);
+                continue;
+            }
+            Ev::Store { job, .. } => {
+                created.entry((if scpu { "store" } else { "" }, *job)).or_insert(l.no);
+                continue;
+            }
+            Ev::TransferDone { job, kind, .. } => (kind.as_deref().unwrap_or(""), *job, "transfer_done"),
+            Ev::TransferFailed { job, .. } => ("", *job, "transfer_failed"),
+            _ => continue,
+        };
+        let why = if !created.contains_key(&(stream, job)) {
+            format!(
+                "{ev}: {} was never created (no {} line names it before this one)",
+                what(stream, job),
+                match stream {
+                    "store" => "store",
+                    "load" => "load",
+                    _ => "load or store",
+                }
+            )
+        } else if let Some(first) = reported.get(&(stream, job)) {
+            format!("{ev}: {} was already reported finished at line {first}", what(stream, job))
+        } else {
+            reported.insert((stream, job), l.no);
+            continue;
+        };
+        return Some(BadTransfer { line: l.no, step: l.ev.step(), why });
+    }
+    None
+}
