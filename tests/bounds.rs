@@ -215,6 +215,27 @@ fn ctrl_c_on_check_prints_the_partial_report_and_exits_130() {
     assert!(out.contains("12 results:"), "every row is reported: {out}");
 }
 
+/// Item 6: the same for a trace replay: the figures reached, marked incomplete, exit 130.
+#[test]
+fn ctrl_c_on_replay_prints_the_partial_report_and_exits_130() {
+    let d = tempdir("replay-sigint");
+    let trace = d.join("long.jsonl");
+    let mut text = String::new();
+    for i in 0..40_000 {
+        text.push_str(&format!(
+            "{{\"timestamp\": 0, \"input_length\": 1024, \"output_length\": 200, \"hash_ids\": [{}, {}]}}\n",
+            i % 7,
+            1000 + i
+        ));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let o = interrupt(&["replay", trace.to_str().unwrap(), "--model", "models/replay-mooncake.toml"]);
+    assert_eq!(o.status.code(), Some(130), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("INCOMPLETE") && out.contains("interrupted (Ctrl-C) after"), "{out}");
+    assert!(out.contains("of 40,000 requests"), "{out}");
+}
+
 /// Item 7: single-threaded DFS ignored --timeout: it ran on to the end of the state space
 /// (here, with a huge pool, for an hour) and only then called the run incomplete.
 #[test]
