@@ -77,14 +77,6 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
-/// Raise the interrupt flag as Ctrl-C does (for tests and embedders).
-pub fn interrupt() {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-    if let Some(w) = WATCHDOG.get() {
-        w.wake.notify_all();
-    }
-}
-
 /// Catch Ctrl-C: the first SIGINT raises the interrupt flag (runs stop and report what they
 /// reached); a second one ends the process at once with exit 130.
 pub fn catch_interrupt() {
