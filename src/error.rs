@@ -15,6 +15,8 @@ pub mod exit {
     pub const VERDICT: i32 = 10;
     /// A bound or timeout stopped a run before it reached a verdict.
     pub const INCOMPLETE: i32 = 13;
+    /// Ctrl-C stopped the run (its partial report was printed).
+    pub const INTERRUPTED: i32 = 130;
 }
 
 #[derive(Debug, thiserror::Error)]

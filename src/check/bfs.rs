@@ -5,14 +5,16 @@
 //! BFS reports the *deepest* counterexample it happened to pop last, not the shortest. This
 //! explorer keeps the first discovery of each property; since states are expanded in
 //! nondecreasing depth, that path is a shortest one. It stores one parent pointer per state
-//! (not a path per pending state) and knows exactly whether a bound stopped it.
+//! (not a path per pending state) and knows exactly whether a bound stopped it: it never
+//! holds more than `--max-states` distinct states, and it reads its stop signal
+//! (`crate::stop`: timeout, memory budget, Ctrl-C) before every state and every successor.
 
-use super::run::{RunOpts, StopReason};
+use super::run::{Explored, RunOpts, StopReason};
 use crate::model::{Action, KvModel, KvState};
-use stateright::{Expectation, Model};
+use crate::stop::Watch;
+use stateright::{Expectation, Model, Property};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::time::Instant;
 
 /// A fast, deterministic 64-bit hasher for state fingerprints (no random keys).
 struct StableHasher(u64);
@@ -57,23 +59,40 @@ pub fn fingerprint(s: &KvState) -> u64 {
     h.finish()
 }
 
-pub struct BfsOutcome {
-    pub unique: usize,
-    pub generated: usize,
-    pub max_depth: usize,
-    pub stopped: Option<StopReason>,
-    /// (property, actions from the initial state), first found, in property order.
-    pub discoveries: Vec<(&'static str, Vec<Action>)>,
+/// One parent pointer per visited state: the state it was first generated from, and the
+/// index of the action that generated it.
+pub(crate) struct Node {
+    pub parent: u64,
+    pub action: u32,
 }
 
-struct Node {
-    parent: u64,
-    action: u32,
+/// Evaluate the properties not yet discovered on `s`; record `fp` as the discovery of each
+/// one `s` decides. True when every property has its discovery.
+pub(crate) fn check_props(
+    model: &KvModel,
+    props: &[Property<KvModel>],
+    found: &mut [Option<u64>],
+    s: &KvState,
+    fp: u64,
+) -> bool {
+    for (i, p) in props.iter().enumerate() {
+        if found[i].is_some() {
+            continue;
+        }
+        let hit = match p.expectation {
+            Expectation::Always => !(p.condition)(model, s),
+            Expectation::Sometimes => (p.condition)(model, s),
+            Expectation::Eventually => false,
+        };
+        if hit {
+            found[i] = Some(fp);
+        }
+    }
+    found.iter().all(Option::is_some)
 }
 
 /// Explore `model` breadth first.
-pub fn explore(model: &KvModel, opts: &RunOpts) -> BfsOutcome {
-    let started = Instant::now();
+pub fn explore(model: &KvModel, opts: &RunOpts, watch: &Watch) -> Explored {
     let props = model.properties();
     let mut found: Vec<Option<u64>> = vec![None; props.len()];
     let init = model.init();
@@ -85,37 +104,27 @@ pub fn explore(model: &KvModel, opts: &RunOpts) -> BfsOutcome {
     let mut max_depth = 0usize;
     let mut stopped = None;
     let mut actions = Vec::new();
-    let mut popped = 0usize;
-    while let Some((s, fp, depth)) = frontier.pop_front() {
-        popped += 1;
+    'states: while let Some((s, fp, depth)) = frontier.pop_front() {
         max_depth = max_depth.max(depth);
-        for (i, p) in props.iter().enumerate() {
-            if found[i].is_some() {
-                continue;
-            }
-            let hit = match p.expectation {
-                Expectation::Always => !(p.condition)(model, &s),
-                Expectation::Sometimes => (p.condition)(model, &s),
-                Expectation::Eventually => false,
-            };
-            if hit {
-                found[i] = Some(fp);
-            }
+        watch.publish(seen.len(), generated, max_depth);
+        if let Some(r) = watch.poll() {
+            stopped = Some(r);
+            break;
         }
-        if found.iter().all(Option::is_some) {
+        if check_props(model, &props, &mut found, &s, fp) {
             break; // every property has its discovery; nothing left to decide
         }
         if opts.max_depth.is_some_and(|d| depth >= d) {
             stopped.get_or_insert(StopReason::Depth);
             continue;
         }
-        if popped.is_multiple_of(1024) && opts.timeout.is_some_and(|t| started.elapsed() >= t) {
-            stopped = Some(StopReason::Timeout);
-            break;
-        }
         actions.clear();
         model.actions(&s, &mut actions);
         for (idx, a) in actions.iter().enumerate() {
+            if let Some(r) = watch.poll() {
+                stopped = Some(r);
+                break 'states;
+            }
             let Some(next) = model.next_state(&s, *a) else {
                 continue;
             };
@@ -124,26 +133,28 @@ pub fn explore(model: &KvModel, opts: &RunOpts) -> BfsOutcome {
             }
             generated += 1;
             let nfp = fingerprint(&next);
+            let full = opts.max_states.is_some_and(|n| seen.len() >= n);
             if let std::collections::hash_map::Entry::Vacant(v) = seen.entry(nfp) {
+                if full {
+                    stopped = Some(StopReason::States); // a new state past the bound
+                    break 'states;
+                }
                 v.insert(Node { parent: fp, action: idx as u32 });
                 frontier.push_back((next, nfp, depth + 1));
             }
         }
-        if opts.max_states.is_some_and(|n| seen.len() >= n) && !frontier.is_empty() {
-            stopped = Some(StopReason::States);
-            break;
-        }
     }
+    watch.publish(seen.len(), generated, max_depth);
     let discoveries = props
         .iter()
         .zip(&found)
         .filter_map(|(p, f)| f.map(|fp| (p.name, path_to(model, &seen, init_fp, fp))))
         .collect();
-    BfsOutcome { unique: seen.len(), generated, max_depth, stopped, discoveries }
+    Explored { unique: seen.len(), generated, max_depth, stopped, discoveries }
 }
 
 /// Rebuild the actions from the initial state to `fp` by replaying action indices.
-fn path_to(model: &KvModel, seen: &HashMap<u64, Node>, init_fp: u64, fp: u64) -> Vec<Action> {
+pub(crate) fn path_to(model: &KvModel, seen: &HashMap<u64, Node>, init_fp: u64, fp: u64) -> Vec<Action> {
     let mut idx = Vec::new();
     let mut cur = fp;
     while cur != init_fp {

@@ -1,8 +1,11 @@
-//! Checking: runs of stateright over models, spec expectations, verdicts.
+//! Checking: explorations of models (kvmc's BFS, DFS and random walks over the stateright
+//! `Model`), spec expectations, verdicts.
 
 pub mod bfs;
+pub mod dfs;
 pub mod gate;
 pub mod run;
+pub mod simulate;
 pub mod specs;
 
 pub use run::{replay, run, RunOpts, RunResult, Strategy, Verdict};

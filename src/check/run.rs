@@ -1,47 +1,116 @@
-//! Running stateright on one model and turning what it found into honest verdicts.
+//! Running an exploration of one model and turning what it found into honest verdicts.
 //!
-//! stateright reports a run cut short by a state bound, a depth bound or a timeout as
-//! "done". kvmc tracks every bound itself: a property that was not violated is `holds` only
-//! if the exploration was exhaustive; otherwise it is `incomplete`.
+//! Every strategy is kvmc's own (`bfs`, `dfs`, `simulate`), single-threaded for now, and obeys
+//! every bound: `--max-states`, `--max-depth`, `--timeout`, the memory budget and Ctrl-C
+//! (`crate::stop`). A property that was not violated is `holds` only if the exploration was
+//! exhaustive; otherwise it is `incomplete`, and the run says what stopped it.
 
 use crate::model::{Action, KvModel};
 use crate::props::Kind;
-use stateright::{Checker, HasDiscoveries, Model, UniformChooser};
-use std::time::{Duration, Instant};
+use crate::stop::Watch;
+use stateright::Model;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::stop::{peak_rss_bytes, StopReason};
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Strategy {
-    /// Breadth-first (kvmc's explorer): shortest counterexamples.
+    /// Breadth-first: shortest counterexamples.
     Bfs,
-    /// Depth-first (stateright): less memory; counterexamples are valid but not shortest.
+    /// Depth-first: valid counterexamples, not shortest; a smaller frontier.
     Dfs,
     /// Random walks (never exhaustive: verdicts that are not violations are `incomplete`).
     Simulate,
 }
 
-/// Why an exploration stopped before exhausting the state space.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum StopReason {
-    States,
-    Depth,
-    Timeout,
-    Sampling,
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Bfs => "bfs",
+            Strategy::Dfs => "dfs",
+            Strategy::Simulate => "simulate",
+        }
+    }
 }
+
+/// The states a simulation visits when neither `--max-states` nor `--timeout` bounds it.
+pub const SIMULATE_DEFAULT_STATES: usize = 100_000;
 
 #[derive(Clone, Debug)]
 pub struct RunOpts {
     pub strategy: Strategy,
+    /// Explorer threads. Every strategy is single-threaded for now; kept for the parallel BFS.
     pub threads: usize,
+    /// At most this many distinct states (bfs, dfs) or states visited (simulate).
     pub max_states: Option<usize>,
     pub max_depth: Option<usize>,
     pub timeout: Option<Duration>,
     pub seed: u64,
+    /// Stop when the process's resident memory reaches this many bytes.
+    pub max_memory: Option<u64>,
+    /// The stop signal to use (its clock already running); `None`: `run` starts one.
+    pub watch: Option<Arc<Watch>>,
 }
 
 impl Default for RunOpts {
     fn default() -> Self {
-        RunOpts { strategy: Strategy::Bfs, threads: 1, max_states: None, max_depth: None, timeout: None, seed: 0 }
+        RunOpts {
+            strategy: Strategy::Bfs,
+            threads: 1,
+            max_states: None,
+            max_depth: None,
+            timeout: None,
+            seed: 0,
+            max_memory: None,
+            watch: None,
+        }
     }
+}
+
+impl RunOpts {
+    /// The state bound in force: `--max-states`, or simulate's default when no other bound
+    /// (`--max-states`, `--timeout`) ends its walks.
+    pub fn state_bound(&self) -> Option<usize> {
+        match self.max_states {
+            Some(n) => Some(n),
+            None if self.strategy == Strategy::Simulate && self.timeout.is_none() => Some(SIMULATE_DEFAULT_STATES),
+            None => None,
+        }
+    }
+
+    /// Why a run with these options stopped, in words.
+    pub fn describe(&self, r: StopReason) -> String {
+        let why = match r {
+            StopReason::States => match self.max_states {
+                Some(n) => format!("--max-states {n}"),
+                None => format!("--max-states {} (simulate's default bound)", self.state_bound().unwrap_or(0)),
+            },
+            StopReason::Depth => format!("--max-depth {}", self.max_depth.unwrap_or(0)),
+            StopReason::Timeout => format!("timeout of {}s", self.timeout.map_or(0.0, |t| t.as_secs_f64())),
+            StopReason::Memory => format!(
+                "the memory budget (--max-memory {}): the process's resident memory reached it",
+                self.max_memory.map_or("-".to_string(), crate::stop::human_bytes)
+            ),
+            StopReason::Interrupted => "interrupt (Ctrl-C)".to_string(),
+            StopReason::Sampling => return "simulation samples paths; it never exhausts the state space".into(),
+        };
+        if self.strategy == Strategy::Simulate {
+            format!("{why}; simulation samples paths, it never exhausts the state space")
+        } else {
+            why
+        }
+    }
+}
+
+/// What one exploration found.
+pub struct Explored {
+    pub unique: usize,
+    pub generated: usize,
+    pub max_depth: usize,
+    pub stopped: Option<StopReason>,
+    /// (property, actions from the initial state), first found, in property order.
+    pub discoveries: Vec<(&'static str, Vec<Action>)>,
 }
 
 /// The verdict on one property in one run.
@@ -113,65 +182,31 @@ impl RunResult {
 /// Explore `model` and collect one discovery per property.
 pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
     let names: Vec<(&'static str, Kind)> = model.props.iter().map(|p| (p.name, p.kind)).collect();
-    let started = Instant::now();
-    let (unique, states, depth, discoveries, stopped) = if opts.strategy == Strategy::Bfs {
-        let o = super::bfs::explore(&model, opts);
-        (o.unique, o.generated, o.max_depth, o.discoveries, o.stopped)
-    } else {
-        let mut b = model.checker().threads(opts.threads.max(1)).finish_when(HasDiscoveries::All);
-        if let Some(n) = opts.max_states {
-            b = b.target_state_count(n);
-        }
-        if let Some(d) = opts.max_depth {
-            b = b.target_max_depth(d);
-        }
-        if let Some(t) = opts.timeout {
-            b = b.timeout(t);
-        }
-        let (unique, states, depth, found) = match opts.strategy {
-            Strategy::Dfs => collect(b.spawn_dfs().join()),
-            _ => collect(b.spawn_simulation(opts.seed, UniformChooser).join()),
-        };
-        let all_found = names.iter().all(|(n, _)| found.iter().any(|(d, _)| d == n));
-        // stateright reports a bounded run as done: decide ourselves whether a bound hit.
-        let stopped = if all_found {
-            None
-        } else if opts.strategy == Strategy::Simulate {
-            Some(StopReason::Sampling)
-        } else if opts.timeout.is_some_and(|t| started.elapsed() >= t) {
-            Some(StopReason::Timeout)
-        } else if opts.max_states.is_some_and(|n| states >= n) {
-            Some(StopReason::States)
-        } else if opts.max_depth.is_some_and(|d| depth >= d) {
-            Some(StopReason::Depth)
-        } else {
-            None
-        };
-        (unique, states, depth, found, stopped)
+    let watch = opts.watch.clone().unwrap_or_else(|| Watch::start(opts.timeout, opts.max_memory));
+    let o = match opts.strategy {
+        Strategy::Bfs => super::bfs::explore(&model, opts, &watch),
+        Strategy::Dfs => super::dfs::explore(&model, opts, &watch),
+        Strategy::Simulate => super::simulate::explore(&model, opts, &watch),
     };
-    let seconds = started.elapsed().as_secs_f64();
-    let cut_by = stopped.map(|r| match r {
-        StopReason::States => format!("--max-states {}", opts.max_states.unwrap_or(0)),
-        StopReason::Depth => format!("--max-depth {}", opts.max_depth.unwrap_or(0)),
-        StopReason::Timeout => format!("timeout of {}s", opts.timeout.map_or(0.0, |t| t.as_secs_f64())),
-        StopReason::Sampling => "simulation samples paths; it never exhausts the state space".to_string(),
-    });
+    watch.finish();
+    let seconds = watch.seconds();
+    let cut_by = o.stopped.map(|r| opts.describe(r));
     let props = names
         .into_iter()
         .map(|(name, kind)| {
-            let path = discoveries.iter().find(|(d, _)| *d == name).map(|(_, p)| p.clone());
+            let path = o.discoveries.iter().find(|(d, _)| *d == name).map(|(_, p)| p.clone());
             PropOutcome { name, kind, discovered: path.is_some(), path }
         })
         .collect();
-    RunResult { unique_states: unique, states, max_depth: depth, seconds, complete: cut_by.is_none(), cut_by, props }
-}
-
-type Found = Vec<(&'static str, Vec<Action>)>;
-
-fn collect<C: Checker<KvModel>>(c: C) -> (usize, usize, usize, Found) {
-    let mut found: Found = c.discoveries().into_iter().map(|(n, p)| (n, p.into_actions())).collect();
-    found.sort_by_key(|(n, _)| *n);
-    (c.unique_state_count(), c.state_count(), c.max_depth(), found)
+    RunResult {
+        unique_states: o.unique,
+        states: o.generated,
+        max_depth: o.max_depth,
+        seconds,
+        complete: cut_by.is_none(),
+        cut_by,
+        props,
+    }
 }
 
 /// Replay `path` from the initial state; None if some action is not enabled or changes
@@ -189,12 +224,4 @@ pub fn replay(model: &KvModel, path: &[Action]) -> Option<Vec<crate::model::KvSt
         out.push(s.clone());
     }
     Some(out)
-}
-
-/// Peak resident memory of this process in bytes (Linux `VmHWM`), if known.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
 }

@@ -1,15 +1,24 @@
-//! `kvmc check`.
+//! `kvmc check`: plan the explorations, run them `--jobs` at a time, print the report. Ctrl-C,
+//! a deadline or the memory budget stop the explorations running (their rows are
+//! `incomplete`, with the counts reached); the report is printed all the same (exit 130 after
+//! Ctrl-C). If an exploration does not stop within the grace, the watchdog prints the same
+//! partial report from the counts each exploration published and ends the process.
 
 use crate::check::gate::{self, Job, Row};
 use crate::check::specs;
-use crate::check::{RunOpts, Strategy};
+use crate::check::{RunOpts, Strategy, Verdict};
 use crate::error::{exit, KvmcError, Result};
 use crate::model::KvModel;
 use crate::report;
+use crate::stop::{self, StopReason, Watch};
 use clap::{Args, ValueEnum};
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The most `--threads` accepted.
+pub const MAX_THREADS: u64 = 1024;
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum Format {
@@ -40,13 +49,17 @@ pub struct CheckArgs {
     pub properties: Vec<String>,
     #[arg(long, value_enum, default_value = "bfs")]
     pub strategy: StrategyArg,
-    /// Checker threads per exploration (>1 with bfs: counterexamples may not be shortest).
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    /// Explorer threads per exploration (1 to 1024). Every strategy explores on one thread for
+    /// now (a parallel BFS is planned): more is accepted and has no effect yet; --jobs runs
+    /// explorations in parallel.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS))]
+    pub threads: u64,
     /// Explorations run in parallel (default: available cores).
     #[arg(long)]
     pub jobs: Option<usize>,
-    /// Stop an exploration after this many generated states (verdicts become incomplete).
+    /// Stop an exploration before it holds more than this many distinct states (simulate:
+    /// states visited; default 100000 for simulate when neither this nor --timeout is given).
+    /// Verdicts become incomplete.
     #[arg(long)]
     pub max_states: Option<usize>,
     /// Do not expand states at this depth or deeper (verdicts become incomplete).
@@ -55,6 +68,11 @@ pub struct CheckArgs {
     /// Stop an exploration after this many seconds (verdicts become incomplete).
     #[arg(long)]
     pub timeout: Option<f64>,
+    /// Stop the explorations running when the process's resident memory reaches this size
+    /// (512M, 4G, 1.5GiB, or none); verdicts become incomplete. Default: 80% of the machine's
+    /// (or the cgroup's) memory.
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
     /// Seed for --strategy simulate.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -86,28 +104,36 @@ fn parse_shard(s: &str) -> Result<(usize, usize)> {
 }
 
 pub fn run(a: CheckArgs) -> Result<i32> {
-    if a.threads == 0 {
-        return Err(KvmcError::Usage("--threads must be at least 1".into()));
-    }
     if let Some(t) = a.timeout {
         if !(t > 0.0 && t.is_finite()) {
             return Err(KvmcError::Usage("--timeout must be a positive number of seconds".into()));
         }
     }
+    let grace = stop::grace_from_env().map_err(KvmcError::Usage)?;
+    let (max_memory, memory_note) = match &a.max_memory {
+        Some(s) => (stop::parse_size(s).map_err(|e| KvmcError::Usage(format!("--max-memory {e}")))?, "--max-memory"),
+        None => (stop::default_memory_budget(), "the default, 80% of the machine's memory"),
+    };
     let opts = RunOpts {
         strategy: match a.strategy {
             StrategyArg::Bfs => Strategy::Bfs,
             StrategyArg::Dfs => Strategy::Dfs,
             StrategyArg::Simulate => Strategy::Simulate,
         },
-        threads: a.threads,
+        threads: a.threads as usize,
         max_states: a.max_states,
         max_depth: a.max_depth,
         timeout: a.timeout.map(Duration::from_secs_f64),
         seed: a.seed,
+        max_memory,
+        watch: None,
     };
-    if a.threads > 1 && opts.strategy == Strategy::Bfs {
-        eprintln!("warning: --threads > 1 with bfs: counterexamples may not be the shortest");
+    if a.threads > 1 {
+        eprintln!(
+            "note: --threads {} has no effect yet: every strategy ({}) explores on one thread for now (a parallel BFS is planned); --jobs N runs N explorations in parallel",
+            a.threads,
+            opts.strategy.as_str()
+        );
     }
     let specs_list = if a.specs.is_dir() { specs::load_dir(&a.specs)? } else { Vec::new() };
     let mut jobs: Vec<Job> = if a.paths.is_empty() {
@@ -131,52 +157,248 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         let (i, n) = parse_shard(s)?;
         jobs = jobs.into_iter().enumerate().filter(|(k, _)| k % n == i - 1).map(|(_, j)| j).collect();
     }
-    let rows = execute_all(&jobs, &opts, a.jobs)?;
+    if let Some(g) = grace {
+        stop::set_grace(g);
+    }
+    stop::catch_interrupt();
+    let width = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    if matches!(a.format, Format::Text) {
+        out(&header(&opts, jobs.len(), width, memory_note));
+    }
+    let board = Arc::new(Board::new(jobs, opts, a.format, a.verbose));
+    let b = board.clone();
+    stop::on_overrun(move |r| b.overrun(r));
+    let rows = execute_all(&board, width)?;
     if let Some(dir) = &a.out {
         let find = |r: &Row| {
-            jobs.iter()
+            board
+                .jobs
+                .iter()
                 .find(|j| j.scope.name == r.model && j.variant == r.variant)
                 .and_then(|j| KvModel::new(j.scope.clone(), Some(&r.profile), j.variant.as_deref(), vec![]).ok())
         };
         report::write_counterexamples(&rows, dir, &find).map_err(|e| KvmcError::io(dir, e))?;
     }
-    let peak = crate::check::run::peak_rss_bytes();
-    match a.format {
-        Format::Text => print!("{}", report::text(&rows, a.verbose)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&report::json(&rows, peak)).expect("json")),
-        Format::Junit => print!("{}", report::junit(&rows)),
-    }
-    Ok(gate::exit_code(&rows))
+    Ok(board.emit(&rows).unwrap_or(exit::INTERRUPTED))
 }
 
-/// Run the jobs, `parallel` at a time, keeping the planned order in the output.
-pub fn execute_all(jobs: &[Job], opts: &RunOpts, parallel: Option<usize>) -> Result<Vec<Row>> {
-    let width = parallel.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    let bar =
-        indicatif::ProgressBar::with_draw_target(Some(jobs.len() as u64), indicatif::ProgressDrawTarget::stderr());
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} explorations {msg}").expect("template"),
-    );
-    let results: Vec<Mutex<Option<Result<Vec<Row>>>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+/// Print to stdout and flush; a closed pipe is not an error.
+fn out(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes());
+    let _ = o.flush();
+}
+
+/// The run header (text format): what runs, how, and every bound in force.
+fn header(opts: &RunOpts, jobs: usize, width: usize, memory_note: &str) -> String {
+    let mut bounds = Vec::new();
+    match (opts.max_states, opts.state_bound()) {
+        (Some(n), _) => bounds.push(format!("--max-states {n}")),
+        (None, Some(n)) => bounds
+            .push(format!("--max-states {n} (simulate's default when neither --max-states nor --timeout is given)")),
+        (None, None) => {}
+    }
+    if let Some(d) = opts.max_depth {
+        bounds.push(format!("--max-depth {d}"));
+    }
+    if let Some(t) = opts.timeout {
+        bounds.push(format!("--timeout {}", t.as_secs_f64()));
+    }
+    let strategy = match opts.strategy {
+        Strategy::Bfs => "bfs (shortest counterexamples)".to_string(),
+        Strategy::Dfs => "dfs".to_string(),
+        Strategy::Simulate => {
+            format!("simulate (seed {}; random walks never exhaust a model: no verdict is holds)", opts.seed)
+        }
+    };
+    let memory = match opts.max_memory {
+        Some(m) => format!("memory budget {} ({memory_note})", stop::human_bytes(m)),
+        None => "no memory budget".to_string(),
+    };
+    format!(
+        "kvmc check: {jobs} exploration{}, {} at a time, each on one thread; strategy {strategy}; bounds: {}; {memory}\n",
+        if jobs == 1 { "" } else { "s" },
+        width.min(jobs.max(1)),
+        if bounds.is_empty() { "none".to_string() } else { bounds.join(", ") },
+    )
+}
+
+/// The explorations of one `kvmc check` and what each reached: the report is built from it,
+/// and so is the partial report the watchdog prints when an exploration does not stop in time.
+struct Board {
+    jobs: Vec<Job>,
+    opts: RunOpts,
+    format: Format,
+    verbose: bool,
+    results: Vec<Mutex<Option<Result<Vec<Row>>>>>,
+    /// The stop signal of each exploration that started.
+    watches: Vec<Mutex<Option<Arc<Watch>>>>,
+    /// Set by whoever prints the report first (the run, or the watchdog).
+    printed: Mutex<bool>,
+    bar: indicatif::ProgressBar,
+}
+
+impl Board {
+    fn new(jobs: Vec<Job>, opts: RunOpts, format: Format, verbose: bool) -> Self {
+        let bar =
+            indicatif::ProgressBar::with_draw_target(Some(jobs.len() as u64), indicatif::ProgressDrawTarget::stderr());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} explorations {msg}").expect("template"),
+        );
+        Board {
+            results: jobs.iter().map(|_| Mutex::new(None)).collect(),
+            watches: jobs.iter().map(|_| Mutex::new(None)).collect(),
+            jobs,
+            opts,
+            format,
+            verbose,
+            printed: Mutex::new(false),
+            bar,
+        }
+    }
+
+    /// Run job `i` (or, after Ctrl-C, record that it never started).
+    fn run_job(&self, i: usize) {
+        let job = &self.jobs[i];
+        let r = if stop::interrupted() {
+            Ok(incomplete_rows(job, (0, 0, 0), 0.0, "interrupt (Ctrl-C) before it started".into()))
+        } else {
+            let w = Watch::start(self.opts.timeout, self.opts.max_memory);
+            *self.watches[i].lock().unwrap() = Some(w.clone());
+            gate::execute(job, &RunOpts { watch: Some(w), ..self.opts.clone() })
+        };
+        *self.results[i].lock().unwrap() = Some(r);
+        self.bar.inc(1);
+    }
+
+    /// Print the report once; the exit code, or None if the watchdog printed it first.
+    fn emit(&self, rows: &[Row]) -> Option<i32> {
+        let mut printed = self.printed.lock().unwrap_or_else(|e| e.into_inner());
+        if *printed {
+            return None;
+        }
+        *printed = true;
+        let peak = stop::peak_rss_bytes();
+        match self.format {
+            Format::Text => out(&report::text(rows, self.verbose)),
+            Format::Json => {
+                let mut v = report::json(rows, peak);
+                v["run"] = serde_json::json!({
+                    "strategy": self.opts.strategy.as_str(),
+                    "threads": 1,
+                    "seed": self.opts.seed,
+                    "max_states": self.opts.state_bound(),
+                    "max_depth": self.opts.max_depth,
+                    "timeout_seconds": self.opts.timeout.map(|t| t.as_secs_f64()),
+                    "max_memory_bytes": self.opts.max_memory,
+                    "interrupted": stop::interrupted(),
+                });
+                out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("json")));
+            }
+            Format::Junit => out(&report::junit(rows)),
+        }
+        Some(if stop::interrupted() { exit::INTERRUPTED } else { gate::exit_code(rows) })
+    }
+
+    /// The watchdog's path: an exploration outlived the grace after it was told to stop.
+    /// Print the partial report (finished rows, and every other exploration `incomplete`
+    /// with the counts it published) and end the process.
+    fn overrun(&self, reason: StopReason) {
+        self.bar.finish_and_clear();
+        let mut rows = Vec::new();
+        let grace = stop::grace().as_secs_f64();
+        for (i, job) in self.jobs.iter().enumerate() {
+            let finished = match self.results[i].try_lock() {
+                Ok(r) => match r.as_ref() {
+                    Some(Ok(done)) => Some(Some(done.clone())),
+                    Some(Err(_)) => Some(None), // a bad input: the run's own error path reports it
+                    None => None,
+                },
+                Err(_) => None, // being stored right now: report it from its watch
+            };
+            match finished {
+                Some(done) => rows.extend(done.unwrap_or_default()),
+                None => {
+                    let w = self.watches[i].lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    rows.extend(match w {
+                        Some(w) if w.is_done() => incomplete_rows(
+                            job,
+                            w.counts(),
+                            w.seconds(),
+                            format!(
+                                "{}: the watchdog ended the run before this exploration's report was built",
+                                w.poll().map_or("its report was being built".to_string(), |r| self.opts.describe(r))
+                            ),
+                        ),
+                        Some(w) => incomplete_rows(
+                            job,
+                            w.counts(),
+                            w.seconds(),
+                            format!(
+                                "{} (the exploration did not stop within the grace of {grace:.1}s; the watchdog ended the run)",
+                                self.opts.describe(w.poll().unwrap_or(reason))
+                            ),
+                        ),
+                        None => incomplete_rows(
+                            job,
+                            (0, 0, 0),
+                            0.0,
+                            format!("not started: the watchdog ended the run ({})", self.opts.describe(reason)),
+                        ),
+                    });
+                }
+            }
+        }
+        if let Some(code) = self.emit(&rows) {
+            let code = if reason == StopReason::Interrupted { exit::INTERRUPTED } else { code };
+            std::process::exit(code);
+        }
+    }
+}
+
+/// The rows of an exploration that reached no verdict: every check `incomplete`.
+fn incomplete_rows(job: &Job, (unique, states, depth): (usize, usize, usize), seconds: f64, why: String) -> Vec<Row> {
+    let profile = job.profile.clone().unwrap_or_else(|| job.scope.profile.clone());
+    job.checks
+        .iter()
+        .map(|(p, expected)| Row {
+            model: job.scope.name.clone(),
+            profile: profile.clone(),
+            variant: job.variant.clone(),
+            property: p.clone(),
+            expected: expected.map(|v| if v { Verdict::Violated } else { Verdict::Holds }),
+            verdict: Verdict::Incomplete,
+            unreached: Vec::new(),
+            unique_states: unique,
+            states,
+            max_depth: depth,
+            seconds,
+            cut_by: Some(why.clone()),
+            counterexample: None,
+        })
+        .collect()
+}
+
+/// Run the jobs, `width` at a time, keeping the planned order in the output.
+fn execute_all(board: &Board, width: usize) -> Result<Vec<Row>> {
+    let n = board.jobs.len();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..width.min(jobs.len().max(1)) {
+        for _ in 0..width.min(n.max(1)) {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                if i >= jobs.len() {
+                if i >= n {
                     break;
                 }
-                let r = gate::execute(&jobs[i], opts);
-                *results[i].lock().unwrap() = Some(r);
-                bar.inc(1);
+                board.run_job(i);
             });
         }
     });
-    bar.finish_and_clear();
+    board.bar.finish_and_clear();
     let mut rows = Vec::new();
-    for r in results {
-        rows.extend(r.into_inner().unwrap().expect("every job ran")?);
+    for r in &board.results {
+        let r = r.lock().unwrap().take().expect("every job ran");
+        rows.extend(r?);
     }
-    let _ = exit::OK;
     Ok(rows)
 }

@@ -1,4 +1,6 @@
 //! `kvmc replay TRACE --model MODEL`: the reference implementation over a trace (docs/replay.md).
+//! Ctrl-C stops a trace replay between steps: the report of what was reached, marked
+//! incomplete, then exit 130.
 
 use crate::error::{exit, KvmcError, Result};
 use crate::replay::config::ReplayModel;
@@ -101,6 +103,7 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
     if let Some(n) = a.limit {
         truncate(&mut trace, n);
     }
+    crate::stop::catch_interrupt();
     let opts = Options {
         profile: a.profile.clone(),
         variant: a.variant.clone(),
@@ -119,7 +122,13 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
         }
         OutFormat::Json => out(&format!("{:#}\n", report::json(&o, a.per_request))),
     }
-    Ok(if o.finding.is_some() { exit::VERDICT } else { exit::OK })
+    Ok(if o.finding.is_some() {
+        exit::VERDICT
+    } else if o.interrupted {
+        exit::INTERRUPTED
+    } else {
+        exit::OK
+    })
 }
 
 /// Keep the first `n` rows (and cut sessions there).

@@ -102,6 +102,8 @@ pub struct Driver<'a> {
     full_every: u64,
     /// Specs built before their rows arrive (see [`Driver::spec`]).
     ahead: Vec<(u32, RequestSpec)>,
+    /// Ctrl-C stopped the run before the end of the trace (`crate::stop`).
+    pub interrupted: bool,
 }
 
 /// How many rows' specs [`Driver::spec`] builds together: enough to keep the hash lanes of
@@ -181,6 +183,7 @@ impl<'a> Driver<'a> {
             unfinished: 0,
             full_every,
             ahead: Vec::new(),
+            interrupted: false,
         };
         let speed = model.replay.speedup;
         let t0 = trace.rows.iter().filter(|r| r.prev.is_none()).filter_map(|r| r.timestamp_us).min().unwrap_or(0);
@@ -201,7 +204,8 @@ impl<'a> Driver<'a> {
         Ctx { cfg: &model.cfg, rules, wl }
     }
 
-    /// Run to the end of the trace or to the first violation. `tick` is called now and then
+    /// Run to the end of the trace, to the first violation, or to Ctrl-C (then
+    /// `interrupted` is set and the counts are those reached). `tick` is called now and then
     /// with the number of finished rows.
     pub fn run(&mut self, tick: &mut dyn FnMut(u32)) -> Result<Option<Found>> {
         let total = self.trace.rows.len() as u32;
@@ -264,6 +268,10 @@ impl<'a> Driver<'a> {
             if since_tick >= 512 {
                 since_tick = 0;
                 tick(self.finished);
+                if crate::stop::interrupted() {
+                    self.interrupted = true;
+                    return Ok(None);
+                }
             }
         }
         tick(self.finished);

@@ -148,6 +148,8 @@ pub struct Outcome {
     pub requests: Vec<RequestRow>,
     pub seconds: f64,
     pub peak_rss_bytes: Option<u64>,
+    /// Ctrl-C stopped the replay: the metrics and checks are those reached (incomplete).
+    pub interrupted: bool,
 }
 
 fn metrics_of(s: &Stats, steps: u64, actions: u64, clock: u64) -> Metrics {
@@ -271,6 +273,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         requests,
         seconds: start.elapsed().as_secs_f64(),
         peak_rss_bytes: crate::check::run::peak_rss_bytes(),
+        interrupted: d.interrupted,
     })
 }
 

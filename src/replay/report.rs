@@ -95,6 +95,15 @@ pub fn text(o: &Outcome) -> String {
         o.engines,
         if o.engines == 1 { "" } else { "s" }
     );
+    if o.interrupted {
+        let _ = writeln!(
+            s,
+            "  {:<26} interrupted (Ctrl-C) after {} of {} requests: the figures below are those reached",
+            "INCOMPLETE",
+            thousands(o.metrics.finished),
+            thousands(o.metrics.requests)
+        );
+    }
     metrics_lines(&mut s, &o.metrics, "  ");
     if o.per_engine.len() > 1 {
         for (i, m) in o.per_engine.iter().enumerate() {
@@ -115,7 +124,7 @@ pub fn text(o: &Outcome) -> String {
     );
     match &o.finding {
         None => {
-            let _ = writeln!(s, "  {:<26} none violated", "");
+            let _ = writeln!(s, "  {:<26} none violated{}", "", if o.interrupted { " (so far)" } else { "" });
         }
         Some(f) => {
             let _ = writeln!(
@@ -213,7 +222,8 @@ pub fn requests_text(o: &Outcome) -> String {
 pub fn json(o: &Outcome, per_request: bool) -> serde_json::Value {
     serde_json::json!({
         "kvmc_version": env!("CARGO_PKG_VERSION"),
-        "ok": o.finding.is_none(),
+        "ok": o.finding.is_none() && !o.interrupted,
+        "incomplete": o.interrupted,
         "trace": o.trace.display().to_string(),
         "format": o.format,
         "model": o.model,
