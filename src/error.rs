@@ -55,6 +55,25 @@ pub fn line_of_offset(text: &str, off: usize) -> usize {
     text[..off.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
+/// Read a text file. Bytes that are not UTF-8 are an input error at their line, naming the
+/// byte offset (models, specs, scenarios, traces and logs are all read through this).
+pub fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| KvmcError::io(path, e))?;
+    text_of(path, bytes)
+}
+
+/// `bytes` as text, or an input error naming the line, column and byte offset of the first
+/// byte that is not UTF-8.
+pub fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let off = e.utf8_error().valid_up_to();
+        let b = e.as_bytes();
+        let line = b[..off].iter().filter(|&&c| c == b'\n').count() + 1;
+        let col = off - b[..off].iter().rposition(|&c| c == b'\n').map_or(0, |p| p + 1) + 1;
+        KvmcError::input(path, line, format!("not UTF-8: byte offset {off} (column {col}) is 0x{:02x}", b[off]))
+    })
+}
+
 /// Convert a `toml` deserialization error into an input error with its line.
 pub fn toml_error(path: &Path, text: &str, e: toml::de::Error) -> KvmcError {
     let line = e.span().map_or(1, |s| line_of_offset(text, s.start));

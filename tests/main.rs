@@ -1,6 +1,7 @@
 //! kvmc's integration tests: one binary, one module per concern.
 
 mod arc;
+mod bad_input;
 mod cli;
 mod common;
 mod conform;

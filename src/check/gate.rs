@@ -81,7 +81,9 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                             format!("no model '{}' ({} does not exist)", x.model, p.display()),
                         ));
                     }
-                    let s = Arc::new(Scope::load(&p)?);
+                    let (s, warnings) = Scope::load_warn(&p)?;
+                    warnings.iter().for_each(|w| eprintln!("{w}"));
+                    let s = Arc::new(s);
                     scopes.insert(x.model.clone(), s.clone());
                     s
                 }
@@ -151,7 +153,9 @@ pub fn plan_paths(
             eprintln!("{}: a replay model, skipped (kvmc replay TRACE --model {})", p.display(), p.display());
             continue;
         }
-        let scope = Arc::new(Scope::load(p)?);
+        let (scope, warnings) = Scope::load_warn(p)?;
+        warnings.iter().for_each(|w| eprintln!("{w}"));
+        let scope = Arc::new(scope);
         let off = &scope.cfg;
         let mut checks = Vec::new();
         let mut reach = BTreeMap::new();

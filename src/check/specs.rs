@@ -22,7 +22,7 @@
 //! entries, each naming its `property`, merged into that property's spec (so one connector's
 //! expectations can live together, e.g. `specs/scpu.toml`).
 
-use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::error::{line_of_offset, read_text, toml_error, KvmcError, Result};
 use crate::props::{self, Kind};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -161,7 +161,7 @@ impl Spec {
     }
 
     pub fn load(path: &Path) -> Result<Spec> {
-        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        let text = read_text(path)?;
         Spec::parse(path, &text)
     }
 }
@@ -275,7 +275,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
     let mut specs: Vec<Spec> = Vec::new();
     let mut extra: Vec<(PathBuf, Additions)> = Vec::new();
     for p in paths {
-        let text = std::fs::read_to_string(&p).map_err(|e| KvmcError::io(&p, e))?;
+        let text = read_text(&p)?;
         if !is_property_spec(&p, &text)? {
             extra.push((p.clone(), parse_expectations(&p, &text)?));
             continue;

@@ -9,7 +9,7 @@
 //! ```
 
 use super::{Action, KvModel};
-use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::error::{line_of_offset, read_text, toml_error, KvmcError, Result};
 use serde::Deserialize;
 use stateright::Model;
 use std::path::Path;
@@ -29,7 +29,7 @@ struct RawScenario {
 
 /// Resolve a scenario's action labels against `model`, step by step.
 pub fn scenario_actions(model: &KvModel, path: &Path) -> Result<Vec<Action>> {
-    let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+    let text = read_text(path)?;
     let raw: RawScenario = toml::from_str(&text).map_err(|e| toml_error(path, &text, e))?;
     let mut s = model.init();
     let mut out = Vec::new();
@@ -62,7 +62,7 @@ pub struct ScenarioHeader {
 
 /// Read a scenario's header (model, profile, variant) without resolving its actions.
 pub fn read_header(path: &Path) -> Result<ScenarioHeader> {
-    let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+    let text = read_text(path)?;
     let raw: RawScenario = toml::from_str(&text).map_err(|e| toml_error(path, &text, e))?;
     Ok(ScenarioHeader { model: raw.model, profile: raw.profile, variant: raw.variant, actions: raw.actions.len() })
 }
