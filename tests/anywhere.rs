@@ -1,0 +1,153 @@
+//! Results that do not depend on where kvmc runs, and filters that match nothing (issue 19
+//! items 9, 10, 11 and 14): the specs are built in, `--specs DIR` overrides them; a filter
+//! or variant that selects nothing is an error; scenario files name their model relative to
+//! themselves and refuse unknown keys; `--format json|junit` reports errors on stdout too.
+
+use crate::common::*;
+
+fn abs(rel: &str) -> String {
+    root().join(rel).display().to_string()
+}
+
+/// `kvmc check MODEL` gives the same verdict from any directory: its reachability guards
+/// come from the built-in specs, not from `./specs` (shared-prefix never preempts, so
+/// g1-accounting over it is vacuous everywhere).
+#[test]
+fn a_model_gets_the_same_verdict_from_any_directory() {
+    let elsewhere = tempdir("elsewhere");
+    let m = abs("models/shared-prefix.toml");
+    let args = ["check", m.as_str(), "--property", "g1-accounting"];
+    let here = kvmc(&args);
+    let there = kvmc_in(&elsewhere, &args);
+    assert_eq!(here.status.code(), Some(10), "{}", stdout(&here));
+    assert_eq!(there.status.code(), Some(10), "{}{}", stdout(&there), stderr(&there));
+    assert!(
+        stdout(&there).contains("VACUOUS: never reached reach-g1-eviction, reach-preemption"),
+        "{}",
+        stdout(&there)
+    );
+    let (a, b) = (kvmc(&["explain", "host-integrity"]), kvmc_in(&elsewhere, &["explain", "host-integrity"]));
+    assert_eq!(b.status.code(), Some(0), "{}", stderr(&b));
+    assert_eq!(stdout(&a), stdout(&b));
+    assert_eq!(stdout(&kvmc(&["list", "--rules"])), stdout(&kvmc_in(&elsewhere, &["list", "--rules"])));
+    // The gate needs the models its specs name: outside a checkout it says where to find them.
+    let o = kvmc_in(&elsewhere, &["check"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("pass --models DIR"), "{}", stderr(&o));
+    let o = kvmc_in(&elsewhere, &["check", "--models", &abs("models"), "--shard", "1/40"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // --specs names a directory that must exist.
+    let o = kvmc(&["check", m.as_str(), "--specs", "no-such-dir"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no-such-dir"), "{}", stderr(&o));
+}
+
+/// The specs built into the binary are the repository's (build.rs embeds `specs/*.toml`);
+/// a `./specs` that differs from them is pointed out, and read only with `--specs`.
+#[test]
+fn the_built_in_specs_are_the_repositorys_and_a_different_copy_is_pointed_out() {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(root().join("specs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .collect();
+    files.sort();
+    let built: Vec<(String, String)> =
+        kvmc::check::specs::EMBEDDED.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
+    assert_eq!(files, built);
+    assert!(!stderr(&kvmc(&["check", "models/shared-prefix.toml"])).contains("note: ./specs"));
+    let d = tempdir("stale-specs");
+    std::fs::create_dir_all(d.join("specs")).unwrap();
+    std::fs::write(
+        d.join("specs/h.toml"),
+        "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"m\"\nverdict = \"holds\"\n",
+    )
+    .unwrap();
+    let o = kvmc_in(&d, &["explain", "host-integrity"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("note: ./specs differs from the specs built into this kvmc"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("error-mid-prefill"), "the built-in spec: {}", stdout(&o));
+    let o = kvmc_in(&d, &["explain", "host-integrity", "--specs", "specs"]);
+    assert!(!stdout(&o).contains("error-mid-prefill") && stdout(&o).contains("  m "), "{}", stdout(&o));
+}
+
+#[test]
+fn a_property_that_does_not_apply_is_refused_with_the_reason() {
+    let o = kvmc(&["check", "models/shared-prefix.toml", "--property", "rows-present"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stderr(&o)
+            .contains("--property rows-present does not apply: model 'shared-prefix' has no [router_replay] table"),
+        "{}",
+        stderr(&o)
+    );
+    // Over several models it is checked where it applies, and must apply somewhere.
+    let o = kvmc(&["check", "models/shared-prefix.toml", "models/rows-a.toml", "--property", "rows-present"]);
+    assert_ne!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("shared-prefix.toml: --property rows-present does not apply"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("1 results"), "{}", stdout(&o));
+    let o = kvmc(&["check", "models/shared-prefix.toml", "models/decode-store.toml", "--property", "rows-present"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("applies to none of the models given"), "{}", stderr(&o));
+    // A shard past the plan selects nothing.
+    let o = kvmc(&["check", "--shard", "300/300"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--shard 300/300 selects nothing"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_variant_that_changes_nothing_the_model_reads_is_refused() {
+    let o = kvmc(&["check", "models/preempt-store.toml", "--variant", "mut-scpu-pin-leak"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(
+        stderr(&o).contains(
+            "changes only scpu_drop_stale_pin, which model 'preempt-store' (connector = \"offloading\") never reads"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    let o = kvmc(&["check", "models/error-mid-prefill.toml", "--profile", "vllm-main", "--variant", "fix-63937"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("changes nothing under profile vllm-main"), "{}", stderr(&o));
+    // In a spec: an input error at the expectation's line.
+    let d = tempdir("variant-spec");
+    std::fs::create_dir_all(d.join("specs")).unwrap();
+    std::fs::write(
+        d.join("specs/x.toml"),
+        "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"preempt-store\"\nvariant = \"mut-scpu-pin-leak\"\nverdict = \"holds\"\n",
+    )
+    .unwrap();
+    let o = kvmc_in(&d, &["check", "--specs", "specs", "--models", &abs("models")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("x.toml:4: variant 'mut-scpu-pin-leak' changes only"), "{}", stderr(&o));
+    // Every switch of the rules table says which models read it.
+    assert_eq!(kvmc::check::gate::unclassified_switches(), Vec::<&str>::new());
+}
+
+#[test]
+fn spec_files_that_add_nothing_are_refused() {
+    let d = tempdir("empty-spec");
+    let specs = d.join("specs");
+    std::fs::create_dir_all(&specs).unwrap();
+    let run = || kvmc_in(&d, &["check", "--specs", "specs", "--models", &abs("models")]);
+    let o = run();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no spec files"), "{}", stderr(&o));
+    std::fs::write(
+        specs.join("a.toml"),
+        "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"decode-store\"\nverdict = \"holds\"\n",
+    )
+    .unwrap();
+    std::fs::write(specs.join("b.toml"), "# nothing yet\n").unwrap();
+    let o = run();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("b.toml:1: an empty spec"), "{}", stderr(&o));
+    std::fs::write(specs.join("b.toml"), "property = \"store-coverage\"\nsummary = \"s\"\n").unwrap();
+    let o = run();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("b.toml:1: property 'store-coverage' has no [[expect]]"), "{}", stderr(&o));
+    std::fs::remove_file(specs.join("b.toml")).unwrap();
+    let o = run();
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+}
