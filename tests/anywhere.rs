@@ -4,6 +4,7 @@
 //! themselves and refuse unknown keys; `--format json|junit` reports errors on stdout too.
 
 use crate::common::*;
+use std::path::Path;
 
 fn abs(rel: &str) -> String {
     root().join(rel).display().to_string()
@@ -150,4 +151,55 @@ fn spec_files_that_add_nothing_are_refused() {
     std::fs::remove_file(specs.join("b.toml")).unwrap();
     let o = run();
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// A scenario that `kvmc check --out` wrote, and one written by hand beside its model.
+fn scenario(d: &Path, body: &str) -> std::path::PathBuf {
+    let p = d.join("s.toml");
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+#[test]
+fn scenario_files_are_checked_and_name_their_model_relative_to_themselves() {
+    let d = tempdir("scen");
+    let out = d.join("cx");
+    let o = kvmc(&[
+        "check",
+        "models/preempt-store.toml",
+        "--variant",
+        "pre-29870",
+        "--property",
+        "source-freshness",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(10));
+    let written = out.join("preempt-store__vllm-0.33__pre-29870__source-freshness.scenario.toml");
+    // Re-run from another directory: the model is found from the scenario's own directory.
+    let o = kvmc_in(&d, &["replay", written.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(10), "{}{}", stdout(&o), stderr(&o));
+    // A scenario beside its model, run from a directory holding another file of that name.
+    let here = d.join("here");
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::copy(root().join("models/preempt-store.toml"), here.join("m.toml")).unwrap();
+    std::fs::write(d.join("m.toml"), "not a model").unwrap();
+    let text = std::fs::read_to_string(&written).unwrap();
+    let body = text.lines().filter(|l| !l.starts_with("model =")).collect::<Vec<_>>().join("\n");
+    let s = here.join("s.toml");
+    std::fs::write(&s, format!("model = \"m.toml\"\n{body}\n")).unwrap();
+    let o = kvmc_in(&d, &["replay", s.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(10), "{}{}", stdout(&o), stderr(&o));
+    // Unknown keys, profiles, variants and model paths: FILE:LINE.
+    for (text, says) in [
+        ("model = \"m.toml\"\nvaraint = \"pre-29870\"\nactions = []\n", "s.toml:2: unknown field `varaint`"),
+        ("model = \"m.toml\"\nprofile = \"vllm-9\"\nactions = []\n", "s.toml:2: unknown profile 'vllm-9'"),
+        ("model = \"m.toml\"\n\nvariant = \"pre-1\"\nactions = []\n", "s.toml:3: unknown variant 'pre-1'"),
+        ("actions = []\nmodel = \"nope.toml\"\n", "s.toml:2: model \"nope.toml\" names no file"),
+    ] {
+        let p = scenario(&here, text);
+        let o = kvmc(&["replay", p.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{text}: {}", stdout(&o));
+        assert!(stderr(&o).contains(says), "{text}: {}", stderr(&o));
+    }
 }
