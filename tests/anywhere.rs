@@ -83,6 +83,14 @@ fn a_property_that_does_not_apply_is_refused_with_the_reason() {
         "{}",
         stderr(&o)
     );
+    // JUnit: an error case, not an empty report.
+    let o = kvmc(&["check", "models/shared-prefix.toml", "--property", "rows-present", "--format", "junit"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stdout(&o).contains("<error type=\"usage\" message=\"--property rows-present does not apply"),
+        "{}",
+        stdout(&o)
+    );
     // Over several models it is checked where it applies, and must apply somewhere.
     let o = kvmc(&["check", "models/shared-prefix.toml", "models/rows-a.toml", "--property", "rows-present"]);
     assert_ne!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
@@ -202,4 +210,35 @@ fn scenario_files_are_checked_and_name_their_model_relative_to_themselves() {
         assert_eq!(o.status.code(), Some(2), "{text}: {}", stdout(&o));
         assert!(stderr(&o).contains(says), "{text}: {}", stderr(&o));
     }
+}
+
+#[test]
+fn errors_are_json_on_stdout_with_format_json() {
+    let d = tempdir("json-errors");
+    let m = d.join("m.toml");
+    std::fs::write(
+        &m,
+        "[engine]\nblock_size = 2\ngpu_blocks = 4\nmax_num_batched_tokens = 4\nprofile = \"vllm-9.9\"\n[[request]]\nname = \"A\"\nprompt = \"ab\"\noutput = \"x\"\n",
+    )
+    .unwrap();
+    let json = |o: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+    };
+    let o = kvmc(&["check", m.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("m.toml:5: unknown profile"), "the text stays on stderr");
+    let v = json(&o);
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["error"]["kind"], "input");
+    assert_eq!(v["error"]["file"], m.display().to_string());
+    assert_eq!(v["error"]["line"], 5);
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("unknown profile 'vllm-9.9'"), "{v}");
+    // A flag clap refuses, and replay's errors.
+    let v = json(&kvmc(&["check", "--format=json", "--strategy", "sideways"]));
+    assert_eq!((v["exit_code"].as_i64(), v["error"]["kind"].as_str()), (Some(2), Some("usage")));
+    let v = json(&kvmc(&["replay", "no-such.jsonl", "--model", m.to_str().unwrap(), "--format", "json"]));
+    assert_eq!(v["error"]["line"], 5, "{v}");
+    // Text output stays as it was: nothing on stdout.
+    assert!(kvmc(&["check", m.to_str().unwrap()]).stdout.is_empty());
 }
