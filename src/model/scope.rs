@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 mod engine;
+pub use engine::limits;
 pub(crate) use engine::parse_engine;
 
 #[derive(Deserialize)]
