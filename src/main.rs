@@ -1,6 +1,8 @@
 //! The `kvmc` binary: parse arguments, run, map errors to exit codes.
 
 use clap::Parser;
+use kvmc::cli::ReportFormat;
+use kvmc::error::KvmcError;
 
 /// mimalloc instead of the system allocator: replay and the checker allocate and free many
 /// small vectors per step, and glibc's malloc made both markedly slower (docs/benchmarks.md,
@@ -24,14 +26,36 @@ fn main() {
         Err(e) => {
             let code = if e.use_stderr() { kvmc::error::exit::USAGE } else { kvmc::error::exit::OK };
             let _ = e.print();
+            if e.use_stderr() {
+                let args: Vec<String> = std::env::args().collect();
+                // clap's first line, without its "error: " prefix.
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or_default();
+                let err = KvmcError::Usage(first.trim_start_matches("error: ").to_string());
+                report_error(&err, kvmc::cli::report_format_of_args(&args));
+            }
             std::process::exit(code);
         }
     };
+    let format = cli.report_format();
     match kvmc::cli::run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("error: {e}");
+            report_error(&e, format);
             std::process::exit(e.exit_code());
         }
     }
+}
+
+/// With `--format json` or `junit`, an error is also a report on stdout (the text stays on
+/// stderr): a consumer that reads stdout sees why nothing ran (docs/exit-codes.md).
+fn report_error(e: &KvmcError, format: ReportFormat) {
+    use std::io::Write;
+    let out = match format {
+        ReportFormat::Text => return,
+        ReportFormat::Json => format!("{:#}\n", e.to_json()),
+        ReportFormat::Junit => e.to_junit(),
+    };
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
 }

@@ -180,7 +180,7 @@ fn bad_spec_exits_2_naming_file_and_line() {
         "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"shared-prefix\"\nverdict = \"maybe\"\n",
     )
     .unwrap();
-    let o = kvmc_in(&d, &["check"]);
+    let o = kvmc_in(&d, &["check", "--specs", "specs"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("x.toml:5: verdict must be"), "{}", stderr(&o));
     std::fs::write(
@@ -188,7 +188,7 @@ fn bad_spec_exits_2_naming_file_and_line() {
         "property = \"host-integrity\"\nsummary = \"s\"\n[[expect]]\nmodel = \"nope\"\nverdict = \"holds\"\n",
     )
     .unwrap();
-    let o = kvmc_in(&d, &["check"]);
+    let o = kvmc_in(&d, &["check", "--specs", "specs"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("x.toml:4: no model 'nope'"), "{}", stderr(&o));
 }
@@ -205,7 +205,7 @@ fn a_spec_expectation_that_no_longer_matches_exits_10() {
         "property = \"host-integrity\"\nsummary = \"s\"\nreach = [\"reach-store-done\"]\n[[expect]]\nmodel = \"error-mid-prefill\"\nprofile = \"vllm-main\"\nverdict = \"violated\"\n",
     )
     .unwrap();
-    let o = kvmc_in(&d, &["check"]);
+    let o = kvmc_in(&d, &["check", "--specs", "specs"]);
     assert_eq!(o.status.code(), Some(10), "{}", stdout(&o));
 }
 
@@ -220,7 +220,7 @@ fn a_holds_over_unreached_guards_is_vacuous() {
         "property = \"host-integrity\"\nsummary = \"s\"\nreach = [\"reach-host-eviction\"]\n[[expect]]\nmodel = \"decode-store\"\nverdict = \"holds\"\n",
     )
     .unwrap();
-    let o = kvmc_in(&d, &["check"]);
+    let o = kvmc_in(&d, &["check", "--specs", "specs"]);
     assert_eq!(o.status.code(), Some(10));
     assert!(stdout(&o).contains("VACUOUS: never reached reach-host-eviction"), "{}", stdout(&o));
 }
@@ -351,12 +351,12 @@ fn expectation_files_merge_into_property_specs() {
         "[notes]\nhost-accounting = \"n\"\n[[expect]]\nproperty = \"host-accounting\"\nmodel = \"scpu-pressure\"\nvariant = \"mut-scpu-pin-leak\"\nverdict = \"violated\"\n",
     )
     .unwrap();
-    let o = kvmc_in(&d, &["check"]);
+    let o = kvmc_in(&d, &["check", "--specs", "specs"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    let o = kvmc_in(&d, &["explain", "host-accounting"]);
+    let o = kvmc_in(&d, &["explain", "host-accounting", "--specs", "specs"]);
     assert!(stdout(&o).contains("d\n\nn"), "the note is appended: {}", stdout(&o));
     std::fs::write(d.join("specs/more.toml"), "[[expect]]\nmodel = \"scpu-pressure\"\nverdict = \"holds\"\n").unwrap();
-    let o = kvmc_in(&d, &["check"]);
+    let o = kvmc_in(&d, &["check", "--specs", "specs"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("more.toml:2: an expectation outside"), "{}", stderr(&o));
 }

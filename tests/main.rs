@@ -1,6 +1,8 @@
 //! kvmc's integration tests: one binary, one module per concern.
 
+mod anywhere;
 mod arc;
+mod bad_input;
 mod bounds;
 mod cli;
 mod common;

@@ -8,6 +8,8 @@ use crate::model::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
 use crate::report::counterexample::{self, Counterexample};
+use crate::system::rules::{self, RULE_ROWS};
+use crate::system::{ConnectorKind, EngineConfig, EvictionPolicy};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +66,124 @@ impl Row {
     }
 }
 
+/// The gate reads the models its specs name from `dir` (`--models`, default `./models`): the
+/// specs are built into kvmc, the models are not, so outside a checkout the gate needs
+/// `--models DIR` (docs/guide.md, "Where specs and models come from").
+pub fn check_models_dir(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    Err(KvmcError::io(
+        dir,
+        "no models directory: the gate checks the models its specs name, read from ./models \
+         (run `kvmc check` from the repository's root, or pass --models DIR)",
+    ))
+}
+
+/// The connector's name as a model file writes it.
+fn connector_name(cfg: &EngineConfig) -> &'static str {
+    match cfg.connector_kind() {
+        ConnectorKind::None => "none",
+        ConnectorKind::Offloading => "offloading",
+        ConnectorKind::SimpleCpu => "simple-cpu",
+        ConnectorKind::Mooncake => "mooncake",
+        ConnectorKind::Nixl => "nixl",
+    }
+}
+
+/// Why property `p` does not apply to `scope` (`props::applies` is false).
+pub fn why_not(p: &props::PropDef, scope: &Scope) -> String {
+    let cfg = &scope.cfg;
+    let arc = cfg.offload().is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc);
+    let m = &scope.name;
+    if p.rows_only && cfg.router_replay.is_none() {
+        format!("model '{m}' has no [router_replay] table")
+    } else if p.offload_only && !cfg.has_connector() {
+        format!("model '{m}' has no offload connector")
+    } else if props::ARC_ONLY.contains(&p.name) && !arc {
+        format!("it speaks about the host tier's ARC policy and model '{m}' has none")
+    } else if arc && p.name == "eviction-order" {
+        format!("model '{m}' evicts by ARC, for which eviction-order has no reference")
+    } else {
+        format!("model '{m}' runs connector = \"{}\", which it does not speak about", connector_name(cfg))
+    }
+}
+
+/// Which models read a switch of the rules table, by the switch's name (a test keeps every
+/// row of `RULE_ROWS` classified). A variant that changes only switches this model never
+/// reads runs the profile unchanged: that is refused rather than passed.
+fn switch_read_by(row: &str, scope: &Scope) -> Option<bool> {
+    let cfg = &scope.cfg;
+    let kind = cfg.connector_kind();
+    let off = cfg.offload();
+    Some(match row {
+        "touch_dequeues" | "cache_scheduled_only" | "no_admission_after_preempt" => true,
+        // Asynchronous loads: every connector that loads into G1.
+        "delay_cache_async_loads" | "reserve_for_async_loads" | "reserve_excludes_self" => {
+            matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)
+        }
+        "evict_invalid_on_recompute" => {
+            scope.faults.load_failure && cfg.load_failure_policy == crate::system::LoadFailurePolicy::Recompute
+        }
+        "sync_loads" => off.is_some_and(|o| o.sync_load_budget_tokens > 0),
+        "arc_t1_fallback" | "arc_ghost_trim" => off.is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc),
+        "double_complete" | "full_table_resets_mirror" => {
+            matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu)
+        }
+        "mc_save_pins" => kind == ConnectorKind::Mooncake,
+        "nixl_resave_partial" => kind == ConnectorKind::Nixl,
+        r if r.starts_with("aux_") => cfg.router_replay.is_some(),
+        r if r.starts_with("scpu_") => kind == ConnectorKind::SimpleCpu,
+        "cursor_reset_on_lookup"
+        | "inflight_lookup_guard"
+        | "pending_lookup_defers"
+        | "flush_preempted_stores"
+        | "finish_watermark"
+        | "error_watermark_computed"
+        | "cursor_advance_on_store_failure"
+        | "host_lru"
+        | "cursor_monotonic"
+        | "visit_finished"
+        | "evict_mru" => off.is_some(),
+        _ => return None,
+    })
+}
+
+/// Every switch of the rules table is classified by `switch_read_by` (for a test).
+pub fn unclassified_switches() -> Vec<&'static str> {
+    let scope = Scope::parse(
+        "x",
+        Path::new("x.toml"),
+        "[engine]\nblock_size = 2\ngpu_blocks = 2\nmax_num_batched_tokens = 1\n[[request]]\nname = \"A\"\nprompt = \"a\"\noutput = \"b\"\n",
+    )
+    .expect("a minimal scope");
+    RULE_ROWS.iter().filter(|r| switch_read_by(r.name, &scope).is_none()).map(|r| r.name).collect()
+}
+
+/// Does `variant` change anything `scope` reads under `profile`? `Err` says why not.
+pub fn variant_applies(scope: &Scope, profile: &str, variant: &str) -> std::result::Result<(), String> {
+    let base = rules::resolve(profile, None)?;
+    let with = rules::resolve(profile, Some(variant))?;
+    if base == with {
+        return Err(format!(
+            "variant '{variant}' changes nothing under profile {profile} (it already has those rules)"
+        ));
+    }
+    let changed: Vec<&str> =
+        RULE_ROWS.iter().filter(|r| (r.value)(&base) != (r.value)(&with)).map(|r| r.name).collect();
+    // A switch missing from the table cannot be classified: assume it is read.
+    if changed.is_empty() || changed.iter().any(|r| switch_read_by(r, scope) != Some(false)) {
+        return Ok(());
+    }
+    Err(format!(
+        "variant '{variant}' changes only {}, which model '{}' (connector = \"{}\"{}) never reads: it would run profile {profile} unchanged",
+        changed.join(", "),
+        scope.name,
+        connector_name(&scope.cfg),
+        if scope.cfg.router_replay.is_some() { ", [router_replay]" } else { "" }
+    ))
+}
+
 /// Plan the CI gate: every expectation of every spec.
 pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
     let mut scopes: BTreeMap<String, Arc<Scope>> = BTreeMap::new();
@@ -81,25 +201,24 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                             format!("no model '{}' ({} does not exist)", x.model, p.display()),
                         ));
                     }
-                    let s = Arc::new(Scope::load(&p)?);
+                    let (s, warnings) = Scope::load_warn(&p)?;
+                    warnings.iter().for_each(|w| eprintln!("{w}"));
+                    let s = Arc::new(s);
                     scopes.insert(x.model.clone(), s.clone());
                     s
                 }
             };
             let p = props::find(&spec.property).expect("validated");
             if !props::applies(p, &scope.cfg) {
-                let why = if p.rows_only {
-                    format!("model '{}' has no [router_replay] table", x.model)
-                } else if scope.cfg.has_connector() {
-                    format!("model '{}' runs another connector", x.model)
-                } else {
-                    format!("model '{}' has no offload connector", x.model)
-                };
                 return Err(KvmcError::input(
                     &x.at.0,
                     x.at.1,
-                    format!("property '{}' does not apply here: {why}", spec.property),
+                    format!("property '{}' does not apply here: {}", spec.property, why_not(p, &scope)),
                 ));
+            }
+            if let Some(v) = &x.variant {
+                variant_applies(&scope, x.profile.as_deref().unwrap_or(&scope.profile), v)
+                    .map_err(|why| KvmcError::input(&x.at.0, x.at.1, why))?;
             }
             let key = (x.model.clone(), x.profile.clone(), x.variant.clone());
             let job = jobs.entry(key).or_insert_with(|| Job {
@@ -145,14 +264,39 @@ pub fn plan_paths(
         }
     }
     let mut jobs = Vec::new();
+    // The --property names that apply to some model.
+    let mut used: Vec<&String> = Vec::new();
+    let mut skipped_variant = false;
     for p in paths {
         // `kvmc check models/*.toml`: replay models hold no requests; a lone one is an error.
         if paths.len() > 1 && crate::model::scope::is_replay_model(p) {
             eprintln!("{}: a replay model, skipped (kvmc replay TRACE --model {})", p.display(), p.display());
             continue;
         }
-        let scope = Arc::new(Scope::load(p)?);
+        let (scope, warnings) = Scope::load_warn(p)?;
+        warnings.iter().for_each(|w| eprintln!("{w}"));
+        let scope = Arc::new(scope);
+        if let Some(v) = variant {
+            if let Err(why) = variant_applies(&scope, profile.unwrap_or(&scope.profile), v) {
+                if paths.len() == 1 {
+                    return Err(KvmcError::Usage(format!("--variant {v}: {why}")));
+                }
+                eprintln!("{}: --variant {v} skipped here: {why}", p.display());
+                skipped_variant = true;
+                continue;
+            }
+        }
         let off = &scope.cfg;
+        for n in only {
+            let d = props::find(n).expect("validated");
+            if props::applies(d, off) {
+                used.push(n);
+            } else if paths.len() == 1 {
+                return Err(KvmcError::Usage(format!("--property {n} does not apply: {}", why_not(d, &scope))));
+            } else {
+                eprintln!("{}: --property {n} does not apply ({}), not checked there", p.display(), why_not(d, &scope));
+            }
+        }
         let mut checks = Vec::new();
         let mut reach = BTreeMap::new();
         for d in props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)) {
@@ -166,6 +310,9 @@ pub fn plan_paths(
                 );
             }
         }
+        if checks.is_empty() {
+            continue; // none of --property applies (said above)
+        }
         jobs.push(Job {
             scope,
             profile: profile.map(str::to_string),
@@ -173,6 +320,15 @@ pub fn plan_paths(
             checks,
             reach,
         });
+    }
+    if let (Some(v), true, true) = (variant, skipped_variant, jobs.is_empty()) {
+        return Err(KvmcError::Usage(format!("--variant {v} changes nothing in any of the models given")));
+    }
+    if let Some(n) = only.iter().find(|n| !used.contains(n)) {
+        return Err(KvmcError::Usage(format!("--property {n} applies to none of the models given")));
+    }
+    if jobs.is_empty() {
+        return Err(KvmcError::Usage("nothing to check: no model given has a property to check".into()));
     }
     Ok(jobs)
 }

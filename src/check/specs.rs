@@ -22,7 +22,7 @@
 //! entries, each naming its `property`, merged into that property's spec (so one connector's
 //! expectations can live together, e.g. `specs/scpu.toml`).
 
-use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::error::{line_of_offset, read_text, toml_error, KvmcError, Result};
 use crate::props::{self, Kind};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -161,7 +161,7 @@ impl Spec {
     }
 
     pub fn load(path: &Path) -> Result<Spec> {
-        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        let text = read_text(path)?;
         Spec::parse(path, &text)
     }
 }
@@ -266,18 +266,86 @@ fn is_property_spec(path: &Path, text: &str) -> Result<bool> {
     Ok(t.contains_key("property"))
 }
 
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded_specs.rs"));
+}
+/// `specs/*.toml` as built into the binary (build.rs): (file name, text), sorted by name.
+pub use embedded::EMBEDDED;
+
+/// The specs: those in `dir` (`--specs DIR`), else the ones built into the binary, so that
+/// verdicts and explanations do not depend on the directory kvmc runs in.
+pub fn load(dir: Option<&Path>) -> Result<Vec<Spec>> {
+    match dir {
+        Some(d) => load_dir(d),
+        None => {
+            if let Some(n) = stale_note() {
+                eprintln!("{n}");
+            }
+            load_embedded()
+        }
+    }
+}
+
+/// The specs built into the binary (messages name them `specs/NAME.toml`, as in the source tree).
+pub fn load_embedded() -> Result<Vec<Spec>> {
+    let files = EMBEDDED.iter().map(|(n, t)| (Path::new("specs").join(n), t.to_string())).collect();
+    load_files(Path::new("specs/ (built in)"), files)
+}
+
+/// A note when the current directory has a `specs/` that differs from the built-in specs
+/// (a spec edited without rebuilding kvmc, or someone else's specs): they are not read
+/// unless `--specs specs` says so.
+pub fn stale_note() -> Option<String> {
+    let dir = Path::new("specs");
+    let rd = std::fs::read_dir(dir).ok()?;
+    let mut here: Vec<(String, Vec<u8>)> = rd
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok().map(|n| (n, e.path())))
+        .filter(|(n, _)| n.ends_with(".toml"))
+        .map(|(n, p)| (n, std::fs::read(p).unwrap_or_default()))
+        .collect();
+    here.sort();
+    let same = here.len() == EMBEDDED.len()
+        && here.iter().zip(EMBEDDED).all(|((n, t), (en, et))| n == en && t.as_slice() == et.as_bytes());
+    (!same).then(|| {
+        "note: ./specs differs from the specs built into this kvmc, which are the ones used \
+         (rebuild kvmc, or pass --specs specs to read these)"
+            .to_string()
+    })
+}
+
 /// Every spec in `dir`, sorted by file name; at most one spec per property.
 pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
     let rd = std::fs::read_dir(dir).map_err(|e| KvmcError::io(dir, e))?;
     let mut paths: Vec<PathBuf> =
         rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
     paths.sort();
+    let mut files = Vec::new();
+    for p in paths {
+        let text = read_text(&p)?;
+        files.push((p, text));
+    }
+    load_files(dir, files)
+}
+
+/// Parse spec files (path, text), in order; `dir` names where they come from in messages.
+fn load_files(dir: &Path, files: Vec<(PathBuf, String)>) -> Result<Vec<Spec>> {
+    if files.is_empty() {
+        return Err(KvmcError::io(dir, "no spec files (*.toml): the gate would check nothing"));
+    }
     let mut specs: Vec<Spec> = Vec::new();
     let mut extra: Vec<(PathBuf, Additions)> = Vec::new();
-    for p in paths {
-        let text = std::fs::read_to_string(&p).map_err(|e| KvmcError::io(&p, e))?;
+    for (p, text) in files {
         if !is_property_spec(&p, &text)? {
-            extra.push((p.clone(), parse_expectations(&p, &text)?));
+            let add = parse_expectations(&p, &text)?;
+            if add.expects.is_empty() && add.notes.is_empty() {
+                return Err(KvmcError::input(
+                    &p,
+                    1,
+                    "an empty spec: no `property`, no [[expect]], no [notes] (its expectations would vanish from the gate)",
+                ));
+            }
+            extra.push((p.clone(), add));
             continue;
         }
         let s = Spec::parse(&p, &text)?;
@@ -307,6 +375,13 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Spec>> {
             };
             s.expects.push(x);
         }
+    }
+    if let Some(s) = specs.iter().find(|s| s.expects.is_empty()) {
+        return Err(KvmcError::input(
+            &s.path,
+            1,
+            format!("property '{}' has no [[expect]] in any spec: the gate would never check it", s.property),
+        ));
     }
     Ok(specs)
 }

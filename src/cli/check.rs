@@ -87,9 +87,11 @@ pub struct CheckArgs {
     /// Print every counterexample with its final state, not only unexpected ones.
     #[arg(long)]
     pub verbose: bool,
-    #[arg(long, default_value = "specs")]
-    pub specs: PathBuf,
-    #[arg(long, default_value = "models")]
+    /// Read the specs here instead of the ones built into kvmc.
+    #[arg(long, value_name = "DIR")]
+    pub specs: Option<PathBuf>,
+    /// Where the gate finds the models its specs name.
+    #[arg(long, value_name = "DIR", default_value = "models")]
     pub models: PathBuf,
 }
 
@@ -135,11 +137,9 @@ pub fn run(a: CheckArgs) -> Result<i32> {
             opts.strategy.as_str()
         );
     }
-    let specs_list = if a.specs.is_dir() { specs::load_dir(&a.specs)? } else { Vec::new() };
+    let specs_list = specs::load(a.specs.as_deref())?;
     let mut jobs: Vec<Job> = if a.paths.is_empty() {
-        if !a.specs.is_dir() {
-            return Err(KvmcError::io(&a.specs, "no specs directory (run from the project root or pass --specs DIR)"));
-        }
+        gate::check_models_dir(&a.models)?;
         if a.variant.is_some() || a.profile.is_some() || !a.properties.is_empty() {
             return Err(KvmcError::Usage("--variant, --profile and --property apply to explicit model paths; with no path kvmc runs the specs' expectations".into()));
         }
@@ -155,7 +155,11 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     };
     if let Some(s) = &a.shard {
         let (i, n) = parse_shard(s)?;
+        let planned = jobs.len();
         jobs = jobs.into_iter().enumerate().filter(|(k, _)| k % n == i - 1).map(|(_, j)| j).collect();
+        if jobs.is_empty() {
+            return Err(KvmcError::Usage(format!("--shard {s} selects nothing: the plan has {planned} explorations")));
+        }
     }
     if let Some(g) = grace {
         stop::set_grace(g);

@@ -86,7 +86,7 @@ pub fn run(a: ConformArgs) -> Result<i32> {
     if let Some(ev) = &a.kv_events {
         let steps_path = PathBuf::from(format!("{}.steps.json", ev.display()));
         let steps: Option<Vec<u32>> = if steps_path.exists() {
-            let t = std::fs::read_to_string(&steps_path).map_err(|e| KvmcError::io(&steps_path, e))?;
+            let t = crate::error::read_text(&steps_path)?;
             Some(serde_json::from_str(&t).map_err(|e| {
                 KvmcError::input(&steps_path, e.line(), format!("not a JSON list of step numbers: {e}"))
             })?)

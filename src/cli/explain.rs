@@ -15,8 +15,9 @@ pub struct ExplainArgs {
     /// Print the whole property reference as Markdown (docs/properties.md is this output).
     #[arg(long)]
     pub all: bool,
-    #[arg(long, default_value = "specs")]
-    pub specs: PathBuf,
+    /// Read the specs here instead of the ones built into kvmc.
+    #[arg(long, value_name = "DIR")]
+    pub specs: Option<PathBuf>,
 }
 
 /// The property reference as Markdown, generated from the specs.
@@ -50,7 +51,7 @@ pub fn reference(specs: &[specs::Spec]) -> String {
 
 pub fn run(a: ExplainArgs) -> Result<i32> {
     if a.all {
-        let specs = specs::load_dir(&a.specs)?;
+        let specs = specs::load(a.specs.as_deref())?;
         print!("{}", reference(&specs));
         return Ok(0);
     }
@@ -62,9 +63,10 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
         println!("{}: a reachability guard (sometimes). It holds an example when some reachable state satisfies it; a model whose guards are never reached is reported vacuous.", def.name);
         return Ok(0);
     }
-    let specs = specs::load_dir(&a.specs)?;
+    let specs = specs::load(a.specs.as_deref())?;
     let Some(s) = specs.iter().find(|s| s.property == name) else {
-        return Err(KvmcError::Usage(format!("property '{name}' has no spec in {}", a.specs.display())));
+        let from = a.specs.as_ref().map_or("the built-in specs".to_string(), |d| d.display().to_string());
+        return Err(KvmcError::Usage(format!("property '{name}' has no spec in {from}")));
     };
     println!("{}: {}\n", s.property, s.summary);
     if !s.description.is_empty() {

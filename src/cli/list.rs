@@ -16,9 +16,11 @@ pub struct ListArgs {
     /// Print docs/releases.md: which vLLM release has which bug (from the specs' expectations).
     #[arg(long)]
     pub releases: bool,
-    #[arg(long, default_value = "specs")]
-    pub specs: PathBuf,
-    #[arg(long, default_value = "models")]
+    /// Read the specs here instead of the ones built into kvmc.
+    #[arg(long, value_name = "DIR")]
+    pub specs: Option<PathBuf>,
+    /// The models to list (and, with --releases, the models the specs name).
+    #[arg(long, value_name = "DIR", default_value = "models")]
     pub models: PathBuf,
 }
 
@@ -48,17 +50,17 @@ pub fn rules_doc() -> String {
 
 /// docs/releases.md: one row per (bug, property, model) that the specs name with `bug = ...`,
 /// one column per profile: what the checker must find (the gate verifies every cell).
-pub fn releases_doc(specs: &[specs::Spec], models: &std::path::Path) -> String {
+pub fn releases_doc(specs: &[specs::Spec], models: &std::path::Path) -> Result<String> {
     use std::collections::BTreeMap;
     let mut rows: BTreeMap<(String, String, String), BTreeMap<String, bool>> = BTreeMap::new();
     for sp in specs {
         for x in sp.expects.iter().filter(|x| x.variant.is_none()) {
             let Some(bug) = &x.bug else { continue };
-            let profile = x.profile.clone().unwrap_or_else(|| {
-                Scope::load(&models.join(format!("{}.toml", x.model)))
-                    .map(|s| s.profile)
-                    .unwrap_or_else(|_| "vllm-0.33".into())
-            });
+            let profile = match &x.profile {
+                Some(p) => p.clone(),
+                // The model's own profile: read from its file (never guessed).
+                None => Scope::load(&models.join(format!("{}.toml", x.model)))?.profile,
+            };
             rows.entry((bug.clone(), sp.property.clone(), x.model.clone())).or_default().insert(profile, x.violated);
         }
     }
@@ -82,7 +84,7 @@ pub fn releases_doc(specs: &[specs::Spec], models: &std::path::Path) -> String {
         s.push_str(&c.join(" | "));
         s.push_str(" |\n");
     }
-    s
+    Ok(s)
 }
 
 pub fn run(a: ListArgs) -> Result<i32> {
@@ -91,10 +93,11 @@ pub fn run(a: ListArgs) -> Result<i32> {
         return Ok(0);
     }
     if a.releases {
-        print!("{}", releases_doc(&specs::load_dir(&a.specs)?, &a.models));
+        crate::check::gate::check_models_dir(&a.models)?;
+        print!("{}", releases_doc(&specs::load(a.specs.as_deref())?, &a.models)?);
         return Ok(0);
     }
-    let specs = if a.specs.is_dir() { specs::load_dir(&a.specs)? } else { Vec::new() };
+    let specs = specs::load(a.specs.as_deref())?;
     println!("profiles:");
     for p in PROFILES {
         println!("  {:<12} {}", p.name, p.summary);
@@ -113,6 +116,9 @@ pub fn run(a: ListArgs) -> Result<i32> {
         println!("  {}", p.name);
     }
     println!("models:");
+    if !a.models.is_dir() {
+        println!("  (no {} directory here: run from the repository's root or pass --models DIR)", a.models.display());
+    }
     if let Ok(rd) = std::fs::read_dir(&a.models) {
         let mut paths: Vec<PathBuf> = rd
             .filter_map(|e| e.ok().map(|e| e.path()))

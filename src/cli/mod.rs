@@ -41,6 +41,42 @@ pub enum Cmd {
     Replay(replay::ReplayArgs),
 }
 
+/// The report format a command was asked for (`--format`): errors are reported in it too.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReportFormat {
+    Text,
+    Json,
+    Junit,
+}
+
+impl Cli {
+    pub fn report_format(&self) -> ReportFormat {
+        match &self.cmd {
+            Cmd::Check(a) => match a.format {
+                check::Format::Text => ReportFormat::Text,
+                check::Format::Json => ReportFormat::Json,
+                check::Format::Junit => ReportFormat::Junit,
+            },
+            Cmd::Replay(a) if matches!(a.format, replay::OutFormat::Json) => ReportFormat::Json,
+            _ => ReportFormat::Text,
+        }
+    }
+}
+
+/// `--format json|junit` among raw arguments that did not parse (for the error report).
+pub fn report_format_of_args(args: &[String]) -> ReportFormat {
+    let value = args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--format") {
+        Some("") => args.get(i + 1).map(String::as_str),
+        Some(v) => v.strip_prefix('='),
+        None => None,
+    });
+    match value {
+        Some("json") => ReportFormat::Json,
+        Some("junit") => ReportFormat::Junit,
+        _ => ReportFormat::Text,
+    }
+}
+
 /// Run the command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
     match cli.cmd {

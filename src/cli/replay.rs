@@ -77,6 +77,12 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
         TraceFormat::Auto => replay::is_scenario(&a.trace),
         _ => false,
     };
+    if a.limit == Some(0) {
+        return Err(KvmcError::Usage("--limit 0 replays nothing: give a positive number of requests".into()));
+    }
+    if scenario && a.limit.is_some() {
+        return Err(KvmcError::Usage("--limit applies to JSONL traces; a scenario replays all its actions".into()));
+    }
     if scenario {
         let o =
             replay::scenario::run_scenario(&a.trace, a.model.as_deref(), a.profile.as_deref(), a.variant.as_deref())?;
@@ -92,6 +98,7 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
         return Err(KvmcError::Usage("kvmc replay TRACE needs --model MODEL (a replay model file)".into()));
     };
     let model = ReplayModel::load(model_path)?;
+    model.warnings.iter().for_each(|w| eprintln!("{w}"));
     crate::system::rules::resolve(a.profile.as_deref().unwrap_or(&model.profile), a.variant.as_deref())
         .map_err(KvmcError::Usage)?;
     let fmt = match a.trace_format {
@@ -101,6 +108,9 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
     };
     let mut trace = Trace::load(&a.trace, model.replay.trace_block_size, fmt)?;
     if let Some(n) = a.limit {
+        if n > trace.rows.len() {
+            eprintln!("note: --limit {n} is beyond the trace's {} requests: replaying all of them", trace.rows.len());
+        }
         truncate(&mut trace, n);
     }
     crate::stop::catch_interrupt();

@@ -57,10 +57,24 @@ fn hashes(v: Option<&Value>) -> Option<Vec<Hash>> {
     v?.as_array()?.iter().map(hash).collect()
 }
 
+/// A string field; a string that is not UTF-8 is an error that says so (not "missing").
+fn str_field<'a>(m: &'a [(Value, Value)], k: &str) -> std::result::Result<Option<&'a str>, String> {
+    match field(m, k) {
+        Some(Value::String(s)) => match s.as_str() {
+            Some(t) => Ok(Some(t)),
+            None => Err(format!("the event's {k:?} is not UTF-8 ({:?})", String::from_utf8_lossy(s.as_bytes()))),
+        },
+        Some(_) | None => Ok(None),
+    }
+}
+
 fn event(v: &Value) -> std::result::Result<KvEvent, String> {
     let m = v.as_map().ok_or("an event is not a map")?;
-    let ty = field(m, "type").and_then(|t| t.as_str()).ok_or("an event has no \"type\"")?;
-    let medium = field(m, "medium").and_then(|x| x.as_str()).unwrap_or("GPU").to_string();
+    if m.iter().any(|(k, _)| matches!(k, Value::String(s) if s.as_str().is_none())) {
+        return Err("an event has a key that is not UTF-8".into());
+    }
+    let ty = str_field(m, "type")?.ok_or("an event has no \"type\"")?;
+    let medium = str_field(m, "medium")?.unwrap_or("GPU").to_string();
     match ty {
         "BlockStored" => Ok(KvEvent::Stored {
             hashes: hashes(field(m, "block_hashes")).ok_or("BlockStored without block_hashes")?,

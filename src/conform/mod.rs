@@ -208,7 +208,7 @@ fn vllm_has_requests(e: &crate::system::Engine) -> bool {
 /// running the model: a logged sample the model did not append is taken out of the request's
 /// tokens and the log is replayed again, until nothing changes.
 pub fn check(path: &Path, profile: &str, variant: Option<&str>, window: usize) -> Result<Report> {
-    let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+    let text = crate::error::read_text(path)?;
     check_text(path, &text, profile, variant, window)
 }
 

@@ -25,7 +25,7 @@
 //! arrivals = "in-order"             # or "any"
 //! ```
 
-use crate::error::{line_of_offset, toml_error, KvmcError, Result};
+use crate::error::{line_of_offset, read_text, toml_error, KvmcError, Result};
 use crate::system::config::RowsConfig;
 use crate::system::workload::{next_turn_spec, TurnInput};
 use crate::system::{
@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 mod engine;
+pub use engine::limits;
 pub(crate) use engine::parse_engine;
 
 #[derive(Deserialize)]
@@ -74,7 +75,7 @@ struct RawEngine {
     gpu_blocks: Spanned<u32>,
     max_num_batched_tokens: Spanned<u32>,
     #[serde(default)]
-    max_num_seqs: Option<u32>,
+    max_num_seqs: Option<Spanned<u32>>,
     #[serde(default)]
     max_model_len: Option<Spanned<u32>>,
     #[serde(default)]
@@ -111,8 +112,8 @@ struct RawOffload {
     blocks_per_chunk: Spanned<u32>,
     #[serde(default = "yes")]
     offload_prompt_only: bool,
-    #[serde(default)]
-    sync_load_budget_tokens: u32,
+    #[serde(default = "zero")]
+    sync_load_budget_tokens: Spanned<u32>,
     #[serde(default)]
     eviction_policy: Option<Spanned<String>>,
 }
@@ -127,6 +128,9 @@ struct RawSimpleCpu {
 
 fn one() -> Spanned<u32> {
     Spanned::new(0..0, 1)
+}
+fn zero() -> Spanned<u32> {
+    Spanned::new(0..0, 0)
 }
 fn yes() -> bool {
     true
@@ -263,13 +267,27 @@ pub fn parse_tokens(s: &str) -> Vec<u32> {
 
 impl Scope {
     pub fn load(path: &Path) -> Result<Scope> {
-        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        Ok(Scope::load_warn(path)?.0)
+    }
+
+    /// `load`, with the model file's warnings (`FILE:LINE: warning: ...`) for the caller to
+    /// print: settings that are legal but cannot work (docs/models.md, "Limits").
+    pub fn load_warn(path: &Path) -> Result<(Scope, Vec<String>)> {
+        let text = read_text(path)?;
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        Scope::parse(&name, path, &text)
+        Scope::parse_warn(&name, path, &text)
     }
 
     pub fn parse(name: &str, path: &Path, text: &str) -> Result<Scope> {
-        let (raw, profile, cfg) = parse_engine(path, text)?;
+        Ok(Scope::parse_warn(name, path, text)?.0)
+    }
+
+    /// `parse`, with the model file's warnings.
+    pub fn parse_warn(name: &str, path: &Path, text: &str) -> Result<(Scope, Vec<String>)> {
+        // A checker scope names its requests: max_model_len beyond G1 only matters if one of
+        // them cannot fit, which is warned about below instead.
+        let (raw, profile, cfg, _) = parse_engine(path, text)?;
+        let mut warnings = Vec::new();
         let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
         let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
         let b = cfg.block_size;
@@ -350,6 +368,19 @@ impl Scope {
                 }
                 turns.push(next);
             }
+            // The KV a request needs: every token but the last sampled one.
+            let g1_tokens = (cfg.num_gpu_blocks - 1) * b;
+            let longest = turns.last().unwrap_or(&first).tokens.len() as u32;
+            if longest - 1 > g1_tokens {
+                warnings.push(format!(
+                    "{}:{}: warning: request {nm} needs KV for {} tokens, more than G1's {} usable blocks hold \
+                     ({g1_tokens} tokens): it can never finish",
+                    path.display(),
+                    at(r.name.span()),
+                    longest - 1,
+                    cfg.num_gpu_blocks - 1
+                ));
+            }
             specs.push(first);
             sessions.push(turns);
         }
@@ -369,17 +400,19 @@ impl Scope {
                 return Err(bad(st.span(), "start needs a [router_replay] table".into()));
             }
             let s = match st.get_ref() {
-                toml::Value::Integer(v) if *v >= 0 => *v as u32,
+                toml::Value::Integer(v) if *v >= 0 => *v,
                 toml::Value::String(b) if b == "bridge" => match after[i] {
-                    Some(a) => (specs[a as usize].prompt_len + specs[a as usize].max_tokens).saturating_sub(1),
+                    Some(a) => {
+                        i64::from((specs[a as usize].prompt_len + specs[a as usize].max_tokens).saturating_sub(1))
+                    }
                     None => return Err(bad(st.span(), "start = \"bridge\" needs after = the previous turn".into())),
                 },
                 _ => return Err(bad(st.span(), "start must be a token position or \"bridge\"".into())),
             };
-            if s > specs[i].prompt_len {
+            if s > i64::from(specs[i].prompt_len) {
                 return Err(bad(st.span(), format!("start {s} is past the prompt ({} tokens)", specs[i].prompt_len)));
             }
-            specs[i].rows_start = s;
+            specs[i].rows_start = s as u32;
         }
         let arrivals = match raw.bounds.arrivals.as_ref().map(|s| (s.get_ref().as_str(), s.span())) {
             None | Some(("in-order", _)) => Arrivals::InOrder,
@@ -415,7 +448,7 @@ impl Scope {
         if let (ConnectorConfig::Mooncake(m), Some(raw_mc)) = (&mut cfg.connector, &raw.mooncake) {
             super::scope_mooncake::resolve_preload(m, raw_mc, &mut workload, &bad)?;
         }
-        Ok(Scope {
+        let scope = Scope {
             name: name.to_string(),
             path: path.to_path_buf(),
             description: raw.description,
@@ -427,7 +460,8 @@ impl Scope {
             arrivals,
             stream_input,
             progress_steps,
-        })
+        };
+        Ok((scope, warnings))
     }
 }
 
@@ -439,6 +473,6 @@ pub(crate) fn raw_parts(raw: RawScope) -> (String, Option<crate::replay::config:
 /// A replay model (a `[replay]` table and no `[[request]]`): `kvmc replay` reads it, the
 /// checker does not.
 pub fn is_replay_model(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path) else { return false };
+    let Ok(text) = read_text(path) else { return false };
     toml::from_str::<RawScope>(&text).is_ok_and(|r| r.replay.is_some() && r.requests.is_empty())
 }

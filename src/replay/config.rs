@@ -11,7 +11,7 @@
 //! load_steps = 0            # a load built (and submitted) in step k finishes at the end of step k
 //! ```
 
-use crate::error::{line_of_offset, KvmcError, Result};
+use crate::error::{line_of_offset, read_text, KvmcError, Result};
 use crate::model::scope::{parse_engine, raw_parts};
 use crate::system::EngineConfig;
 use serde::Deserialize;
@@ -32,7 +32,7 @@ pub(crate) struct RawReplay {
     #[serde(default)]
     store_steps: Option<Spanned<u32>>,
     #[serde(default)]
-    load_steps: Option<u32>,
+    load_steps: Option<Spanned<u32>>,
     #[serde(default)]
     trace_block_size: Option<Spanned<u32>>,
     #[serde(default)]
@@ -138,7 +138,68 @@ pub struct ReplayModel {
     pub profile: String,
     pub cfg: EngineConfig,
     pub replay: ReplayCfg,
+    /// Settings that are legal but cannot work (`FILE:LINE: warning: ...`), for the caller
+    /// to print.
+    pub warnings: Vec<String>,
 }
+
+/// One engine's pools as a replay reports them, in usable units: block 0 of a block pool
+/// (G1, SimpleCPU's CPU pool) is its null block and never holds KV, so `gpu_blocks = 8192`
+/// is 8,191 usable blocks.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Pools {
+    pub block_size: u32,
+    pub usable_gpu_blocks: u32,
+    /// The OffloadingConnector's host tier, in chunks (every chunk usable).
+    pub host_chunks: Option<u32>,
+    pub blocks_per_chunk: Option<u32>,
+    /// SimpleCPU's CPU pool, usable blocks (`cpu_blocks - 1`).
+    pub usable_cpu_blocks: Option<u32>,
+}
+
+impl Pools {
+    pub fn of(cfg: &EngineConfig) -> Pools {
+        Pools {
+            block_size: cfg.block_size,
+            usable_gpu_blocks: cfg.num_gpu_blocks - 1,
+            host_chunks: cfg.offload().map(|o| o.host_chunks),
+            blocks_per_chunk: cfg.offload().map(|o| o.blocks_per_chunk),
+            usable_cpu_blocks: cfg.simple_cpu().map(|c| c.cpu_blocks - 1),
+        }
+    }
+
+    /// One line for the run header, e.g. "8,191 usable GPU blocks of 16 tokens (gpu_blocks =
+    /// 8192 counts the null block); host tier 65,536 chunks of 1 block".
+    pub fn text(&self) -> String {
+        use crate::replay::report::thousands;
+        let mut s = format!(
+            "{} usable GPU blocks of {} tokens (gpu_blocks = {} counts the null block)",
+            thousands(u64::from(self.usable_gpu_blocks)),
+            self.block_size,
+            self.usable_gpu_blocks + 1
+        );
+        if let (Some(c), Some(b)) = (self.host_chunks, self.blocks_per_chunk) {
+            s.push_str(&format!(
+                "; host tier {} chunks of {b} block{}",
+                thousands(u64::from(c)),
+                if b == 1 { "" } else { "s" }
+            ));
+        }
+        if let Some(c) = self.usable_cpu_blocks {
+            s.push_str(&format!(
+                "; CPU pool {} usable blocks (cpu_blocks = {} counts its null block)",
+                thousands(u64::from(c)),
+                c + 1
+            ));
+        }
+        s
+    }
+}
+
+/// The most blocks (G1 and SimpleCPU's CPU pool) and host chunks one replay holds over all its
+/// engines (docs/models.md, "Limits"): every engine allocates its pools up front.
+pub const MAX_TOTAL_BLOCKS: u64 = 16_777_216;
+pub const MAX_TOTAL_HOST_CHUNKS: u64 = 4_194_304;
 
 fn ms_to_us(ms: f64) -> u64 {
     (ms * 1000.0).round() as u64
@@ -146,7 +207,7 @@ fn ms_to_us(ms: f64) -> u64 {
 
 impl ReplayModel {
     pub fn load(path: &Path) -> Result<ReplayModel> {
-        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        let text = read_text(path)?;
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         Self::parse(&name, path, &text)
     }
@@ -154,7 +215,7 @@ impl ReplayModel {
     /// Any model file works: without a `[replay]` table the defaults apply (and its
     /// `[[request]]` entries, if any, are ignored).
     pub fn parse(name: &str, path: &Path, text: &str) -> Result<ReplayModel> {
-        let (raw, profile, cfg) = parse_engine(path, text)?;
+        let (raw, profile, cfg, warnings) = parse_engine(path, text)?;
         if cfg.connector_kind() == crate::system::ConnectorKind::Nixl {
             // Nothing in a trace plays the decode instance that reads the held blocks.
             return Err(KvmcError::input(
@@ -167,6 +228,7 @@ impl ReplayModel {
         let mut r = ReplayCfg::default();
         let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
         let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
+        let mut rr_engines_line = None;
         if let Some(x) = rr {
             let conc = x.concurrency.as_ref().map(|c| (*c.get_ref(), c.span()));
             if let Some((c, sp)) = &conc {
@@ -199,8 +261,8 @@ impl ReplayModel {
             if let Some(s) = &x.store_steps {
                 r.store_steps = *s.get_ref();
             }
-            if let Some(s) = x.load_steps {
-                r.load_steps = s;
+            if let Some(s) = &x.load_steps {
+                r.load_steps = *s.get_ref();
             }
             if let Some(t) = &x.trace_block_size {
                 if !(1..=1_048_576).contains(t.get_ref()) {
@@ -221,6 +283,22 @@ impl ReplayModel {
                 }
                 r.progress_steps = *p.get_ref();
             }
+            // A copy that takes progress_steps steps leaves an engine idle long enough for
+            // requests-finish to call it a livelock (and a huge one never finishes).
+            for (key, v) in [("store_steps", &x.store_steps), ("load_steps", &x.load_steps)] {
+                if let Some(v) = v.as_ref().filter(|v| *v.get_ref() >= r.progress_steps) {
+                    return Err(bad(
+                        v.span(),
+                        format!(
+                            "{key} must be 0..={} (below progress_steps = {}: a copy that takes that many \
+                             steps looks like a livelock to requests-finish), got {}",
+                            r.progress_steps - 1,
+                            r.progress_steps,
+                            v.get_ref()
+                        ),
+                    ));
+                }
+            }
             if let Some(f) = x.full_check_every {
                 r.full_check_every = f;
             }
@@ -229,6 +307,7 @@ impl ReplayModel {
                     return Err(bad(n.span(), format!("engines must be 1..=1024, got {}", n.get_ref())));
                 }
                 r.engines = *n.get_ref();
+                rr_engines_line = Some(at(n.span()));
             }
             if let Some(ro) = &x.router {
                 r.router = match ro.get_ref().as_str() {
@@ -244,6 +323,46 @@ impl ReplayModel {
                 };
             }
         }
-        Ok(ReplayModel { name: name.to_string(), path: path.to_path_buf(), description, profile, cfg, replay: r })
+        // Every engine allocates its pools up front: bound their sum.
+        let engines = u64::from(r.engines);
+        let engines_at = rr_engines_line.unwrap_or(1);
+        let blocks = u64::from(cfg.num_gpu_blocks) + cfg.simple_cpu().map_or(0, |c| u64::from(c.cpu_blocks));
+        if engines * blocks > MAX_TOTAL_BLOCKS {
+            return Err(KvmcError::input(
+                path,
+                engines_at,
+                format!(
+                    "{engines} engines of {blocks} blocks (gpu_blocks{}) are {} blocks, more than the {MAX_TOTAL_BLOCKS} \
+                     one replay holds: at most {} engines of this size",
+                    if cfg.simple_cpu().is_some() { " + cpu_blocks" } else { "" },
+                    engines * blocks,
+                    MAX_TOTAL_BLOCKS / blocks
+                ),
+            ));
+        }
+        if let Some(o) = cfg.offload() {
+            let chunks = u64::from(o.host_chunks);
+            if engines * chunks > MAX_TOTAL_HOST_CHUNKS {
+                return Err(KvmcError::input(
+                    path,
+                    engines_at,
+                    format!(
+                        "{engines} engines of {chunks} host_chunks are {} host chunks, more than the \
+                         {MAX_TOTAL_HOST_CHUNKS} one replay holds: at most {} engines of this size",
+                        engines * chunks,
+                        MAX_TOTAL_HOST_CHUNKS / chunks
+                    ),
+                ));
+            }
+        }
+        Ok(ReplayModel {
+            name: name.to_string(),
+            path: path.to_path_buf(),
+            description,
+            profile,
+            cfg,
+            replay: r,
+            warnings,
+        })
     }
 }

@@ -215,7 +215,8 @@ fn build(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Optio
         trace.path.display(),
         f.violation.property
     );
-    let _ = writeln!(sc, "model = {:?}", model_path.display().to_string());
+    // Beside the scenario: readers resolve `model` against the scenario's directory.
+    let _ = writeln!(sc, "model = {:?}", format!("{stem}.violation.model.toml"));
     let _ = writeln!(sc, "profile = {profile:?}");
     if let Some(v) = variant {
         let _ = writeln!(sc, "variant = {v:?}");

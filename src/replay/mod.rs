@@ -141,6 +141,8 @@ pub struct Outcome {
     pub profile: String,
     pub variant: Option<String>,
     pub engines: u32,
+    /// Each engine's pools, in usable units.
+    pub pools: config::Pools,
     pub metrics: Metrics,
     pub per_engine: Vec<Metrics>,
     pub checks: Checks,
@@ -266,6 +268,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         profile,
         variant: opts.variant.clone(),
         engines: model.replay.engines,
+        pools: config::Pools::of(&model.cfg),
         metrics: total,
         per_engine,
         checks,

@@ -95,6 +95,7 @@ pub fn text(o: &Outcome) -> String {
         o.engines,
         if o.engines == 1 { "" } else { "s" }
     );
+    let _ = writeln!(s, "  {:<26} {}", if o.engines == 1 { "pools" } else { "pools (each engine)" }, o.pools.text());
     if o.interrupted {
         let _ = writeln!(
             s,
@@ -230,6 +231,7 @@ pub fn json(o: &Outcome, per_request: bool) -> serde_json::Value {
         "profile": o.profile,
         "variant": o.variant,
         "engines": o.engines,
+        "pools": o.pools,
         "metrics": o.metrics,
         "per_engine": if o.per_engine.len() > 1 { serde_json::to_value(&o.per_engine).unwrap_or_default() } else { serde_json::Value::Null },
         "checks": o.checks,

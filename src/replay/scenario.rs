@@ -30,26 +30,6 @@ pub struct ScenarioOutcome {
     pub story: Vec<(String, String)>,
 }
 
-/// Find the scenario's model: `model_override`, else its `model` field (relative to the
-/// working directory, else to the scenario's directory).
-fn model_path(path: &Path, named: Option<&str>, model_override: Option<&Path>) -> Result<PathBuf> {
-    if let Some(m) = model_override {
-        return Ok(m.to_path_buf());
-    }
-    let Some(m) = named else {
-        return Err(KvmcError::input(path, 1, "the scenario names no model; pass --model MODEL"));
-    };
-    let p = PathBuf::from(m);
-    if p.exists() {
-        return Ok(p);
-    }
-    let beside = path.parent().map(|d| d.join(&p));
-    match beside {
-        Some(b) if b.exists() => Ok(b),
-        _ => Ok(p),
-    }
-}
-
 pub fn run_scenario(
     path: &Path,
     model_override: Option<&Path>,
@@ -57,7 +37,11 @@ pub fn run_scenario(
     variant: Option<&str>,
 ) -> Result<ScenarioOutcome> {
     let h = read_header(path)?;
-    let mpath = model_path(path, h.model.as_deref(), model_override)?;
+    // `--model` overrides the scenario's own `model` (resolved against the scenario's directory).
+    let mpath = match model_override {
+        Some(m) => m.to_path_buf(),
+        None => h.model_path()?,
+    };
     let scope = Arc::new(Scope::load(&mpath)?);
     let profile = profile.map(str::to_string).or(h.profile).unwrap_or_else(|| scope.profile.clone());
     let variant = variant.map(str::to_string).or(h.variant);

@@ -107,7 +107,7 @@ fn ms_to_us(ms: f64) -> u64 {
 
 impl Trace {
     pub fn load(path: &Path, trace_block_size: u32, format: Option<Format>) -> Result<Trace> {
-        let text = std::fs::read_to_string(path).map_err(|e| KvmcError::io(path, e))?;
+        let text = crate::error::read_text(path)?;
         Self::parse(path, &text, trace_block_size, format)
     }
 

@@ -99,11 +99,12 @@ pub fn to_dot(cx: &Counterexample) -> String {
         + "}\n"
 }
 
-/// A scenario file (`kvmc explore --path FILE` re-runs it).
-pub fn to_scenario(model: &KvModel, cx: &Counterexample) -> String {
+/// A scenario file (`kvmc explore --path FILE` re-runs it), to be written into `dir` (its
+/// `model` is relative to that directory).
+pub fn to_scenario(model: &KvModel, cx: &Counterexample, dir: &std::path::Path) -> String {
     let mut s = String::new();
     s.push_str("# kvmc scenario: the actions of a counterexample, in order\n");
-    s.push_str(&format!("model = {:?}\n", model.scope.path.display().to_string()));
+    s.push_str(&format!("model = {:?}\n", crate::model::scenario::model_ref(dir, &model.scope.path)));
     s.push_str(&format!("profile = {:?}\n", model.profile));
     if let Some(v) = &model.variant {
         s.push_str(&format!("variant = {v:?}\n"));

@@ -201,7 +201,7 @@ pub fn write_counterexamples(
             serde_json::to_string_pretty(&counterexample::to_itf(&m, cx))? + "\n",
         )?;
         std::fs::write(dir.join(format!("{stem}.dot")), counterexample::to_dot(cx))?;
-        std::fs::write(dir.join(format!("{stem}.scenario.toml")), counterexample::to_scenario(&m, cx))?;
+        std::fs::write(dir.join(format!("{stem}.scenario.toml")), counterexample::to_scenario(&m, cx, dir))?;
         n += 1;
     }
     Ok(n)

@@ -4,8 +4,26 @@
 
 use super::*;
 
+/// The largest sizes a model file may ask for (docs/models.md, "Limits"). kvmc allocates the
+/// GPU pool, SimpleCPU's CPU pool and (in trace replay) the host tier's table up front, one
+/// entry per block or chunk; these bounds keep one engine within about 1.5 GiB, so a typo
+/// is an input error instead of an allocation failure that aborts the process.
+pub mod limits {
+    /// `gpu_blocks` (about 80 bytes a block).
+    pub const GPU_BLOCKS: u32 = 1_000_000;
+    /// `cpu_blocks`: SimpleCPU's CPU pool is a block pool like G1 (about 80 bytes a block).
+    pub const CPU_BLOCKS: u32 = 4_194_304;
+    /// `host_chunks`: trace replay sizes the host tier's table for twice its capacity at
+    /// start (about 320 bytes a chunk).
+    pub const HOST_CHUNKS: u32 = 4_194_304;
+    /// `max_num_seqs`: request ids are 16-bit, so no more than this many requests can ever
+    /// run at once (the scheduler reserves room for `max_num_seqs` entries every step).
+    pub const MAX_NUM_SEQS: u32 = 65_536;
+}
+
 /// Parse a model file's `[engine]` and connector tables (shared by scopes and replay models).
-pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String, EngineConfig)> {
+/// Also returns warnings (`FILE:LINE: ...`) about settings that are legal but cannot work.
+pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String, EngineConfig, Vec<String>)> {
     let raw: RawScope = toml::from_str(text).map_err(|e| toml_error(path, text, e))?;
     let at = |sp: std::ops::Range<usize>| line_of_offset(text, sp.start);
     let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
@@ -19,20 +37,49 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
         return Err(bad(e.block_size.span(), format!("block_size must be 1..=64, got {b}")));
     }
     let n = *e.gpu_blocks.get_ref();
-    if !(2..=1_000_000).contains(&n) {
+    if !(2..=limits::GPU_BLOCKS).contains(&n) {
         return Err(bad(
             e.gpu_blocks.span(),
-            format!("gpu_blocks must be 2..=1000000 (block 0 is the null block), got {n}"),
+            format!("gpu_blocks must be 2..={} (block 0 is the null block), got {n}", limits::GPU_BLOCKS),
         ));
     }
+    // G1's usable capacity in tokens (block 0 is the null block).
+    let g1_tokens = (n - 1) * b;
     let budget = *e.max_num_batched_tokens.get_ref();
     if budget == 0 {
         return Err(bad(e.max_num_batched_tokens.span(), "max_num_batched_tokens must be positive".into()));
     }
+    if let Some(s) = e.max_num_seqs.as_ref().filter(|s| *s.get_ref() > limits::MAX_NUM_SEQS) {
+        return Err(bad(
+            s.span(),
+            format!(
+                "max_num_seqs must be at most {} (request ids are 16-bit), got {}",
+                limits::MAX_NUM_SEQS,
+                s.get_ref()
+            ),
+        ));
+    }
+    let mut warnings = Vec::new();
     let max_model_len = match &e.max_model_len {
         Some(m) if *m.get_ref() < 2 => return Err(bad(m.span(), "max_model_len must be at least 2".into())),
-        Some(m) => *m.get_ref(),
-        None => (n - 1) * b,
+        Some(m) => {
+            if *m.get_ref() > g1_tokens {
+                // vLLM refuses to start with this (get_kv_cache_configs: "To serve at least one
+                // request with the model's max seq len ..."); kvmc runs it, as the scopes that
+                // starve a request on purpose need.
+                warnings.push(format!(
+                    "{}:{}: warning: max_model_len = {} does not fit in G1: {} usable GPU blocks of {b} tokens \
+                     hold {g1_tokens} tokens (gpu_blocks = {n} counts the null block), so no request longer \
+                     than that can ever be scheduled (vLLM refuses to start with this)",
+                    path.display(),
+                    at(m.span()),
+                    m.get_ref(),
+                    n - 1
+                ));
+            }
+            *m.get_ref()
+        }
+        None => g1_tokens,
     };
     let policy = match e.load_failure_policy.get_ref().as_str() {
         "fail" => LoadFailurePolicy::Fail,
@@ -75,10 +122,13 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                 }
             }
             let n = *sc.cpu_blocks.get_ref();
-            if n < 2 {
+            if !(2..=limits::CPU_BLOCKS).contains(&n) {
                 return Err(bad(
                     sc.cpu_blocks.span(),
-                    format!("cpu_blocks must be at least 2 (block 0 is the CPU pool's null block), got {n}"),
+                    format!(
+                        "cpu_blocks must be 2..={} (block 0 is the CPU pool's null block), got {n}",
+                        limits::CPU_BLOCKS
+                    ),
                 ));
             }
             if !e.enable_prefix_caching {
@@ -121,11 +171,32 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                 ));
             };
             let bpc = *o.blocks_per_chunk.get_ref();
-            if bpc == 0 {
-                return Err(bad(o.blocks_per_chunk.span(), "blocks_per_chunk must be positive".into()));
+            if !(1..n).contains(&bpc) {
+                return Err(bad(
+                    o.blocks_per_chunk.span(),
+                    format!(
+                        "blocks_per_chunk must be 1..={} (the usable GPU blocks: a larger chunk never fills), got {bpc}",
+                        n - 1
+                    ),
+                ));
             }
-            if *o.host_chunks.get_ref() == 0 {
-                return Err(bad(o.host_chunks.span(), "host_chunks must be positive".into()));
+            let hc = *o.host_chunks.get_ref();
+            if !(1..=limits::HOST_CHUNKS).contains(&hc) {
+                return Err(bad(
+                    o.host_chunks.span(),
+                    format!("host_chunks must be 1..={}, got {hc}", limits::HOST_CHUNKS),
+                ));
+            }
+            if o.sync_load_budget_tokens.get_ref() > &g1_tokens {
+                return Err(bad(
+                    o.sync_load_budget_tokens.span(),
+                    format!(
+                        "sync_load_budget_tokens must be 0..={g1_tokens} (what G1's {} usable blocks hold: \
+                         no step loads more), got {}",
+                        n - 1,
+                        o.sync_load_budget_tokens.get_ref()
+                    ),
+                ));
             }
             let eviction_policy = match &o.eviction_policy {
                 None => EvictionPolicy::Lru,
@@ -145,7 +216,7 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                 host_chunks: *o.host_chunks.get_ref(),
                 blocks_per_chunk: bpc,
                 offload_prompt_only: o.offload_prompt_only,
-                sync_load_budget_tokens: o.sync_load_budget_tokens,
+                sync_load_budget_tokens: *o.sync_load_budget_tokens.get_ref(),
             })
         }
         other => {
@@ -157,7 +228,7 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
         block_size: b,
         num_gpu_blocks: n,
         max_num_batched_tokens: budget,
-        max_num_seqs: e.max_num_seqs.unwrap_or(256).max(1),
+        max_num_seqs: e.max_num_seqs.as_ref().map_or(256, |s| *s.get_ref()).max(1),
         max_model_len,
         long_prefill_token_threshold: e.long_prefill_token_threshold,
         load_failure_policy: policy,
@@ -184,5 +255,5 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             }
         },
     };
-    Ok((raw, profile, cfg))
+    Ok((raw, profile, cfg, warnings))
 }
