@@ -7,4 +7,5 @@ pub mod model;
 pub mod props;
 pub mod replay;
 pub mod report;
+pub mod search;
 pub mod system;

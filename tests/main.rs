@@ -11,5 +11,8 @@ mod parsers;
 mod replay;
 mod roundtrip;
 mod rows;
+mod search;
+mod search_kv;
+mod search_live;
 mod simple_cpu;
 mod system;
