@@ -228,8 +228,9 @@ impl<M: Model> Run<'_, M> {
             if let Some(g) = &mut self.graph {
                 g.close_node();
             }
-            let work_left = *left > 0 || next.iter().any(|c| !c.is_empty());
-            if self.max_states.is_some_and(|n| self.visited.len() >= n) && work_left {
+            // Work is left: sources of this level not merged yet, or states of the next one
+            // (its chunks are never empty).
+            if self.max_states.is_some_and(|n| self.visited.len() >= n) && (*left > 0 || !next.is_empty()) {
                 self.end = Some(End::Stopped(Stop::MaxStates));
                 return false;
             }
