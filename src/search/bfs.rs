@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// States per chunk (the unit a thread claims and the merge visits).
-const CHUNK: usize = 64;
+const CHUNK: usize = 16;
 /// Chunks per thread per batch (a batch is expanded, then merged).
-const BATCH_CHUNKS: usize = 32;
+const BATCH_CHUNKS: usize = 16;
 
 /// A candidate successor: an edge to a state of an earlier level, or to a state not visited
 /// before this batch (the next of the chunk's `news`; the merge decides).
@@ -77,10 +77,12 @@ where
             done: 0,
             hits: vec![0; chunk.len() * self.words],
             ends: Vec::with_capacity(chunk.len()),
-            succs: Vec::with_capacity(chunk.len() * 4),
-            news: Vec::with_capacity(chunk.len() * 2),
+            succs: Vec::new(),
+            news: Vec::new(),
         };
-        for (j, s) in chunk.iter().enumerate() {
+        // Each state is dropped right after its expansion, while its memory is in cache.
+        for (j, s) in chunk.into_iter().enumerate() {
+            let s = &s;
             if self.halt.load(Ordering::Relaxed) {
                 break;
             }

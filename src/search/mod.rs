@@ -14,30 +14,33 @@
 //!   [`Discovery::Unknown`], never [`Discovery::Absent`].
 //!
 //! # Memory per visited state
-//! A visited state is a 24-byte node (a 128-bit fingerprint, the parent's node index, the
-//! index of the action that reached it) in chunks of 2^16 nodes, plus an 8-byte slot (32 bits of
-//! fingerprint as a tag, 32 bits of node index) in an open-addressing table kept between 3/8 and
-//! 3/4 full: 35 to 46 bytes per state with every slack counted ([`Outcome::visited_bytes`]).
-//! Full states live only in the frontier (the level being expanded and the next one). A
-//! counterexample is rebuilt by re-executing the model from the initial state along the chain
-//! of parent links.
+//! A visited state is a 16-byte slot in an open-addressing table kept between 3/8 and 3/4 full
+//! (96 bits of its fingerprint and its node number) plus an 8-byte node (the parent's node
+//! number and the index of the action that first reached it) in chunks of 2^16 nodes: 29 to 51
+//! bytes per state with every slack counted ([`Outcome::visited_bytes`]). A look-up reads one
+//! slot line and no node. Full states live only in the frontier (the level being expanded and
+//! the next one). A counterexample is rebuilt by re-executing the model from the initial state
+//! along the chain of parent links.
 //!
 //! # Fingerprints
 //! MurmurHash3 x64_128 over the words the state's `Hash` writes, with a fixed seed (no
-//! `RandomState`): 128 bits, so that a collision (two distinct states taken for one, which would
-//! silently prune the second) is negligible: the birthday bound is n²/2^129, 1.5e-21 at 10^9
-//! states, reported as [`Outcome::collision_probability`]. 64 bits (TLC, stateright) would save 8
-//! bytes per state but reach 2.7e-4 at 10^8 states, the scale the search is built for.
+//! `RandomState`); the visited set keys states by 96 of the 128 bits. A collision (two distinct
+//! states taken for one, which would silently prune the second) has probability below the
+//! birthday bound n²/2^97: 6e-12 at 10^9 states, more than this machine's memory holds. It is
+//! reported as [`Outcome::collision_probability`]. 64 bits (TLC, stateright) would reach 2.7e-4
+//! at 10^8 states; 128 bits would need a second memory access per look-up (or 20-byte slots)
+//! for a bound nobody needs.
 //!
 //! # Parallelism and determinism
-//! Each level is cut into chunks of 64 states, handed out in batches. Threads claim chunks
-//! and expand them (the model step, the properties, the representative, the fingerprint, and a
-//! read-only look-up in the visited set that drops successors seen in earlier levels); then
-//! one thread merges the chunks' candidate successors in chunk order: the first candidate of
-//! each new fingerprint gets the next node index and goes to the next level. The merge visits
-//! sources in the order a sequential FIFO search pops them and applies every decision (first
-//! discovery, early stop, state bound) at that source, so every count and path is the
-//! sequential search's, whatever the threads did.
+//! Each level is cut into chunks of 16 states, handed out in batches of 16 chunks per thread.
+//! Threads claim chunks and expand them (the model step, the properties, the representative,
+//! the fingerprint, and a read-only look-up in the visited set that drops successors seen
+//! before the batch); then one thread merges the chunks' candidate successors in chunk order:
+//! the first candidate of each new fingerprint gets the next node number and goes to the next
+//! level. The merge visits sources in the order a sequential FIFO search pops them and applies
+//! every decision (first discovery, early stop, state bound) at that source, so every count and
+//! path is the sequential search's, whatever the threads did. Only the stop hook depends on
+//! timing: a run it stops keeps what was merged before the first unexamined state.
 //!
 //! # Liveness
 //! When a property is `Eventually`, the search records the state graph (edges as node indices,

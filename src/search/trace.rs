@@ -48,7 +48,6 @@ where
     /// action index) when `at` is exact, else the first matching action; with `class`, only
     /// actions of that fairness class.
     fn step(&self, at: &At<M::State>, to: NodeId, hint: Option<u32>, class: Option<u8>) -> (M::Action, At<M::State>) {
-        let want = self.visited.node(to).fp;
         let hint = hint.filter(|_| at.exact).map(|h| h as usize);
         let mut acts = Vec::new();
         self.model.actions(&at.state, &mut acts);
@@ -66,7 +65,7 @@ where
                 continue;
             }
             let rep = self.hooks.representative(self.model, &next);
-            if fingerprint(rep.as_ref().unwrap_or(&next), self.seed) == want {
+            if self.visited.get(fingerprint(rep.as_ref().unwrap_or(&next), self.seed)) == Some(to) {
                 let exact = at.exact && rep.is_none();
                 return (self.nth_action(&at.state, i), At { state: next, exact });
             }

@@ -1,9 +1,10 @@
-//! The visited set: one 24-byte node per state (fingerprint, parent, action index) in chunks
-//! of 2^16, found through an open-addressing table of 8-byte slots (32 bits of the fingerprint
-//! as a tag, 32 bits of node index), linear probing, at most 3/4 full.
+//! The visited set: an open-addressing table of 16-byte slots (96 bits of the state's
+//! fingerprint and a 32-bit node number), linear probing, at most 3/4 full, and one 8-byte node
+//! per state (parent, action index) in chunks of 2^16. A look-up reads one slot line and no node;
+//! no full state is stored here.
 //!
 //! Nodes are numbered in insertion order, which the search makes BFS order; a node's parent
-//! has a smaller number. No full state is stored here.
+//! has a smaller number.
 
 use super::fingerprint::Fingerprint;
 
@@ -19,9 +20,8 @@ pub const MAX_NODES: usize = (NodeId::MAX - 1) as usize;
 const CHUNK_BITS: u32 = 16;
 const CHUNK: usize = 1 << CHUNK_BITS;
 
-#[derive(Copy, Clone, Debug)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Node {
-    pub fp: Fingerprint,
     /// The node this state was first reached from (`ROOT` for an initial state).
     pub parent: NodeId,
     /// The index, in the parent's action list, of the action that first reached it (for an
@@ -29,8 +29,23 @@ pub struct Node {
     pub action: u32,
 }
 
+/// A table slot: the fingerprint's low 64 bits, 32 more bits, and `node + 1` (0: empty).
+#[derive(Copy, Clone, Default)]
+#[repr(C, align(16))]
+struct Slot {
+    lo: u64,
+    hi: u32,
+    id1: u32,
+}
+
+impl Slot {
+    fn key(fp: Fingerprint) -> (u64, u32) {
+        (fp.0[0], (fp.0[1] >> 32) as u32)
+    }
+}
+
 pub struct Visited {
-    slots: Vec<u64>,
+    slots: Vec<Slot>,
     mask: usize,
     chunks: Vec<Vec<Node>>,
     len: usize,
@@ -44,40 +59,30 @@ impl Default for Visited {
 
 impl Visited {
     pub fn new() -> Self {
-        Visited { slots: vec![0; 1024], mask: 1023, chunks: Vec::new(), len: 0 }
+        Visited { slots: vec![Slot::default(); 1024], mask: 1023, chunks: Vec::new(), len: 0 }
     }
 
     pub fn len(&self) -> usize {
         self.len
     }
 
-    pub fn node(&self, id: NodeId) -> &Node {
+    pub fn node(&self, id: NodeId) -> Node {
         let i = id as usize;
-        &self.chunks[i >> CHUNK_BITS][i & (CHUNK - 1)]
+        self.chunks[i >> CHUNK_BITS][i & (CHUNK - 1)]
     }
 
-    fn home(&self, fp: Fingerprint) -> usize {
-        fp.0[0] as usize & self.mask
-    }
-
-    fn tag(fp: Fingerprint) -> u64 {
-        fp.0[1] >> 32
-    }
-
-    /// The node with fingerprint `fp`, if any.
+    /// The node with fingerprint `fp` (its first 96 bits), if any.
+    #[inline]
     pub fn get(&self, fp: Fingerprint) -> Option<NodeId> {
-        let tag = Self::tag(fp);
-        let mut i = self.home(fp);
+        let (lo, hi) = Slot::key(fp);
+        let mut i = lo as usize & self.mask;
         loop {
-            let s = self.slots[i];
-            if s == 0 {
+            let s = &self.slots[i];
+            if s.id1 == 0 {
                 return None;
             }
-            if s >> 32 == tag {
-                let id = (s as u32) - 1;
-                if self.node(id).fp == fp {
-                    return Some(id);
-                }
+            if s.lo == lo && s.hi == hi {
+                return Some(s.id1 - 1);
             }
             i = (i + 1) & self.mask;
         }
@@ -86,45 +91,48 @@ impl Visited {
     /// Insert a node for `fp` unless one exists: `Ok(new id)` or `Err(existing id)`. The
     /// caller keeps `len() < MAX_NODES`.
     pub fn insert(&mut self, fp: Fingerprint, parent: NodeId, action: u32) -> Result<NodeId, NodeId> {
-        if let Some(id) = self.get(fp) {
-            return Err(id);
-        }
-        assert!(self.len < MAX_NODES, "the visited set is full ({MAX_NODES} states)");
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
+        let (lo, hi) = Slot::key(fp);
+        let mut i = lo as usize & self.mask;
+        loop {
+            let s = &self.slots[i];
+            if s.id1 == 0 {
+                break;
+            }
+            if s.lo == lo && s.hi == hi {
+                return Err(s.id1 - 1);
+            }
+            i = (i + 1) & self.mask;
+        }
+        assert!(self.len < MAX_NODES, "the visited set is full ({MAX_NODES} states)");
         let id = self.len as NodeId;
+        self.slots[i] = Slot { lo, hi, id1: id + 1 };
         if self.len & (CHUNK - 1) == 0 {
             self.chunks.push(Vec::with_capacity(CHUNK));
         }
-        self.chunks.last_mut().unwrap().push(Node { fp, parent, action });
+        self.chunks.last_mut().unwrap().push(Node { parent, action });
         self.len += 1;
-        self.place(fp, id);
         Ok(id)
-    }
-
-    fn place(&mut self, fp: Fingerprint, id: NodeId) {
-        let mut i = self.home(fp);
-        while self.slots[i] != 0 {
-            i = (i + 1) & self.mask;
-        }
-        self.slots[i] = (Self::tag(fp) << 32) | u64::from(id + 1);
     }
 
     fn grow(&mut self) {
         let n = self.slots.len() * 2;
-        self.slots = Vec::new(); // free the old table before the new one is allocated
-        self.slots = vec![0; n];
+        let old = std::mem::replace(&mut self.slots, vec![Slot::default(); n]);
         self.mask = n - 1;
-        for id in 0..self.len as NodeId {
-            let fp = self.node(id).fp;
-            self.place(fp, id);
+        for s in old.into_iter().filter(|s| s.id1 != 0) {
+            let mut i = s.lo as usize & self.mask;
+            while self.slots[i].id1 != 0 {
+                i = (i + 1) & self.mask;
+            }
+            self.slots[i] = s;
         }
     }
 
     /// Bytes this set holds now: the slot table and the node chunks, counted by capacity.
     pub fn bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<u64>()
+        self.slots.capacity() * std::mem::size_of::<Slot>()
             + self.chunks.iter().map(|c| c.capacity() * std::mem::size_of::<Node>()).sum::<usize>()
             + self.chunks.capacity() * std::mem::size_of::<Vec<Node>>()
     }
@@ -151,7 +159,7 @@ mod tests {
 
     #[test]
     fn insert_get_grow_and_chain() {
-        assert_eq!(std::mem::size_of::<Node>(), 24);
+        assert_eq!((std::mem::size_of::<Slot>(), std::mem::size_of::<Node>()), (16, 8));
         let mut v = Visited::new();
         assert_eq!(v.insert(fp(0), ROOT, 0), Ok(0));
         for i in 1..200_000u64 {
@@ -164,20 +172,25 @@ mod tests {
         }
         assert_eq!(v.get(fp(200_000)), None);
         assert_eq!(v.chain(13), vec![0, 1, 3, 6, 13]);
-        assert_eq!(v.node(13).action, 1);
-        // 262,144 slots (8 B) and 4 chunks of 65,536 nodes (24 B): 42 B per node here.
+        assert_eq!(v.node(13), Node { parent: 6, action: 1 });
+        // 524,288 slots (16 B) and 4 chunks of 65,536 nodes (8 B): 52 B per node here, just
+        // after a growth (the most a table costs per state is 16 / (3/8) + 8 = 50.7 B).
         let per = v.bytes() as f64 / v.len() as f64;
         assert!(per < 64.0, "{per} bytes per visited state");
     }
 
     #[test]
-    fn a_tag_collision_is_told_apart_by_the_full_fingerprint() {
+    fn states_that_share_a_home_slot_or_most_bits_are_told_apart() {
         let mut v = Visited::new();
         let a = Fingerprint([5, 9 << 32]);
-        let b = Fingerprint([5 + 1024 * 7, (9 << 32) | 1]); // same home slot, same tag
+        let b = Fingerprint([5 + 1024 * 7, 9 << 32]); // the same home slot
+        let c = Fingerprint([5, 10 << 32]); // the same low 64 bits
+        let d = Fingerprint([5, (9 << 32) | 1]); // differs only in bits the key does not keep
         assert_eq!(v.insert(a, ROOT, 0), Ok(0));
-        assert_eq!(v.get(b), None);
+        assert_eq!((v.get(b), v.get(c)), (None, None));
         assert_eq!(v.insert(b, ROOT, 1), Ok(1));
-        assert_eq!((v.get(a), v.get(b)), (Some(0), Some(1)));
+        assert_eq!(v.insert(c, ROOT, 2), Ok(2));
+        assert_eq!((v.get(a), v.get(b), v.get(c)), (Some(0), Some(1), Some(2)));
+        assert_eq!(v.get(d), Some(0), "a 96-bit key");
     }
 }
