@@ -7,5 +7,6 @@ pub mod model;
 pub mod props;
 pub mod replay;
 pub mod report;
+pub mod search;
 pub mod stop;
 pub mod system;

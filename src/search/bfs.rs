@@ -1,0 +1,447 @@
+//! The level-synchronous parallel BFS: parallel expansion of chunks of a level, then a
+//! sequential merge in chunk order that replays exactly what a FIFO search would decide.
+
+use super::fingerprint::{collision_probability, fingerprint, Fingerprint};
+use super::liveness::{self, Graph};
+use super::trace::Walker;
+use super::visited::{NodeId, Visited, MAX_NODES, ROOT};
+use super::{Discovery, End, Hooks, Options, Outcome, Progress, PropertyOutcome, Stop, Trace};
+use stateright::{Expectation, Model, Property};
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// States per chunk (the unit a thread claims and the merge visits).
+const CHUNK: usize = 16;
+/// Chunks per thread per batch (a batch is expanded, then merged).
+const BATCH_CHUNKS: usize = 16;
+
+/// A candidate successor: an edge to a state of an earlier level, or to a state not visited
+/// before this batch (the next of the chunk's `news`; the merge decides).
+struct Succ {
+    /// The target's node (`NEW`: the next entry of `news`).
+    known: NodeId,
+    /// Its index in the source's action list.
+    action: u32,
+    /// Its fairness class (`liveness::NO_CLASS` if none).
+    class: u8,
+}
+
+const NEW: NodeId = NodeId::MAX;
+
+/// What a thread produced for one chunk.
+struct ChunkOut<S> {
+    /// Sources examined (fewer than the chunk's length if the stop hook fired).
+    done: usize,
+    /// Per source: property bits (`words` words each).
+    hits: Vec<u64>,
+    /// Per source: the end of its successors in `succs`, and how many it generated.
+    ends: Vec<(u32, u32)>,
+    succs: Vec<Succ>,
+    /// The successors not visited before this batch, with their fingerprints, in order.
+    news: Vec<(Fingerprint, S)>,
+}
+
+impl<S> ChunkOut<S> {
+    fn empty() -> Self {
+        ChunkOut { done: 0, hits: Vec::new(), ends: Vec::new(), succs: Vec::new(), news: Vec::new() }
+    }
+}
+
+/// What every thread reads while a batch is expanded.
+struct Shared<'a, M: Model, H> {
+    model: &'a M,
+    hooks: &'a H,
+    props: &'a [Property<M>],
+    /// Per property: evaluate it (not yet discovered when the batch began, or `Eventually`).
+    eval: &'a [bool],
+    visited: &'a Visited,
+    seed: u64,
+    words: usize,
+    expand: bool,
+    live: bool,
+    opts: &'a Options<'a>,
+    progress: Progress,
+    halt: &'a AtomicBool,
+    reason: &'a Mutex<Option<Stop>>,
+}
+
+impl<M, H> Shared<'_, M, H>
+where
+    M: Model,
+    M::State: Hash,
+    H: Hooks<M>,
+{
+    fn expand_chunk(&self, chunk: Vec<M::State>, acts: &mut Vec<M::Action>) -> ChunkOut<M::State> {
+        let mut out = ChunkOut {
+            done: 0,
+            hits: vec![0; chunk.len() * self.words],
+            ends: Vec::with_capacity(chunk.len()),
+            succs: Vec::new(),
+            news: Vec::new(),
+        };
+        // Each state is dropped right after its expansion, while its memory is in cache.
+        for (j, s) in chunk.into_iter().enumerate() {
+            let s = &s;
+            if self.halt.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Some(r) = self.opts.stop.and_then(|f| f(&self.progress)) {
+                self.reason.lock().unwrap().get_or_insert(r);
+                self.halt.store(true, Ordering::Relaxed);
+                break;
+            }
+            for (k, p) in self.props.iter().enumerate() {
+                if !self.eval[k] {
+                    continue; // discovered already: the merge ignores it
+                }
+                let c = (p.condition)(self.model, s);
+                let bit = match p.expectation {
+                    Expectation::Always => !c,
+                    Expectation::Sometimes | Expectation::Eventually => c,
+                };
+                if bit {
+                    out.hits[j * self.words + k / 64] |= 1 << (k % 64);
+                }
+            }
+            let mut generated = 0u32;
+            if self.expand {
+                acts.clear();
+                self.model.actions(s, acts);
+                for (i, a) in acts.drain(..).enumerate() {
+                    let class =
+                        if self.live { liveness::class_of(self.hooks, self.model, &a) } else { liveness::NO_CLASS };
+                    let Some(next) = self.model.next_state(s, a) else {
+                        continue;
+                    };
+                    if !self.model.within_boundary(&next) {
+                        continue;
+                    }
+                    generated += 1;
+                    let next = match self.hooks.representative(self.model, &next) {
+                        Some(r) => r,
+                        None => next,
+                    };
+                    let fp = fingerprint(&next, self.seed);
+                    let known = match self.visited.get(fp) {
+                        Some(_) if !self.live => continue,
+                        Some(id) => id,
+                        None => {
+                            out.news.push((fp, next));
+                            NEW
+                        }
+                    };
+                    out.succs.push(Succ { known, action: i as u32, class });
+                }
+            }
+            out.ends.push((out.succs.len() as u32, generated));
+            out.done += 1;
+        }
+        out
+    }
+}
+
+/// The search's sequential state: the visited set, the graph, the counts, the decisions.
+struct Run<'a, M: Model> {
+    props: &'a [Property<M>],
+    visited: Visited,
+    graph: Option<Graph>,
+    found: Vec<Option<NodeId>>,
+    generated: usize,
+    max_depth: usize,
+    stopped: Option<Stop>,
+    end: Option<End>,
+    max_states: Option<usize>,
+    /// The next source's node index.
+    src: NodeId,
+}
+
+impl<M: Model> Run<'_, M> {
+    fn all_found(&self) -> bool {
+        !self.props.is_empty() && self.found.iter().all(Option::is_some)
+    }
+
+    /// Merge one chunk's output; `left` counts this level's sources not yet merged. Returns
+    /// false when the run ends here.
+    fn merge(
+        &mut self,
+        out: ChunkOut<M::State>,
+        len: usize,
+        depth: usize,
+        expand: bool,
+        left: &mut usize,
+        next: &mut Vec<Vec<M::State>>,
+    ) -> bool {
+        let words = self.props.len().div_ceil(64);
+        let mut succs = out.succs.into_iter();
+        let mut news = out.news.into_iter();
+        let mut start = 0u32;
+        for j in 0..out.done {
+            let src = self.src;
+            self.src += 1;
+            *left -= 1;
+            self.max_depth = depth;
+            let hits = &out.hits[j * words..(j + 1) * words];
+            for (k, p) in self.props.iter().enumerate() {
+                let bit = hits[k / 64] >> (k % 64) & 1 == 1;
+                if bit && p.expectation != Expectation::Eventually && self.found[k].is_none() {
+                    self.found[k] = Some(src);
+                }
+            }
+            if let Some(g) = &mut self.graph {
+                g.push_bits(hits);
+            }
+            if self.all_found() {
+                self.end = Some(End::AllDiscovered);
+                return false;
+            }
+            let (end, generated) = out.ends[j];
+            if !expand {
+                self.stopped.get_or_insert(Stop::MaxDepth);
+                if let Some(g) = &mut self.graph {
+                    g.close_node();
+                }
+                continue;
+            }
+            self.generated += generated as usize;
+            for s in succs.by_ref().take((end - start) as usize) {
+                let target = match s.known {
+                    NEW => {
+                        let (fp, state) = news.next().expect("one entry per new successor");
+                        if self.visited.len() >= MAX_NODES {
+                            self.end = Some(End::Stopped(Stop::Capacity));
+                            return false;
+                        }
+                        match self.visited.insert(fp, src, s.action) {
+                            Ok(id) => {
+                                push_state(next, state);
+                                id
+                            }
+                            Err(id) => id,
+                        }
+                    }
+                    id => id,
+                };
+                if let Some(g) = &mut self.graph {
+                    g.push_edge(target, s.class);
+                }
+            }
+            start = end;
+            if let Some(g) = &mut self.graph {
+                g.close_node();
+            }
+            // Work is left: sources of this level not merged yet, or states of the next one
+            // (its chunks are never empty).
+            if self.max_states.is_some_and(|n| self.visited.len() >= n) && (*left > 0 || !next.is_empty()) {
+                self.end = Some(End::Stopped(Stop::MaxStates));
+                return false;
+            }
+        }
+        out.done == len
+    }
+}
+
+fn push_state<S>(next: &mut Vec<Vec<S>>, s: S) {
+    match next.last_mut() {
+        Some(c) if c.len() < CHUNK => c.push(s),
+        _ => {
+            let mut c = Vec::with_capacity(CHUNK);
+            c.push(s);
+            next.push(c);
+        }
+    }
+}
+
+/// Expand `batch` on `threads` threads; the outputs in chunk order (`None`: never claimed).
+fn expand_batch<M, H>(sh: &Shared<M, H>, batch: Vec<Vec<M::State>>, threads: usize) -> Vec<Option<ChunkOut<M::State>>>
+where
+    M: Model + Sync,
+    M::State: Hash + Send + Sync,
+    M::Action: Send + Sync,
+    H: Hooks<M>,
+{
+    let n = batch.len();
+    if threads <= 1 || n <= 1 {
+        let mut acts = Vec::new();
+        return batch.into_iter().map(|c| Some(sh.expand_chunk(c, &mut acts))).collect();
+    }
+    let inputs: Vec<Mutex<Option<Vec<M::State>>>> = batch.into_iter().map(|c| Mutex::new(Some(c))).collect();
+    let claim = AtomicUsize::new(0);
+    let work = || {
+        let mut acts = Vec::new();
+        let mut mine = Vec::new();
+        loop {
+            let i = claim.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                return mine;
+            }
+            let chunk = inputs[i].lock().unwrap().take().expect("each chunk is claimed once");
+            mine.push((i, sh.expand_chunk(chunk, &mut acts)));
+        }
+    };
+    let mut outs: Vec<Option<ChunkOut<M::State>>> = (0..n).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads.min(n)).map(|_| scope.spawn(work)).collect();
+        for (i, o) in work() {
+            outs[i] = Some(o);
+        }
+        for h in handles {
+            for (i, o) in h.join().expect("a search thread panicked") {
+                outs[i] = Some(o);
+            }
+        }
+    });
+    outs
+}
+
+pub(super) fn run<M, H>(model: &M, hooks: &H, opts: &Options) -> Outcome<M::Action>
+where
+    M: Model + Sync,
+    M::State: Hash + Eq + Clone + Send + Sync,
+    M::Action: Send + Sync,
+    H: Hooks<M>,
+{
+    let threads = opts.threads.max(1);
+    let props = model.properties();
+    let live = props.iter().any(|p| p.expectation == Expectation::Eventually);
+    let words = props.len().div_ceil(64);
+    let mut run: Run<M> = Run {
+        props: &props,
+        visited: Visited::new(),
+        graph: live.then(|| Graph::new(&props)),
+        found: vec![None; props.len()],
+        generated: 0,
+        max_depth: 0,
+        stopped: None,
+        end: None,
+        max_states: opts.max_states,
+        src: 0,
+    };
+    // Level 0: the initial states within the boundary, deduplicated in order.
+    let mut level: Vec<Vec<M::State>> = Vec::new();
+    for (i, s) in model.init_states().into_iter().enumerate() {
+        if !model.within_boundary(&s) {
+            continue;
+        }
+        run.generated += 1;
+        let s = hooks.representative(model, &s).unwrap_or(s);
+        if run.visited.insert(fingerprint(&s, opts.seed), ROOT, i as u32).is_ok() {
+            push_state(&mut level, s);
+        }
+    }
+    let roots = run.visited.len();
+    let halt = AtomicBool::new(false);
+    let reason = Mutex::new(None);
+    let mut depth = 0usize;
+    'levels: while !level.is_empty() {
+        let expand = opts.max_depth.is_none_or(|d| depth < d);
+        let mut left: usize = level.iter().map(Vec::len).sum();
+        let mut next: Vec<Vec<M::State>> = Vec::new();
+        let mut chunks = level.into_iter().peekable();
+        while chunks.peek().is_some() {
+            let batch: Vec<Vec<M::State>> = chunks.by_ref().take(threads * BATCH_CHUNKS).collect();
+            let lens: Vec<usize> = batch.iter().map(Vec::len).collect();
+            let progress = Progress {
+                unique: run.visited.len(),
+                generated: run.generated,
+                depth,
+                frontier: left + next.iter().map(Vec::len).sum::<usize>(),
+                visited_bytes: run.visited.bytes(),
+                graph_bytes: run.graph.as_ref().map_or(0, Graph::bytes),
+            };
+            let eval: Vec<bool> = props
+                .iter()
+                .zip(&run.found)
+                .map(|(p, f)| f.is_none() || p.expectation == Expectation::Eventually)
+                .collect();
+            let sh = Shared {
+                model,
+                hooks,
+                props: &props,
+                eval: &eval,
+                visited: &run.visited,
+                seed: opts.seed,
+                words,
+                expand,
+                live,
+                opts,
+                progress,
+                halt: &halt,
+                reason: &reason,
+            };
+            let outs = expand_batch(&sh, batch, threads);
+            for (out, len) in outs.into_iter().zip(lens) {
+                let out = out.unwrap_or_else(ChunkOut::empty);
+                if !run.merge(out, len, depth, expand, &mut left, &mut next) {
+                    if run.end.is_none() {
+                        let r = reason.lock().unwrap().expect("a chunk stops short only for the stop hook");
+                        run.end = Some(End::Stopped(r));
+                    }
+                    break 'levels;
+                }
+            }
+        }
+        level = next;
+        depth += 1;
+    }
+    let end = run.end.unwrap_or(match run.stopped {
+        Some(s) => End::Stopped(s),
+        None => End::Exhausted,
+    });
+    finish(model, hooks, opts, run, end, roots, threads)
+}
+
+fn finish<M, H>(
+    model: &M,
+    hooks: &H,
+    opts: &Options,
+    run: Run<M>,
+    end: End,
+    roots: usize,
+    threads: usize,
+) -> Outcome<M::Action>
+where
+    M: Model,
+    M::State: Hash + Eq + Clone,
+    H: Hooks<M>,
+{
+    let walker = Walker { model, hooks, visited: &run.visited, seed: opts.seed };
+    let roots: Vec<NodeId> = (0..roots as NodeId).collect();
+    let properties = run
+        .props
+        .iter()
+        .enumerate()
+        .map(|(k, p)| {
+            let discovery = if p.expectation == Expectation::Eventually {
+                match (&run.graph, end) {
+                    (Some(g), End::Exhausted) => match liveness::find(g, g.index_of(k), &roots) {
+                        Some(l) => Discovery::Found(walker.lasso(&l)),
+                        None => Discovery::Absent,
+                    },
+                    _ => Discovery::Unknown,
+                }
+            } else {
+                match run.found[k] {
+                    Some(id) => {
+                        let (init, actions) = walker.tree_path(id);
+                        Discovery::Found(Trace { init, actions, cycle: None })
+                    }
+                    None if end == End::Exhausted => Discovery::Absent,
+                    None => Discovery::Unknown,
+                }
+            };
+            PropertyOutcome { name: p.name, expectation: p.expectation.clone(), discovery }
+        })
+        .collect();
+    Outcome {
+        end,
+        unique: run.visited.len(),
+        generated: run.generated,
+        max_depth: run.max_depth,
+        threads,
+        visited_bytes: run.visited.bytes(),
+        graph_bytes: run.graph.as_ref().map_or(0, Graph::bytes),
+        collision_probability: collision_probability(run.visited.len() as u64),
+        properties,
+    }
+}
