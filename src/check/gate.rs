@@ -117,7 +117,7 @@ fn switch_read_by(row: &str, scope: &Scope) -> Option<bool> {
     let kind = cfg.connector_kind();
     let off = cfg.offload();
     Some(match row {
-        "touch_dequeues" | "cache_scheduled_only" | "no_admission_after_preempt" => true,
+        "touch_dequeues" | "cache_scheduled_only" | "no_admission_after_preempt" | "resumed_after_new" => true,
         // Asynchronous loads: every connector that loads into G1.
         "delay_cache_async_loads" | "reserve_for_async_loads" | "reserve_excludes_self" => {
             matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)
@@ -144,7 +144,8 @@ fn switch_read_by(row: &str, scope: &Scope) -> Option<bool> {
         | "host_lru"
         | "cursor_monotonic"
         | "visit_finished"
-        | "evict_mru" => off.is_some(),
+        | "evict_mru"
+        | "final_store_waits" => off.is_some(),
         _ => return None,
     })
 }
