@@ -107,7 +107,7 @@ fn main() {
             use kvmc::model::{scope::Scope, KvModel};
             let path = std::path::PathBuf::from(arg(1));
             let scope = std::sync::Arc::new(Scope::load(&path).expect("the model loads"));
-            let props = kvmc::props::CATALOGUE
+            let props = kvmc::props::REGISTRY
                 .iter()
                 .filter(|p| p.kind == kvmc::props::Kind::Always && kvmc::props::applies(p, &scope.cfg))
                 .collect();

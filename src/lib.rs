@@ -7,6 +7,7 @@ pub mod model;
 pub mod props;
 pub mod replay;
 pub mod report;
+pub mod scope;
 pub mod search;
 pub mod stop;
 pub mod system;

@@ -1,7 +1,7 @@
 //! Helpers shared by the test modules.
 
 use kvmc::check::{run, RunOpts, RunResult};
-use kvmc::model::scope::Scope;
+use kvmc::scope::Scope;
 use kvmc::model::KvModel;
 use kvmc::props::{self, Kind};
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ pub fn scope(name: &str) -> Arc<Scope> {
 
 /// Every applicable always-property and every applicable guard.
 pub fn all_props(s: &Scope) -> Vec<&'static props::PropDef> {
-    props::CATALOGUE.iter().filter(|p| props::applies(p, &s.cfg)).collect()
+    props::REGISTRY.iter().filter(|p| props::applies(p, &s.cfg)).collect()
 }
 
 pub fn model(name: &str, profile: Option<&str>, variant: Option<&str>) -> KvModel {

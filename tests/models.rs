@@ -58,7 +58,7 @@ fn every_model_file_is_pinned() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .filter(|p| !kvmc::model::scope::is_replay_model(p))
+        .filter(|p| !kvmc::scope::is_replay_model(p))
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
         .collect();
     names.sort();

@@ -5,7 +5,7 @@
 use crate::common::*;
 use crate::rows::{died, lookup, req, scripted};
 use kvmc::check::Verdict;
-use kvmc::model::scope::Scope;
+use kvmc::scope::Scope;
 use kvmc::model::KvModel;
 use kvmc::system::Event;
 use std::path::Path;

@@ -1,7 +1,7 @@
 //! Parsers never panic: every input is either accepted or rejected with a file and line.
 
 use kvmc::check::specs::Spec;
-use kvmc::model::scope::{parse_tokens, Scope};
+use kvmc::scope::{parse_tokens, Scope};
 use proptest::prelude::*;
 use std::path::Path;
 

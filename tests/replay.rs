@@ -3,7 +3,7 @@
 //! invariant checks agreeing with the full ones.
 
 use crate::common::*;
-use kvmc::replay::config::ReplayModel;
+use kvmc::scope::replay::ReplayModel;
 use kvmc::replay::trace::{Format, Trace};
 use kvmc::replay::{run_trace, Options, Outcome};
 use std::path::{Path, PathBuf};
@@ -680,7 +680,7 @@ mod representations {
 /// change logs, or as a ghost flag): a new property must be taught to src/replay/invariants.rs.
 #[test]
 fn replay_evaluates_every_always_property() {
-    for p in kvmc::props::CATALOGUE.iter().filter(|p| p.kind == kvmc::props::Kind::Always) {
+    for p in kvmc::props::REGISTRY.iter().filter(|p| p.kind == kvmc::props::Kind::Always) {
         assert!(kvmc::replay::invariants::handles(p.name), "replay does not evaluate {}", p.name);
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::common::*;
 use kvmc::check::replay;
-use kvmc::model::scenario::scenario_actions;
+use kvmc::scope::scenario::scenario_actions;
 
 #[test]
 fn counterexample_scenario_replays_to_the_same_violation() {

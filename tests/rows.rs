@@ -253,7 +253,7 @@ trace_block_size = 64
 /// under both router-replay rule sets, and a rows mutation is found over the trace.
 #[test]
 fn router_replay_runs_over_a_session_trace_with_rows_checked_every_step() {
-    use kvmc::replay::config::ReplayModel;
+    use kvmc::scope::replay::ReplayModel;
     use kvmc::replay::trace::Trace;
     use kvmc::replay::{run_trace, Options};
     let d = tempdir("rows-replay");

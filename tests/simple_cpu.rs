@@ -1,7 +1,7 @@
 //! SimpleCPUOffloadConnector against vLLM's rules (OC §4): the CPU pool's victim order, and
 //! the connector driven through fixed engine runs.
 
-use kvmc::model::scope::Scope;
+use kvmc::scope::Scope;
 use kvmc::model::{Action, KvModel};
 use kvmc::system::events::Events;
 use kvmc::system::ghost::Ghost;

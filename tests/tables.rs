@@ -6,8 +6,8 @@
 use crate::common::*;
 use kvmc::check::Verdict;
 use kvmc::model::Action;
-use kvmc::props::{Kind, CATALOGUE};
-use kvmc::replay::config::ReplayModel;
+use kvmc::props::{Kind, REGISTRY};
+use kvmc::scope::replay::ReplayModel;
 use kvmc::replay::invariants;
 use kvmc::replay::trace::Trace;
 use kvmc::replay::{run_trace, Options};
@@ -49,13 +49,13 @@ fn every_rules_switch_has_one_row() {
 /// or predicate), so a property without a replay mapping fails here.
 #[test]
 fn every_property_and_guard_has_a_replay_mapping() {
-    for p in CATALOGUE {
+    for p in REGISTRY {
         match p.kind {
             Kind::Always => assert!(invariants::handles(p.name), "replay does not evaluate {}", p.name),
             Kind::Sometimes => assert!(invariants::reports(p.name), "replay cannot report {} as reached", p.name),
         }
     }
-    let guards = CATALOGUE.iter().filter(|p| p.kind == Kind::Sometimes).count();
+    let guards = REGISTRY.iter().filter(|p| p.kind == Kind::Sometimes).count();
     assert_eq!(guards, 28);
 }
 

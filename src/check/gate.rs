@@ -4,7 +4,7 @@
 use super::run::{run, RunOpts, RunResult, Verdict};
 use super::specs::Spec;
 use crate::error::{KvmcError, Result};
-use crate::model::scope::Scope;
+use crate::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
 use crate::report::counterexample::{self, Counterexample};
@@ -93,19 +93,17 @@ fn connector_name(cfg: &EngineConfig) -> &'static str {
 
 /// Why property `p` does not apply to `scope` (`props::applies` is false).
 pub fn why_not(p: &props::PropDef, scope: &Scope) -> String {
+    use props::NotApplicable as N;
     let cfg = &scope.cfg;
-    let arc = cfg.offload().is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc);
     let m = &scope.name;
-    if p.rows_only && cfg.router_replay.is_none() {
-        format!("model '{m}' has no [router_replay] table")
-    } else if p.offload_only && !cfg.has_connector() {
-        format!("model '{m}' has no offload connector")
-    } else if props::ARC_ONLY.contains(&p.name) && !arc {
-        format!("it speaks about the host tier's ARC policy and model '{m}' has none")
-    } else if arc && p.name == "eviction-order" {
-        format!("model '{m}' evicts by ARC, for which eviction-order has no reference")
-    } else {
-        format!("model '{m}' runs connector = \"{}\", which it does not speak about", connector_name(cfg))
+    match p.on.why_not(cfg) {
+        Some(N::NoRows) => format!("model '{m}' has no [router_replay] table"),
+        Some(N::NoConnector) => format!("model '{m}' has no offload connector"),
+        Some(N::NotArc) => format!("it speaks about the host tier's ARC policy and model '{m}' has none"),
+        Some(N::Arc) => format!("model '{m}' evicts by ARC, for which {} has no reference", p.name),
+        Some(N::Connector) | None => {
+            format!("model '{m}' runs connector = \"{}\", which it does not speak about", connector_name(cfg))
+        }
     }
 }
 
@@ -270,7 +268,7 @@ pub fn plan_paths(
     let mut skipped_variant = false;
     for p in paths {
         // `kvmc check models/*.toml`: replay models hold no requests; a lone one is an error.
-        if paths.len() > 1 && crate::model::scope::is_replay_model(p) {
+        if paths.len() > 1 && crate::scope::is_replay_model(p) {
             eprintln!("{}: a replay model, skipped (kvmc replay TRACE --model {})", p.display(), p.display());
             continue;
         }
@@ -300,7 +298,7 @@ pub fn plan_paths(
         }
         let mut checks = Vec::new();
         let mut reach = BTreeMap::new();
-        for d in props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)) {
+        for d in props::REGISTRY.iter().filter(|d| d.kind == Kind::Always && props::applies(d, off)) {
             if only.is_empty() || only.iter().any(|o| o == d.name) {
                 checks.push((d.name.to_string(), None));
                 let r: Vec<String> =

@@ -2,7 +2,7 @@
 
 use crate::check::{self, RunOpts};
 use crate::error::{KvmcError, Result};
-use crate::model::scope::Scope;
+use crate::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
 use clap::Args;
@@ -41,7 +41,8 @@ fn cpu_seconds() -> Option<f64> {
 }
 
 fn bench_replay(trace: &std::path::Path, model: &std::path::Path, runs: usize) -> Result<i32> {
-    use crate::replay::{self, config::ReplayModel, trace::Trace};
+    use crate::replay::{self, trace::Trace};
+    use crate::scope::replay::ReplayModel;
     let m = ReplayModel::load(model)?;
     println!(
         "{:<28} {:>8} {:>10} {:>10} {:>12} {:>9} {:>9} {:>10} {:>9}",
@@ -93,7 +94,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         paths = rd
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .filter(|p| !crate::model::scope::is_replay_model(p))
+            .filter(|p| !crate::scope::is_replay_model(p))
             .collect();
         paths.sort();
     }
@@ -102,7 +103,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         "model", "unique", "generated", "depth", "seconds", "unique/s", "peak MiB"
     );
     for p in paths {
-        if crate::model::scope::is_replay_model(&p) {
+        if crate::scope::is_replay_model(&p) {
             eprintln!(
                 "{}: a replay model, skipped (kvmc bench --replay TRACE --model {} measures it)",
                 p.display(),
@@ -112,7 +113,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         }
         let scope = Arc::new(Scope::load(&p)?);
         let defs: Vec<_> =
-            props::CATALOGUE.iter().filter(|d| d.kind == Kind::Always && props::applies(d, &scope.cfg)).collect();
+            props::REGISTRY.iter().filter(|d| d.kind == Kind::Always && props::applies(d, &scope.cfg)).collect();
         let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
         let r = check::run(m, &RunOpts { threads: a.threads, ..Default::default() });
         let peak = crate::check::run::peak_rss_bytes().map_or(0.0, |b| b as f64 / 1048576.0);

@@ -9,8 +9,8 @@
 //! one request stay bounded (about `MAX_PATH_STEPS` x (actions + 2) steps of the model).
 
 use crate::error::{KvmcError, Result};
-use crate::model::scenario::scenario_actions;
-use crate::model::scope::Scope;
+use crate::scope::scenario::scenario_actions;
+use crate::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
 use clap::Args;
@@ -58,12 +58,12 @@ pub struct ExploreArgs {
 pub fn run(a: ExploreArgs) -> Result<i32> {
     let scope = Arc::new(Scope::load(&a.model)?);
     let defs: Vec<_> =
-        props::CATALOGUE.iter().filter(|p| props::applies(p, &scope.cfg) && p.kind == Kind::Always).collect();
+        props::REGISTRY.iter().filter(|p| props::applies(p, &scope.cfg) && p.kind == Kind::Always).collect();
     let model = KvModel::new(scope, a.profile.as_deref(), a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
     let mut fragment = String::new();
     if let Some(p) = &a.path {
         let idx = if std::path::Path::new(p).is_file() {
-            let acts = scenario_actions(&model, std::path::Path::new(p))?;
+            let acts = scenario_actions(&model.sys, std::path::Path::new(p))?;
             if acts.contains(&crate::model::Action::StepStoresDrain) {
                 return Err(KvmcError::input(
                     std::path::Path::new(p),

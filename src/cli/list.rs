@@ -2,8 +2,8 @@
 
 use crate::check::specs;
 use crate::error::Result;
-use crate::model::scope::Scope;
-use crate::props::{Kind, CATALOGUE};
+use crate::scope::Scope;
+use crate::props::{Kind, REGISTRY};
 use crate::system::rules::{PROFILES, RULE_ROWS, VARIANTS};
 use clap::Args;
 use std::path::PathBuf;
@@ -107,12 +107,12 @@ pub fn run(a: ListArgs) -> Result<i32> {
         println!("  {:<30} {:<28} {}", v.name, v.upstream, v.summary);
     }
     println!("properties:");
-    for p in CATALOGUE.iter().filter(|p| p.kind == Kind::Always) {
+    for p in REGISTRY.iter().filter(|p| p.kind == Kind::Always) {
         let sum = specs.iter().find(|s| s.property == p.name).map_or("(no spec)".to_string(), |s| s.summary.clone());
-        println!("  {:<20} {}{}", p.name, sum, if p.offload_only { "  [offload]" } else { "" });
+        println!("  {:<20} {}{}", p.name, sum, if p.on.needs_connector() { "  [offload]" } else { "" });
     }
     println!("reachability guards:");
-    for p in CATALOGUE.iter().filter(|p| p.kind == Kind::Sometimes) {
+    for p in REGISTRY.iter().filter(|p| p.kind == Kind::Sometimes) {
         println!("  {}", p.name);
     }
     println!("models:");
@@ -126,8 +126,8 @@ pub fn run(a: ListArgs) -> Result<i32> {
             .collect();
         paths.sort();
         for p in paths {
-            if crate::model::scope::is_replay_model(&p) {
-                match crate::replay::config::ReplayModel::load(&p) {
+            if crate::scope::is_replay_model(&p) {
+                match crate::scope::replay::ReplayModel::load(&p) {
                     Ok(m) => println!("  {:<28} {:<10} [replay] {}", m.name, m.profile, m.description),
                     Err(e) => println!("  {:<28} INVALID: {e}", p.display()),
                 }

@@ -3,7 +3,7 @@
 //! incomplete, then exit 130.
 
 use crate::error::{exit, KvmcError, Result};
-use crate::replay::config::ReplayModel;
+use crate::scope::replay::ReplayModel;
 use crate::replay::trace::{Format, Trace};
 use crate::replay::{self, report, Options};
 use clap::{Args, ValueEnum};

@@ -3,7 +3,7 @@
 
 use super::log::{Ev, Line};
 use super::Divergence;
-use crate::model::scope::Scope;
+use crate::scope::Scope;
 use crate::system::types::{BlockHash, FinishReason};
 use crate::system::{Engine, Event};
 use std::collections::BTreeMap;

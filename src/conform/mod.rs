@@ -8,8 +8,7 @@ pub mod log;
 pub mod validate;
 
 use crate::error::{KvmcError, Result};
-use crate::model::scope::{Arrivals, Faults, Scope};
-use crate::model::{KvModel, KvState};
+use crate::scope::{Arrivals, Faults, Scope};
 use crate::props::{self, Kind};
 use crate::system::connector::simple_cpu_worker::LOAD_EVENT;
 use crate::system::engine::StepInput;
@@ -20,7 +19,6 @@ use crate::system::{
 };
 use log::{Ev, Header, Line};
 use std::path::Path;
-use std::sync::Arc;
 use validate::BadTransfer;
 pub use validate::Partial;
 
@@ -137,7 +135,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
         after: vec![None; n],
         faults: Faults::default(),
         arrivals: Arrivals::Any,
-        stream_input: crate::model::scope::StreamInput::Any,
+        stream_input: crate::scope::StreamInput::Any,
         progress_steps: u32::MAX,
     })
 }
@@ -255,15 +253,15 @@ fn replay(
     window: usize,
     bad: Option<&BadTransfer>,
 ) -> Result<(Report, Vec<usize>)> {
-    let scope = Arc::new(scope_of(path, h, lines, dropped)?);
-    let safety: Vec<_> = props::CATALOGUE
+    let scope = scope_of(path, h, lines, dropped)?;
+    let safety: Vec<_> = props::REGISTRY
         .iter()
-        .filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg) && p.name != "requests-finish")
+        .filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg) && p.id != props::PropId::RequestsFinish)
         .collect();
-    let model = KvModel::new(scope.clone(), Some(profile), variant, safety.clone()).map_err(KvmcError::Usage)?;
-    let ctx = model.ctx();
+    let sys = scope.system(Some(profile), variant).map_err(KvmcError::Usage)?;
+    let ctx = sys.ctx();
     let idx = |name: &str| scope.workload.requests.iter().position(|r| r.name == name).expect("validated") as u16;
-    let mut engine = model.init().engine;
+    let mut engine = sys.init();
     let last = lines.last().map_or(0, |l| l.ev.step());
     let snapshots: Vec<&str> = [
         ("schedule", lines.iter().any(|l| matches!(l.ev, Ev::Schedule { .. }))),
@@ -367,9 +365,8 @@ fn replay(
         if !c.is_empty() {
             kv_counts.push((step, c));
         }
-        let state = KvState { engine: engine.clone(), scope: scope.clone() };
         for p in &safety {
-            if !(p.check)(&model, &state) && !findings.iter().any(|(n, _)| n == p.name) {
+            if !(p.check)(&sys, &engine) && !findings.iter().any(|(n, _)| n == p.name) {
                 findings.push((p.name.to_string(), step));
             }
         }

@@ -1,6 +1,6 @@
 //! Host-tier properties (OC §9.4, SimpleCPU §4): integrity of what is stored, and accounting.
 
-use crate::model::{KvModel, KvState};
+use crate::system::System;
 use crate::system::connector::{OcState, ScState};
 use crate::system::ghost::Breach;
 use crate::system::host_arc::ArcLists;
@@ -9,10 +9,10 @@ use crate::system::types::{ContentTag, NULL_BLOCK};
 use crate::system::{Engine, Rules, Workload};
 
 /// `host-integrity`: every ready host entry holds exactly the KV of the prefix its key names.
-pub fn integrity(m: &KvModel, s: &KvState) -> bool {
-    let b = m.scope.cfg.block_size;
-    let bpc = m.scope.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    engine_integrity(&s.engine, b, bpc, &m.scope.workload)
+pub fn integrity(m: &System, e: &Engine) -> bool {
+    let b = m.cfg.block_size;
+    let bpc = m.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    engine_integrity(e, b, bpc, &m.workload)
 }
 
 /// `host-integrity` over an engine (replay calls it directly).
@@ -53,8 +53,8 @@ fn integrity_simple_cpu(b: u32, sc: &ScState) -> bool {
 }
 
 /// The ARC lists of an OffloadingConnector run with `eviction_policy = "arc"`.
-pub fn arc(s: &KvState) -> Option<&ArcLists> {
-    engine_arc(&s.engine)
+pub fn arc(e: &Engine) -> Option<&ArcLists> {
+    engine_arc(e)
 }
 
 /// Guard `reach-arc-t2`: ARC's T2 (keys hit again since they entered) holds a key.
@@ -74,8 +74,8 @@ fn engine_arc(e: &Engine) -> Option<&ArcLists> {
 
 /// `arc-bounds`: the ARC lists agree with the host entries and stay within their bounds
 /// (`ArcLists::bounds_hold`); vacuous under LRU.
-pub fn arc_bounds(_m: &KvModel, s: &KvState) -> bool {
-    engine_arc_bounds(&s.engine)
+pub fn arc_bounds(_m: &System, e: &Engine) -> bool {
+    engine_arc_bounds(e)
 }
 
 /// `arc-bounds` over an engine (replay calls it directly).
@@ -90,8 +90,8 @@ pub fn engine_arc_bounds(e: &Engine) -> bool {
 
 /// `host-accounting`: vLLM's counters match the entries, capacity is never exceeded, every
 /// pin belongs to an in-flight load, and every job completes once.
-pub fn accounting(m: &KvModel, s: &KvState) -> bool {
-    engine_accounting(&s.engine, &m.rules)
+pub fn accounting(m: &System, e: &Engine) -> bool {
+    engine_accounting(e, &m.rules)
 }
 
 /// `host-accounting` over an engine (replay calls it directly).

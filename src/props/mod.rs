@@ -1,18 +1,23 @@
-//! The property catalogue: every invariant (`always`) and reachability guard (`sometimes`)
-//! as a named predicate over a model state. The same predicates run in the checker, in
-//! replay and in conformance. What each property means, which bug it guards and its expected
-//! verdicts live in `specs/<name>.toml` (rendered by `kvmc explain`).
+//! The property registry: every invariant (`always`) and reachability guard (`sometimes`),
+//! one entry each, keyed by [`PropId`]: its name, its kind, where its verdict comes from (a
+//! predicate over the state, ghost breaches raised inside transitions, a ghost mark, a
+//! predicate over the engine), the connectors and policies it speaks about, and a one-line
+//! doc. The checker, replay and conformance all read these entries; no other code names a
+//! property by string (names are read only at the edges: specs, the CLI, reports). What each
+//! property means at length, which bug it guards and its expected verdicts live in
+//! `specs/<name>.toml` (rendered by `kvmc explain`).
+//!
+//! Predicates take system types only: `(&System, &Engine)`.
 
 pub mod eviction;
 pub mod g1;
 pub mod host;
 mod progress;
 
-use crate::model::{KvModel, KvState};
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::{Breach, Mark};
-use crate::system::Engine;
-use stateright::Property;
+use crate::system::{Engine, EvictionPolicy, System};
+use ConnectorKind::{Mooncake as MC, Nixl as NX, Offloading as OC, SimpleCpu as SC};
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Kind {
@@ -23,17 +28,112 @@ pub enum Kind {
 }
 
 pub struct PropDef {
+    pub id: PropId,
     pub name: &'static str,
     pub kind: Kind,
-    /// Only meaningful when the engine runs an offload connector (any kind; see also
-    /// [`CONNECTOR_SCOPED`]).
-    pub offload_only: bool,
-    /// Only meaningful with router replay on.
-    pub rows_only: bool,
+    /// The models it speaks about.
+    pub on: Applies,
     /// What the verdict is read from; `check` is built from it (every driver reads this).
     pub source: Source,
-    /// The checker's predicate (stateright's `Property` takes a function pointer).
-    pub check: fn(&KvModel, &KvState) -> bool,
+    /// The predicate over a state of the system (the checker evaluates it on every state).
+    pub check: fn(&System, &Engine) -> bool,
+    /// One line: what it says.
+    pub doc: &'static str,
+}
+
+/// Which connectors a property speaks about.
+#[derive(Copy, Clone, Debug)]
+pub enum Connectors {
+    /// Every model, with or without a connector.
+    Any,
+    /// Any offload connector.
+    Offload,
+    /// These connectors only.
+    Only(&'static [ConnectorKind]),
+}
+
+/// Which host-tier eviction policies a property speaks about.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Policy {
+    Any,
+    /// Only `eviction_policy = "arc"` (ARC's own bounds and situations).
+    ArcOnly,
+    /// Not ARC (a reference order ARC has no counterpart of).
+    NotArc,
+}
+
+/// The models a property applies to.
+#[derive(Copy, Clone, Debug)]
+pub struct Applies {
+    pub connectors: Connectors,
+    /// Only with router replay on (`[router_replay]`).
+    pub rows: bool,
+    pub policy: Policy,
+}
+
+/// Every model.
+const ANY: Applies = Applies { connectors: Connectors::Any, rows: false, policy: Policy::Any };
+/// Models with any offload connector.
+const OFFLOAD: Applies = Applies { connectors: Connectors::Offload, ..ANY };
+/// Models with router replay.
+const ROWS: Applies = Applies { rows: true, ..ANY };
+/// Models with one of these connectors.
+const fn only(c: &'static [ConnectorKind]) -> Applies {
+    Applies { connectors: Connectors::Only(c), ..ANY }
+}
+
+impl Applies {
+    const fn arc_only(self) -> Applies {
+        Applies { policy: Policy::ArcOnly, ..self }
+    }
+    const fn not_arc(self) -> Applies {
+        Applies { policy: Policy::NotArc, ..self }
+    }
+
+    /// Does a property with this scope apply to a model with this engine configuration?
+    pub fn holds_for(&self, cfg: &EngineConfig) -> bool {
+        self.why_not(cfg).is_none()
+    }
+
+    /// Why not, if it does not apply: the part of the configuration it does not speak about.
+    pub fn why_not(&self, cfg: &EngineConfig) -> Option<NotApplicable> {
+        let kind = cfg.connector_kind();
+        let arc = cfg.offload().is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc);
+        if self.rows && cfg.router_replay.is_none() {
+            return Some(NotApplicable::NoRows);
+        }
+        match self.connectors {
+            Connectors::Any => {}
+            Connectors::Offload if kind == ConnectorKind::None => return Some(NotApplicable::NoConnector),
+            Connectors::Offload => {}
+            Connectors::Only(_) if kind == ConnectorKind::None => return Some(NotApplicable::NoConnector),
+            Connectors::Only(ks) if !ks.contains(&kind) => return Some(NotApplicable::Connector),
+            Connectors::Only(_) => {}
+        }
+        match self.policy {
+            Policy::ArcOnly if !arc => Some(NotApplicable::NotArc),
+            Policy::NotArc if arc => Some(NotApplicable::Arc),
+            _ => None,
+        }
+    }
+
+    /// Needs an offload connector (for listings).
+    pub fn needs_connector(&self) -> bool {
+        !matches!(self.connectors, Connectors::Any)
+    }
+}
+
+/// Why a property does not apply to a model.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum NotApplicable {
+    NoRows,
+    NoConnector,
+    /// Its connector is another one.
+    Connector,
+    /// It speaks about ARC and the model evicts otherwise.
+    NotArc,
+    /// It has no reference under ARC.
+    Arc,
 }
 
 /// Where a property's verdict comes from: the one place that ties a ghost flag or mark to its
@@ -75,186 +175,139 @@ impl PropDef {
     }
 }
 
-/// `offload` / `rows` / nothing: the entry's (offload_only, rows_only).
-macro_rules! needs {
-    () => {
-        (false, false)
-    };
-    (offload) => {
-        (true, false)
-    };
-    (rows) => {
-        (false, true)
-    };
-}
-
 /// An always-property given by a state predicate.
 macro_rules! state {
-    ($name:literal, $f:path $(, $needs:ident)?) => {
-        PropDef {
-            name: $name,
-            kind: Kind::Always,
-            offload_only: needs!($($needs)?).0,
-            rows_only: needs!($($needs)?).1,
-            source: Source::State,
-            check: $f,
-        }
+    ($id:ident, $name:literal, $f:path, $on:expr, $doc:literal) => {
+        PropDef { id: PropId::$id, name: $name, kind: Kind::Always, on: $on, source: Source::State, check: $f, doc: $doc }
     };
 }
 
 /// An always-property given by ghost breaches: it fails once any of them is raised.
 macro_rules! flag {
-    ($name:literal, [$($b:expr),+] $(, $needs:ident)?) => {
+    ($id:ident, $name:literal, [$($b:expr),+], $on:expr, $doc:literal) => {
         PropDef {
+            id: PropId::$id,
             name: $name,
             kind: Kind::Always,
-            offload_only: needs!($($needs)?).0,
-            rows_only: needs!($($needs)?).1,
+            on: $on,
             source: Source::Breaches(&[$($b),+]),
-            check: |_, s| !(false $(|| s.engine.ghost.has($b))+),
+            check: |_, e| !(false $(|| e.ghost.has($b))+),
+            doc: $doc,
         }
     };
 }
 
 /// A reachability guard given by a ghost mark of the last transition.
 macro_rules! mark {
-    ($name:literal, $m:expr $(, $needs:ident)?) => {
+    ($id:ident, $name:literal, $m:expr, $on:expr, $doc:literal) => {
         PropDef {
+            id: PropId::$id,
             name: $name,
             kind: Kind::Sometimes,
-            offload_only: needs!($($needs)?).0,
-            rows_only: needs!($($needs)?).1,
+            on: $on,
             source: Source::Mark($m),
-            check: |_, s| s.engine.ghost.marked($m),
+            check: |_, e| e.ghost.marked($m),
+            doc: $doc,
         }
     };
 }
 
 /// A reachability guard given by a predicate over the engine.
 macro_rules! guard {
-    ($name:literal, $f:path $(, $needs:ident)?) => {
+    ($id:ident, $name:literal, $f:path, $on:expr, $doc:literal) => {
         PropDef {
+            id: PropId::$id,
             name: $name,
             kind: Kind::Sometimes,
-            offload_only: needs!($($needs)?).0,
-            rows_only: needs!($($needs)?).1,
+            on: $on,
             source: Source::Engine($f),
-            check: |_, s| $f(&s.engine),
+            check: |_, e| $f(e),
+            doc: $doc,
         }
     };
 }
 
-pub const CATALOGUE: &[PropDef] = &[
-    state!("g1-accounting", g1::accounting),
-    state!("g1-cache-sound", g1::cache_sound),
-    flag!("kv-read-integrity", [Breach::BadRead]),
-    state!("host-integrity", host::integrity, offload),
-    flag!("source-freshness", [Breach::StaleSource], offload),
-    flag!("load-safety", [Breach::UnsafeLoad, Breach::EvictedPinned], offload),
-    state!("host-accounting", host::accounting, offload),
-    flag!("mirror-table", [Breach::MirrorMismatch], offload),
-    flag!("store-coverage", [Breach::CoverageLoss], offload),
-    flag!("eviction-order", [Breach::EvictionOrder], offload),
-    state!("arc-bounds", host::arc_bounds, offload),
-    flag!("final-store-kept", [Breach::FinalStoreLost], offload),
-    flag!("rows-present", [Breach::RowsMissing], rows),
-    flag!("rows-exact", [Breach::RowsInexact], rows),
-    flag!("start-anchored", [Breach::StartNotAnchored], rows),
-    flag!("connector-assert", [Breach::ConnectorAssert], offload),
-    flag!("handoff-integrity", [Breach::PdStaleSend], offload),
-    state!("requests-finish", progress::requests_finish),
-    mark!("reach-g1-hit", Mark::G1Hit),
-    mark!("reach-g1-eviction", Mark::G1Eviction),
-    mark!("reach-preemption", Mark::Preemption),
-    mark!("reach-abort", Mark::Abort),
-    mark!("reach-error-finish", Mark::ErrorFinish),
-    mark!("reach-load-failure", Mark::LoadFailure, offload),
-    mark!("reach-host-hit", Mark::HostHit, offload),
-    mark!("reach-host-eviction", Mark::HostEviction, offload),
-    mark!("reach-store-done", Mark::StoreCompleted, offload),
-    mark!("reach-store-refused", Mark::StoreRefused, offload),
-    mark!("reach-restart", Mark::Restart, offload),
-    mark!("reach-sync-load", Mark::SyncLoad, offload),
-    mark!("reach-flush", Mark::Flush, offload),
-    mark!("reach-finish-store", Mark::FinishStore, offload),
-    mark!("reach-lookup-inflight", Mark::LookupInflight, offload),
-    mark!("reach-stream-park", Mark::SessionParked),
-    mark!("reach-stream-resume", Mark::SessionResumed),
-    mark!("reach-readmit-full-table", Mark::ReadmitFullTable, offload),
-    mark!("reach-pd-handoff", Mark::PdHandoff, offload),
-    mark!("reach-pd-partial-save", Mark::PdPartialSave, offload),
-    guard!("reach-arc-t2", host::engine_arc_t2, offload),
-    guard!("reach-arc-ghost-hit", host::engine_arc_ghost_hit, offload),
-    mark!("reach-stale-pin", Mark::StalePinDropped, offload),
-    mark!("reach-partial-store", Mark::PartialStore, offload),
-    mark!("reach-host-refresh", Mark::HostRefresh, offload),
-    mark!("reach-rows-read-from-store", Mark::RowsFromStore, rows),
-    mark!("reach-rows-cut", Mark::RowsCut, rows),
-    guard!("reach-all-finished", progress::all_finished),
-];
+/// The registry: one entry per property, the entry of `PropId::X` at index `X as usize`
+/// (the registry's own test checks the order), listed in the order reports use.
+macro_rules! registry {
+    ($($kind:ident!($id:ident, $($rest:tt)*);)*) => {
+        /// A property of the registry.
+        #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+        pub enum PropId {
+            $($id,)*
+        }
 
-pub fn find(name: &str) -> Option<&'static PropDef> {
-    CATALOGUE.iter().find(|p| p.name == name)
+        /// Every property, indexed by [`PropId`].
+        pub const REGISTRY: &[PropDef] = &[$($kind!($id, $($rest)*),)*];
+    };
 }
 
-pub fn to_stateright(p: &'static PropDef) -> Property<KvModel> {
-    match p.kind {
-        Kind::Always => Property::always(p.name, p.check),
-        Kind::Sometimes => Property::sometimes(p.name, p.check),
+registry! {
+    state!(G1Accounting, "g1-accounting", g1::accounting, ANY, "G1's reference counts, free queue and holders agree");
+    state!(G1CacheSound, "g1-cache-sound", g1::cache_sound, ANY, "every cached hash names a block holding that prefix's KV");
+    flag!(KvReadIntegrity, "kv-read-integrity", [Breach::BadRead], ANY, "a forward pass reads only its own prefix's KV");
+    state!(HostIntegrity, "host-integrity", host::integrity, only(&[OC, SC, MC]), "every host entry holds the KV its key names");
+    flag!(SourceFreshness, "source-freshness", [Breach::StaleSource], only(&[OC, SC, MC]), "a store copies only final, unchanging KV");
+    flag!(LoadSafety, "load-safety", [Breach::UnsafeLoad, Breach::EvictedPinned], only(&[OC, SC, MC]), "loads read ready keys into blocks nobody reads before they land");
+    state!(HostAccounting, "host-accounting", host::accounting, only(&[OC, SC]), "the host tier's counters, pins and job completions agree");
+    flag!(MirrorTable, "mirror-table", [Breach::MirrorMismatch], only(&[OC, SC]), "the connector's mirror of a block table equals the scheduler's");
+    flag!(StoreCoverage, "store-coverage", [Breach::CoverageLoss], only(&[OC, SC]), "every computed chunk is offered for storing");
+    flag!(EvictionOrder, "eviction-order", [Breach::EvictionOrder], only(&[OC, SC]).not_arc(), "the host tier evicts the victim its policy names");
+    state!(ArcBounds, "arc-bounds", host::arc_bounds, only(&[OC]).arc_only(), "ARC's lists agree with the host entries and stay within bounds");
+    flag!(FinalStoreKept, "final-store-kept", [Breach::FinalStoreLost], only(&[OC, SC]), "a finished request's last store is not dropped");
+    flag!(RowsPresent, "rows-present", [Breach::RowsMissing], ROWS, "every routed-expert row a step needs is in the store");
+    flag!(RowsExact, "rows-exact", [Breach::RowsInexact], ROWS, "a finished request's rows are exactly its response's");
+    flag!(StartAnchored, "start-anchored", [Breach::StartNotAnchored], ROWS, "the response start is the first row's position");
+    flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[MC]), "the Mooncake store's external-token assertion never fires");
+    flag!(HandoffIntegrity, "handoff-integrity", [Breach::PdStaleSend], only(&[NX]), "a P/D consumer reads only final KV from the producer");
+    state!(RequestsFinish, "requests-finish", progress::requests_finish, ANY, "no deadlock and no livelock: every request can finish");
+    mark!(ReachG1Hit, "reach-g1-hit", Mark::G1Hit, ANY, "a G1 prefix-cache hit");
+    mark!(ReachG1Eviction, "reach-g1-eviction", Mark::G1Eviction, ANY, "a G1 eviction");
+    mark!(ReachPreemption, "reach-preemption", Mark::Preemption, ANY, "a preemption");
+    mark!(ReachAbort, "reach-abort", Mark::Abort, ANY, "a client abort");
+    mark!(ReachErrorFinish, "reach-error-finish", Mark::ErrorFinish, ANY, "a request finishing with an error");
+    mark!(ReachLoadFailure, "reach-load-failure", Mark::LoadFailure, only(&[OC, MC]), "a failed load");
+    mark!(ReachHostHit, "reach-host-hit", Mark::HostHit, only(&[OC, SC, MC]), "a host-tier hit");
+    mark!(ReachHostEviction, "reach-host-eviction", Mark::HostEviction, only(&[OC, SC]), "a host-tier eviction");
+    mark!(ReachStoreDone, "reach-store-done", Mark::StoreCompleted, OFFLOAD, "a completed store");
+    mark!(ReachStoreRefused, "reach-store-refused", Mark::StoreRefused, only(&[OC]), "a store the host tier refused");
+    mark!(ReachRestart, "reach-restart", Mark::Restart, only(&[OC, SC]), "a preempted request restarting");
+    mark!(ReachSyncLoad, "reach-sync-load", Mark::SyncLoad, only(&[OC]), "a synchronous load");
+    mark!(ReachFlush, "reach-flush", Mark::Flush, only(&[OC, SC]), "a flush of pending stores");
+    mark!(ReachFinishStore, "reach-finish-store", Mark::FinishStore, only(&[OC, SC]), "a store built at a request's finish");
+    mark!(ReachLookupInflight, "reach-lookup-inflight", Mark::LookupInflight, only(&[OC]), "a lookup of a key still being written");
+    mark!(ReachStreamPark, "reach-stream-park", Mark::SessionParked, ANY, "a streaming session parked");
+    mark!(ReachStreamResume, "reach-stream-resume", Mark::SessionResumed, ANY, "a streaming session resumed");
+    mark!(ReachReadmitFullTable, "reach-readmit-full-table", Mark::ReadmitFullTable, only(&[OC, SC]), "a resumed request readmitted with its full table");
+    mark!(ReachPdHandoff, "reach-pd-handoff", Mark::PdHandoff, only(&[NX]), "a P/D handoff");
+    mark!(ReachPdPartialSave, "reach-pd-partial-save", Mark::PdPartialSave, only(&[NX]), "a P/D save of a half-written block");
+    guard!(ReachArcT2, "reach-arc-t2", host::engine_arc_t2, only(&[OC]).arc_only(), "ARC's T2 holds a key");
+    guard!(ReachArcGhostHit, "reach-arc-ghost-hit", host::engine_arc_ghost_hit, only(&[OC]).arc_only(), "an ARC ghost hit moved the target");
+    mark!(ReachStalePin, "reach-stale-pin", Mark::StalePinDropped, only(&[SC]), "SimpleCPU dropping a stale pin");
+    mark!(ReachPartialStore, "reach-partial-store", Mark::PartialStore, only(&[SC]), "SimpleCPU storing part of a request");
+    mark!(ReachHostRefresh, "reach-host-refresh", Mark::HostRefresh, only(&[SC]), "SimpleCPU refreshing a block on a GPU hit");
+    mark!(ReachRowsReadFromStore, "reach-rows-read-from-store", Mark::RowsFromStore, ROWS, "routed-expert rows read from the store");
+    mark!(ReachRowsCut, "reach-rows-cut", Mark::RowsCut, ROWS, "routed-expert rows cut");
+    guard!(ReachAllFinished, "reach-all-finished", progress::all_finished, ANY, "every request arrived and finished");
+}
+
+impl PropId {
+    /// This property's registry entry.
+    #[inline(always)]
+    pub fn def(self) -> &'static PropDef {
+        &REGISTRY[self as usize]
+    }
+
+    pub fn name(self) -> &'static str {
+        self.def().name
     }
 }
 
-/// Properties and guards that speak about some connectors only: checked (and listed) only
-/// on models that run one of them.
-pub const CONNECTOR_SCOPED: &[(&str, &[ConnectorKind])] = &[
-    ("reach-stale-pin", &[ConnectorKind::SimpleCpu]),
-    ("reach-partial-store", &[ConnectorKind::SimpleCpu]),
-    ("reach-host-refresh", &[ConnectorKind::SimpleCpu]),
-    ("reach-sync-load", &[ConnectorKind::Offloading]),
-    ("arc-bounds", &[ConnectorKind::Offloading]),
-    ("reach-arc-t2", &[ConnectorKind::Offloading]),
-    ("reach-arc-ghost-hit", &[ConnectorKind::Offloading]),
-    ("reach-lookup-inflight", &[ConnectorKind::Offloading]),
-    ("reach-store-refused", &[ConnectorKind::Offloading]),
-    ("reach-load-failure", &[ConnectorKind::Offloading, ConnectorKind::Mooncake]),
-    // The Mooncake pool has no capacity, eviction order, cursor or mirror that kvmc models.
-    ("reach-host-eviction", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("reach-restart", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("reach-flush", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("reach-finish-store", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("reach-readmit-full-table", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("host-accounting", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("mirror-table", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("store-coverage", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("eviction-order", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    ("final-store-kept", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu]),
-    // Only the Mooncake store asserts on the scheduler's external token count.
-    ("connector-assert", &[ConnectorKind::Mooncake]),
-    // NIXL's producer side: a host buffer indexed by block id, no keyed host tier, no loads.
-    ("handoff-integrity", &[ConnectorKind::Nixl]),
-    ("reach-pd-handoff", &[ConnectorKind::Nixl]),
-    ("reach-pd-partial-save", &[ConnectorKind::Nixl]),
-    ("host-integrity", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
-    ("source-freshness", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
-    ("load-safety", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
-    ("reach-host-hit", &[ConnectorKind::Offloading, ConnectorKind::SimpleCpu, ConnectorKind::Mooncake]),
-];
-
-/// Properties and guards about the host tier's ARC policy (`eviction_policy = "arc"`).
-pub const ARC_ONLY: &[&str] = &["arc-bounds", "reach-arc-t2", "reach-arc-ghost-hit"];
+pub fn find(name: &str) -> Option<&'static PropDef> {
+    REGISTRY.iter().find(|p| p.name == name)
+}
 
 /// Does `p` apply to a model with this engine configuration?
 pub fn applies(p: &PropDef, cfg: &EngineConfig) -> bool {
-    let kind = cfg.connector_kind();
-    // ARC's properties speak about ARC models only; eviction-order has no ARC reference.
-    let arc = cfg.offload().is_some_and(|o| o.eviction_policy == crate::system::EvictionPolicy::Arc);
-    if ARC_ONLY.contains(&p.name) != arc && (ARC_ONLY.contains(&p.name) || p.name == "eviction-order") {
-        return false;
-    }
-    if let Some((_, only)) = CONNECTOR_SCOPED.iter().find(|(n, _)| *n == p.name) {
-        if !only.contains(&kind) {
-            return false;
-        }
-    }
-    (kind != ConnectorKind::None || !p.offload_only) && (cfg.router_replay.is_some() || !p.rows_only)
+    p.on.holds_for(cfg)
 }

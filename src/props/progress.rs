@@ -1,13 +1,13 @@
 //! Progress: every request finishes and releases everything (bounded liveness).
 
-use crate::model::{KvModel, KvState};
+use crate::system::System;
 use crate::system::Engine;
 
 /// `requests-finish`: no reachable state where work remains and nothing but a fault can move
 /// (deadlock), and no run of more than `progress_steps` engine steps without progress
 /// (livelock, e.g. preempt/resume ping-pong).
-pub fn requests_finish(m: &KvModel, s: &KvState) -> bool {
-    u32::from(s.engine.ghost.idle_steps) <= m.scope.progress_steps && !m.is_stuck(&s.engine)
+pub fn requests_finish(m: &System, e: &Engine) -> bool {
+    u32::from(e.ghost.idle_steps) <= m.env.progress_steps && !m.is_stuck(e)
 }
 
 /// Guard: every request arrived and finished, and nothing is held.

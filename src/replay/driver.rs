@@ -5,7 +5,7 @@
 //! every action. Actions are the checker's own vocabulary (arrive, step, store copy done,
 //! load copy done), so the history of a violation is a scenario the checker re-runs.
 
-use super::config::{Load, ReplayModel, Router};
+use crate::scope::replay::{Load, ReplayModel, Router};
 use super::invariants::{self, Checker, Violation};
 use super::trace::{Format, Trace};
 use crate::error::{KvmcError, Result};

@@ -12,18 +12,16 @@
 use super::driver::{Act, Driver, Found};
 use super::trace::Trace;
 use super::Finding;
-use crate::model::display;
-use crate::model::scope::Scope;
-use crate::model::{Action, KvModel};
+use crate::scope::Scope;
 use crate::props;
+use crate::system::display;
 use crate::system::events::Events;
+use crate::system::Input;
 use crate::system::types::Token;
 use crate::system::{ConnectorConfig, Direction, EngineConfig, LoadFailurePolicy};
-use stateright::Model;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// Characters for `n` distinct tokens: printable, no whitespace, no '|', nothing TOML escapes.
 fn token_chars(n: usize) -> Option<Vec<char>> {
@@ -161,12 +159,9 @@ fn build(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Optio
     let _ = writeln!(m, "\n[bounds]\narrivals = \"in-order\"\nprogress_steps = {}", d.model.replay.progress_steps);
     // The checker's model of the same history.
     let scope = Scope::parse(&format!("{stem}.violation.model"), &model_path, &m).map_err(|e| e.to_string())?;
-    let scope = Arc::new(scope);
-    let defs: Vec<_> =
-        props::CATALOGUE.iter().filter(|p| p.kind == props::Kind::Always && props::applies(p, &scope.cfg)).collect();
-    let model = KvModel::new(scope.clone(), Some(profile), variant, defs)?;
+    let sys = scope.system(Some(profile), variant)?;
     let pos: BTreeMap<u32, u16> = inst.arrived.iter().enumerate().map(|(i, &r)| (r, i as u16)).collect();
-    let mut s = model.init();
+    let mut s = sys.init();
     let mut labels: Vec<String> = Vec::new();
     let mut note = None;
     let acts = &inst.log[..inst.log.len().min(f.action as usize)];
@@ -174,24 +169,24 @@ fn build(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Optio
     let mut last = None;
     for (i, act) in acts.iter().enumerate() {
         let a = match act {
-            Act::Arrive(r) => Action::Arrive(pos[r]),
-            Act::Step => Action::Step,
-            Act::StepStoresDrain => Action::StepStoresDrain,
-            Act::Done(Direction::Store) => Action::TransferDone(Direction::Store),
-            Act::Done(Direction::Load) => Action::TransferDone(Direction::Load),
+            Act::Arrive(r) => Input::Arrive(pos[r]),
+            Act::Step => Input::Step,
+            Act::StepStoresDrain => Input::StepStoresDrain,
+            Act::Done(Direction::Store) => Input::TransferDone(Direction::Store),
+            Act::Done(Direction::Load) => Input::TransferDone(Direction::Load),
         };
         if i + 1 == acts.len() {
             last = Some((s.clone(), a));
         }
-        match model.next_state(&s, a) {
+        match sys.apply(&s, a, &mut Events::off(), true) {
             Some(n) => {
-                labels.push(model.format_action(&a));
+                labels.push(display::action_label(&sys, &a));
                 s = n;
             }
-            None if a == Action::Step => {}
+            None if a == Input::Step => {}
             None => {
                 note =
-                    Some(format!("the checker's model cannot take \"{}\" where replay did", model.format_action(&a)));
+                    Some(format!("the checker's model cannot take \"{}\" where replay did", display::action_label(&sys, &a)));
                 break;
             }
         }
@@ -199,12 +194,12 @@ fn build(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Optio
     let mut detail = None;
     if note.is_none() {
         let def = props::find(f.violation.property).ok_or("unknown property")?;
-        if (def.check)(&model, &s) {
+        if (def.check)(&sys, &s) {
             note = Some("re-run through the checker's model, the scenario does not violate it (a kvmc bug)".into());
         } else if let Some((before, a)) = last {
             let mut ev = Events::on();
-            if model.apply(&before.engine, a, &mut ev, true).is_some() {
-                detail = display::violation_text(&scope, &ev.list, f.violation.property);
+            if sys.apply(&before, a, &mut ev, true).is_some() {
+                detail = display::violation_text(&sys, &ev.list, f.violation.property);
             }
         }
     }

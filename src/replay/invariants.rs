@@ -54,7 +54,7 @@ fn v(property: &'static str, detail: impl Into<String>) -> Option<Violation> {
 
 /// The always-properties replay evaluates for an engine configuration, in catalogue order.
 pub fn properties(cfg: &EngineConfig) -> Vec<&'static str> {
-    crate::props::CATALOGUE
+    crate::props::REGISTRY
         .iter()
         .filter(|p| p.kind == crate::props::Kind::Always && crate::props::applies(p, cfg))
         .map(|p| p.name)

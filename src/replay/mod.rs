@@ -12,7 +12,6 @@
 //!   `kvmc explore --path` re-run it).
 //! - [`scenario`]: `kvmc replay` of a kvmc scenario file (the checker's own model and actions).
 
-pub mod config;
 mod driver;
 mod export;
 pub mod invariants;
@@ -24,7 +23,7 @@ pub mod trace;
 
 use crate::error::{KvmcError, Result};
 use crate::system::events::{ReqStats, Stats};
-use config::ReplayModel;
+use crate::scope::replay::ReplayModel;
 pub use driver::RowResult;
 use std::path::{Path, PathBuf};
 use trace::Trace;
@@ -142,7 +141,7 @@ pub struct Outcome {
     pub variant: Option<String>,
     pub engines: u32,
     /// Each engine's pools, in usable units.
-    pub pools: config::Pools,
+    pub pools: crate::scope::replay::Pools,
     pub metrics: Metrics,
     pub per_engine: Vec<Metrics>,
     pub checks: Checks,
@@ -185,7 +184,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     let full_every = opts.full_check_every.unwrap_or(model.replay.full_check_every);
     let mut skip: Vec<&'static str> = Vec::new();
     for name in &opts.skip_properties {
-        match crate::props::CATALOGUE.iter().find(|p| p.name == name && p.kind == crate::props::Kind::Always) {
+        match crate::props::REGISTRY.iter().find(|p| p.name == name && p.kind == crate::props::Kind::Always) {
             Some(p) => skip.push(p.name),
             None => {
                 return Err(KvmcError::Usage(format!(
@@ -244,7 +243,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
             pe.output_tokens += u64::from(d.out_len[r as usize]);
         }
     }
-    checks.reached = crate::props::CATALOGUE
+    checks.reached = crate::props::REGISTRY
         .iter()
         .filter(|p| p.kind == crate::props::Kind::Sometimes)
         .filter(|p| d.inst.iter().any(|inst| inst.checker.reached.has(p)))
@@ -268,7 +267,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         profile,
         variant: opts.variant.clone(),
         engines: model.replay.engines,
-        pools: config::Pools::of(&model.cfg),
+        pools: crate::scope::replay::Pools::of(&model.cfg),
         metrics: total,
         per_engine,
         checks,

@@ -23,7 +23,7 @@ struct EngineGuard {
 impl Reached {
     /// The engine-predicate guards that apply to `cfg` are evaluated (ARC's only on ARC).
     pub(super) fn new(cfg: &EngineConfig) -> Self {
-        let state = crate::props::CATALOGUE
+        let state = crate::props::REGISTRY
             .iter()
             .filter(|p| crate::props::applies(p, cfg))
             .filter_map(|p| match p.source {

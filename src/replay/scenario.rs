@@ -1,18 +1,15 @@
 //! `kvmc replay SCENARIO.toml`: a kvmc scenario (a path of action labels through a model, as
 //! `kvmc check --out` and replay's violation export write them) run through the checker's own
-//! model, every always-property evaluated over the whole state after every action.
+//! system, every always-property evaluated over the whole state after every action.
 
 use crate::error::{KvmcError, Result};
-use crate::model::display;
-use crate::model::scenario::{read_header, scenario_actions};
-use crate::model::scope::Scope;
-use crate::model::KvModel;
 use crate::props::{self, Kind};
+use crate::scope::scenario::{read_header, scenario_actions};
+use crate::scope::Scope;
+use crate::system::display;
 use crate::system::events::Stats;
 use crate::system::Events;
-use stateright::Model;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The outcome of a scenario replay.
 #[derive(Clone, Debug)]
@@ -42,32 +39,30 @@ pub fn run_scenario(
         Some(m) => m.to_path_buf(),
         None => h.model_path()?,
     };
-    let scope = Arc::new(Scope::load(&mpath)?);
+    let scope = Scope::load(&mpath)?;
     let profile = profile.map(str::to_string).or(h.profile).unwrap_or_else(|| scope.profile.clone());
     let variant = variant.map(str::to_string).or(h.variant);
     let defs: Vec<_> =
-        props::CATALOGUE.iter().filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg)).collect();
-    let model =
-        KvModel::new(scope.clone(), Some(&profile), variant.as_deref(), defs.clone()).map_err(KvmcError::Usage)?;
-    let actions = scenario_actions(&model, path)?;
+        props::REGISTRY.iter().filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg)).collect();
+    let sys = scope.system(Some(&profile), variant.as_deref()).map_err(KvmcError::Usage)?;
+    let actions = scenario_actions(&sys, path)?;
     let mut ev = Events::on();
     ev.stats = Some(Box::default());
-    let mut raw = model.init().engine;
+    let mut raw = sys.init();
     let mut story = Vec::new();
     let mut violation = None;
     let mut evaluations = 0u64;
     for (i, a) in actions.iter().enumerate() {
         ev.list.clear();
-        let next = model
+        let next = sys
             .apply(&raw, *a, &mut ev, false)
             .ok_or_else(|| KvmcError::Internal(format!("scenario action {} does not replay", i + 1)))?;
-        story.push((model.format_action(a), display::step_story(&scope, &raw, &next, &ev.list)));
+        story.push((display::action_label(&sys, a), display::step_story(&sys, &raw, &next, &ev.list)));
         raw = next;
-        let state = crate::model::KvState { engine: raw.clone(), scope: scope.clone() };
         for p in &defs {
             evaluations += 1;
-            if !(p.check)(&model, &state) {
-                violation = Some((p.name.to_string(), i + 1, model.format_action(a)));
+            if !(p.check)(&sys, &raw) {
+                violation = Some((p.name.to_string(), i + 1, display::action_label(&sys, a)));
                 break;
             }
         }

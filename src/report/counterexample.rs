@@ -1,7 +1,7 @@
 //! Counterexamples: the path a run found, replayed step by step with the real (not
 //! renumbered) engine, as a story; and its exports (JSON steps, ITF, DOT, scenario).
 
-use crate::model::display;
+use crate::system::display;
 use crate::model::{Action, KvModel};
 use crate::system::{Engine, Events};
 use serde::Serialize;
@@ -42,8 +42,8 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
         idx.push(acts.iter().position(|x| x == a)?.to_string());
         let mut ev = Events::on();
         let next = model.apply(&raw, *a, &mut ev, false)?;
-        let story = display::step_story(&model.scope, &raw, &next, &ev.list);
-        let changes = display::diff(&model.scope, &raw, &next);
+        let story = display::step_story(&model.sys, &raw, &next, &ev.list);
+        let changes = display::diff(&model.sys, &raw, &next);
         steps.push(CxStep { action: model.format_action(a), summary: story, changes });
         raw = next;
         canon = model.next_state(&canon, *a)?;
@@ -52,7 +52,7 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
         steps,
         path: idx.join("/"),
         actions: actions.to_vec(),
-        final_state: display::render(&model.scope, &raw),
+        final_state: display::render(&model.sys, &raw),
     })
 }
 
@@ -104,7 +104,7 @@ pub fn to_dot(cx: &Counterexample) -> String {
 pub fn to_scenario(model: &KvModel, cx: &Counterexample, dir: &std::path::Path) -> String {
     let mut s = String::new();
     s.push_str("# kvmc scenario: the actions of a counterexample, in order\n");
-    s.push_str(&format!("model = {:?}\n", crate::model::scenario::model_ref(dir, &model.scope.path)));
+    s.push_str(&format!("model = {:?}\n", crate::scope::scenario::model_ref(dir, &model.scope.path)));
     s.push_str(&format!("profile = {:?}\n", model.profile));
     if let Some(v) = &model.variant {
         s.push_str(&format!("variant = {v:?}\n"));

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod connector;
+pub mod display;
 pub mod engine;
 pub mod events;
 pub mod expert_rows;
@@ -12,6 +13,7 @@ pub mod gpu_pool;
 pub mod host_arc;
 pub mod host_order;
 pub mod host_tier;
+pub mod input;
 pub mod kv_manager;
 pub mod pos_map;
 pub mod rank_queue;
@@ -30,5 +32,6 @@ pub use config::{
 };
 pub use engine::{Ctx, Direction, Engine};
 pub use events::{Event, Events};
+pub use input::{Input, System};
 pub use rules::Rules;
 pub use workload::{EndKind, RequestSpec, Workload};

@@ -12,7 +12,7 @@
 //! ```
 
 use crate::error::{line_of_offset, read_text, KvmcError, Result};
-use crate::model::scope::{parse_engine, raw_parts};
+use crate::scope::{parse_engine, raw_parts};
 use crate::system::EngineConfig;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};

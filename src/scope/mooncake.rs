@@ -1,7 +1,7 @@
 //! The `[mooncake]` table of a scope file (connector = "mooncake"): the connector's settings
 //! and the pool's contents at start (`preload`).
 
-use super::scope::parse_tokens;
+use super::parse_tokens;
 use crate::error::{KvmcError, Result};
 use crate::system::{KvRole, MooncakeConfig, Workload};
 use serde::Deserialize;

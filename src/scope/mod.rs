@@ -37,7 +37,11 @@ use std::path::{Path, PathBuf};
 use toml::Spanned;
 
 mod engine;
+mod mooncake;
+pub mod replay;
+pub mod scenario;
 pub use engine::limits;
+pub use crate::system::input::{Arrivals, Environment, Faults, StreamInput, System};
 pub(crate) use engine::parse_engine;
 
 #[derive(Deserialize)]
@@ -51,7 +55,7 @@ pub(crate) struct RawScope {
     #[serde(default)]
     simple_cpu: Option<RawSimpleCpu>,
     #[serde(default)]
-    mooncake: Option<super::scope_mooncake::RawMooncake>,
+    mooncake: Option<mooncake::RawMooncake>,
     router_replay: Option<RawRows>,
     #[serde(default, rename = "request")]
     requests: Vec<RawRequest>,
@@ -59,9 +63,9 @@ pub(crate) struct RawScope {
     faults: RawFaults,
     #[serde(default)]
     bounds: RawBounds,
-    /// Trace replay's settings (read by `kvmc replay`, see crate::replay::config).
+    /// Trace replay's settings (read by `kvmc replay`, see crate::scope::replay).
     #[serde(default)]
-    replay: Option<crate::replay::config::RawReplay>,
+    replay: Option<crate::scope::replay::RawReplay>,
 }
 
 #[derive(Deserialize)]
@@ -201,37 +205,6 @@ struct RawBounds {
     stream_input: Option<Spanned<String>>,
 }
 
-/// When a streaming session's client sends its next input.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum StreamInput {
-    /// Any time while the session is live (queued unless it is parked).
-    Any,
-    /// Only while the session is parked waiting for it (a smaller scope).
-    WhenParked,
-}
-
-/// How arrivals are ordered.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Arrivals {
-    /// Request i arrives only after request i-1 arrived (any time after).
-    InOrder,
-    /// Any pending request may arrive at any time.
-    Any,
-}
-
-/// Which environment faults the model explores.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Faults {
-    /// A client may abort any live request between steps.
-    pub abort: bool,
-    /// A running request may finish with an error between steps.
-    pub error: bool,
-    /// A load may fail (from any of its blocks on).
-    pub load_failure: bool,
-    /// At most this many load failures per run (fairness: failures are finite).
-    pub max_load_failures: u8,
-}
-
 /// A parsed, validated scope.
 #[derive(Clone, Debug)]
 pub struct Scope {
@@ -266,6 +239,24 @@ pub fn parse_tokens(s: &str) -> Vec<u32> {
 }
 
 impl Scope {
+    /// The system this scope describes, under `profile` (default: the scope's own) and
+    /// `variant`; an unknown profile or variant is an error message.
+    pub fn system(&self, profile: Option<&str>, variant: Option<&str>) -> std::result::Result<System, String> {
+        let rules = crate::system::rules::resolve(profile.unwrap_or(&self.profile), variant)?;
+        Ok(System { cfg: self.cfg.clone(), workload: self.workload.clone(), env: self.environment(), rules })
+    }
+
+    /// What the environment may do in this scope.
+    pub fn environment(&self) -> Environment {
+        Environment {
+            after: self.after.clone(),
+            faults: self.faults.clone(),
+            arrivals: self.arrivals,
+            stream_input: self.stream_input,
+            progress_steps: self.progress_steps,
+        }
+    }
+
     pub fn load(path: &Path) -> Result<Scope> {
         Ok(Scope::load_warn(path)?.0)
     }
@@ -446,7 +437,7 @@ impl Scope {
         let mut workload = Workload::with_sessions(b, specs, sessions);
         let mut cfg = cfg;
         if let (ConnectorConfig::Mooncake(m), Some(raw_mc)) = (&mut cfg.connector, &raw.mooncake) {
-            super::scope_mooncake::resolve_preload(m, raw_mc, &mut workload, &bad)?;
+            mooncake::resolve_preload(m, raw_mc, &mut workload, &bad)?;
         }
         let scope = Scope {
             name: name.to_string(),
@@ -466,7 +457,7 @@ impl Scope {
 }
 
 /// A model file's description and replay table (for `kvmc replay`).
-pub(crate) fn raw_parts(raw: RawScope) -> (String, Option<crate::replay::config::RawReplay>) {
+pub(crate) fn raw_parts(raw: RawScope) -> (String, Option<crate::scope::replay::RawReplay>) {
     (raw.description, raw.replay)
 }
 

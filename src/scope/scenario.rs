@@ -11,11 +11,12 @@
 //! Unknown keys, an unknown profile or variant, and a `model` that names no file are input
 //! errors at their line.
 
-use super::{Action, KvModel};
 use crate::error::{line_of_offset, read_text, toml_error, KvmcError, Result};
+use crate::system::display::action_label;
+use crate::system::events::Events;
 use crate::system::rules;
+use crate::system::{Input, System};
 use serde::Deserialize;
-use stateright::Model;
 use std::path::{Path, PathBuf};
 use toml::Spanned;
 
@@ -45,22 +46,22 @@ fn parse(path: &Path) -> Result<(String, RawScenario)> {
     Ok((text, raw))
 }
 
-/// Resolve a scenario's action labels against `model`, step by step.
-pub fn scenario_actions(model: &KvModel, path: &Path) -> Result<Vec<Action>> {
+/// Resolve a scenario's action labels against `sys`, step by step.
+pub fn scenario_actions(sys: &System, path: &Path) -> Result<Vec<Input>> {
     let (text, raw) = parse(path)?;
-    let mut s = model.init();
+    let mut s = sys.init();
     let mut out = Vec::new();
     for (i, l) in raw.actions.iter().enumerate() {
         let line = line_of_offset(&text, l.span().start);
         let label = l.get_ref();
         let mut acts = Vec::new();
-        model.actions(&s, &mut acts);
+        sys.inputs(&s, &mut acts);
         // Written by trace replay (store_steps = 0), never explored by the checker.
-        acts.push(Action::StepStoresDrain);
-        let a = acts.into_iter().find(|a| model.format_action(a) == *label).ok_or_else(|| {
+        acts.push(Input::StepStoresDrain);
+        let a = acts.into_iter().find(|a| action_label(sys, a) == *label).ok_or_else(|| {
             KvmcError::input(path, line, format!("action {} ({label:?}) is not enabled at that point", i + 1))
         })?;
-        s = model.next_state(&s, a).ok_or_else(|| {
+        s = sys.apply(&s, a, &mut Events::off(), true).ok_or_else(|| {
             KvmcError::input(path, line, format!("action {} ({label:?}) changes nothing at that point", i + 1))
         })?;
         out.push(a);

@@ -1,57 +1,57 @@
 //! Rendering for people: states as tables, actions by name, steps as one-line stories.
 
-use super::scope::Scope;
-use super::{live_phase, Action, KvState};
+use super::input::{Input, System};
+use super::connector::Phase;
 use crate::system::types::{BlockHash, ContentTag, Status};
 use crate::system::{Direction, Engine, Event};
-use std::fmt::{self, Write};
+use std::fmt::Write;
 
-pub fn action_label(scope: &Scope, a: &Action) -> String {
-    let name = |r: &u16| scope.workload.requests[*r as usize].name.clone();
+pub fn action_label(sys: &System, a: &Input) -> String {
+    let name = |r: &u16| sys.workload.requests[*r as usize].name.clone();
     match a {
-        Action::Arrive(r) => format!("arrive {}", name(r)),
-        Action::Step => "step".to_string(),
-        Action::StepDrain => "step (copies finish within it)".to_string(),
-        Action::StepStoresDrain => "step (stores finish within it)".to_string(),
-        Action::StepSyncLoadFails(k) => format!("step (sync load fails from block {k})"),
-        Action::TransferDone(Direction::Store) => "store copy done".to_string(),
-        Action::TransferDone(Direction::Load) => "load copy done".to_string(),
-        Action::LoadFails(k) => format!("load fails from block {k}"),
-        Action::Abort(r) => format!("abort {}", name(r)),
-        Action::Error(r) => format!("error {}", name(r)),
-        Action::StreamInput(r) => format!("next input for {}", name(r)),
-        Action::ConsumerRead(r) => format!("consumer reads {}", name(r)),
+        Input::Arrive(r) => format!("arrive {}", name(r)),
+        Input::Step => "step".to_string(),
+        Input::StepDrain => "step (copies finish within it)".to_string(),
+        Input::StepStoresDrain => "step (stores finish within it)".to_string(),
+        Input::StepSyncLoadFails(k) => format!("step (sync load fails from block {k})"),
+        Input::TransferDone(Direction::Store) => "store copy done".to_string(),
+        Input::TransferDone(Direction::Load) => "load copy done".to_string(),
+        Input::LoadFails(k) => format!("load fails from block {k}"),
+        Input::Abort(r) => format!("abort {}", name(r)),
+        Input::Error(r) => format!("error {}", name(r)),
+        Input::StreamInput(r) => format!("next input for {}", name(r)),
+        Input::ConsumerRead(r) => format!("consumer reads {}", name(r)),
     }
 }
 
-fn label(scope: &Scope, h: BlockHash) -> String {
-    scope.workload.label(h)
+fn label(sys: &System, h: BlockHash) -> String {
+    sys.workload.label(h)
 }
 
 /// A content tag in workload terms: "A.1" for a full block, "A.1[:1]" for a partial one.
-pub fn content(scope: &Scope, t: ContentTag) -> String {
-    scope.workload.describe(t)
+pub fn content(sys: &System, t: ContentTag) -> String {
+    sys.workload.describe(t)
 }
 
-fn names(scope: &Scope, v: &[u16]) -> String {
-    v.iter().map(|r| scope.workload.requests[*r as usize].name.as_str()).collect::<Vec<_>>().join(" ")
+fn names(sys: &System, v: &[u16]) -> String {
+    v.iter().map(|r| sys.workload.requests[*r as usize].name.as_str()).collect::<Vec<_>>().join(" ")
 }
 
-fn event_text(scope: &Scope, e: &Event) -> Option<String> {
-    let n = |r: &u16| scope.workload.requests[*r as usize].name.clone();
-    let keys = |ks: &[BlockHash]| ks.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(",");
+fn event_text(sys: &System, e: &Event) -> Option<String> {
+    let n = |r: &u16| sys.workload.requests[*r as usize].name.clone();
+    let keys = |ks: &[BlockHash]| ks.iter().map(|k| label(sys, *k)).collect::<Vec<_>>().join(",");
     Some(match e {
         Event::Arrived { .. } => return None,
         Event::Lookup { req, local, external, load_async } => match external {
             None => format!("{} lookup: G1 hit {local}, host busy (retry)", n(req)),
             // NIXL's producer requests load nothing from the connector.
-            Some(_) if scope.cfg.connector_kind() == crate::system::config::ConnectorKind::Nixl => {
+            Some(_) if sys.cfg.connector_kind() == crate::system::config::ConnectorKind::Nixl => {
                 format!("{} lookup: G1 hit {local}", n(req))
             }
             Some(x) => format!(
                 "{} lookup: G1 hit {local}, {} hit {x}{}",
                 n(req),
-                if scope.cfg.mooncake().is_some() { "pool" } else { "host" },
+                if sys.cfg.mooncake().is_some() { "pool" } else { "host" },
                 if *load_async {
                     " (async)"
                 } else if *x > 0 {
@@ -83,10 +83,10 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
         }
         Event::NoRoom { req, free } => format!("{} does not fit ({free} free blocks)", n(req)),
         Event::G1Evicted { block, hash } => {
-            format!("G1 block {block} loses {}", label(scope, *hash))
+            format!("G1 block {block} loses {}", label(sys, *hash))
         }
         Event::G1Cached { .. } => return None,
-        Event::HostEvicted { key } => format!("host evicts {}", label(scope, *key)),
+        Event::HostEvicted { key } => format!("host evicts {}", label(sys, *key)),
         Event::StoreRefused { req, keys: k } => {
             format!("{} store of [{}] refused: host full", n(req), keys(k))
         }
@@ -139,7 +139,7 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
             };
             // Where the two lists part first, so that a cut story still says it.
             let i = got.iter().zip(want).take_while(|(a, b)| a == b).count();
-            let name = |ks: &[BlockHash]| ks.get(i).map_or("nothing".to_string(), |k| label(scope, *k));
+            let name = |ks: &[BlockHash]| ks.get(i).map_or("nothing".to_string(), |k| label(sys, *k));
             format!(
                 "VIOLATION eviction-order: victim {} of {} is {} where the {order} order names {}; the host tier \
                  evicts [{}]; the order names [{}]",
@@ -156,14 +156,14 @@ fn event_text(scope: &Scope, e: &Event) -> Option<String> {
 
 /// What the events of one step say about a violation of `property`, if they name it (a
 /// transition that raised a ghost flag tells why in an event; state predicates have none).
-pub fn violation_text(scope: &Scope, events: &[Event], property: &str) -> Option<String> {
+pub fn violation_text(sys: &System, events: &[Event], property: &str) -> Option<String> {
     let prefix = format!("VIOLATION {property}: ");
-    events.iter().filter_map(|e| event_text(scope, e)).find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
+    events.iter().filter_map(|e| event_text(sys, e)).find_map(|t| t.strip_prefix(&prefix).map(str::to_string))
 }
 
 /// One step as a story line: what happened, in order.
-pub fn step_story(scope: &Scope, _before: &Engine, _after: &Engine, events: &[Event]) -> String {
-    let parts: Vec<String> = events.iter().filter_map(|e| event_text(scope, e)).collect();
+pub fn step_story(sys: &System, _before: &Engine, _after: &Engine, events: &[Event]) -> String {
+    let parts: Vec<String> = events.iter().filter_map(|e| event_text(sys, e)).collect();
     if parts.is_empty() {
         "nothing observable".to_string()
     } else {
@@ -172,28 +172,28 @@ pub fn step_story(scope: &Scope, _before: &Engine, _after: &Engine, events: &[Ev
 }
 
 /// The state as tables (G1, requests, host tier, jobs).
-pub fn render(scope: &Scope, e: &Engine) -> String {
+pub fn render(sys: &System, e: &Engine) -> String {
     let mut s = String::new();
-    let wl = &scope.workload;
+    let wl = &sys.workload;
     let _ = writeln!(s, "G1  free queue (head first): {:?}", e.pool.free_queue());
     let _ = writeln!(s, "    block  ref  hash      content");
     for b in 1..e.pool.num_blocks() {
-        let h = e.pool.hash[b as usize].map_or("-".to_string(), |h| label(scope, h));
+        let h = e.pool.hash[b as usize].map_or("-".to_string(), |h| label(sys, h));
         let _ = writeln!(
             s,
             "    {:<6} {:<4} {:<9} {}",
             b,
             e.pool.ref_cnt[b as usize],
             h,
-            content(scope, e.pool.content[b as usize])
+            content(sys, e.pool.content[b as usize])
         );
     }
     let _ = writeln!(
         s,
         "requests  running [{}]  waiting [{}]  kv-holding [{}]",
-        names(scope, &e.running),
-        names(scope, &e.waiting),
-        names(scope, &e.kv_holding)
+        names(sys, &e.running),
+        names(sys, &e.waiting),
+        names(sys, &e.kv_holding)
     );
     for (i, q) in e.reqs.iter().enumerate() {
         let spec = wl.spec(i as u16, q.turn);
@@ -229,10 +229,10 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
             "G2  {} chunks, {} free; eviction order {:?}",
             oc.host.capacity,
             oc.host.num_free_slots(),
-            oc.host.eviction_order().iter().map(|k| label(scope, *k)).collect::<Vec<_>>()
+            oc.host.eviction_order().iter().map(|k| label(sys, *k)).collect::<Vec<_>>()
         );
         if let Some(a) = oc.host.arc.as_deref() {
-            let l = |v: &[crate::system::host_tier::Key]| v.iter().map(|k| label(scope, *k)).collect::<Vec<_>>();
+            let l = |v: &[crate::system::host_tier::Key]| v.iter().map(|k| label(sys, *k)).collect::<Vec<_>>();
             let _ = writeln!(
                 s,
                 "    ARC T1 {:?} T2 {:?} B1 {:?} B2 {:?} target {}",
@@ -245,11 +245,11 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
         }
         let _ = writeln!(s, "    key       slot ref  rank      content");
         for (k, en) in oc.host.entries() {
-            let c: Vec<String> = en.content.iter().map(|t| content(scope, *t)).collect();
+            let c: Vec<String> = en.content.iter().map(|t| content(sys, *t)).collect();
             let _ = writeln!(
                 s,
                 "    {:<9} {:<4} {:<4} {:<9} {}",
-                label(scope, *k),
+                label(sys, *k),
                 en.slot,
                 en.ref_cnt,
                 format!("{:?}", en.rank),
@@ -272,22 +272,22 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
                 j.id,
                 j.kind,
                 wl.requests[j.req as usize].name,
-                j.keys.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(","),
+                j.keys.iter().map(|k| label(sys, *k)).collect::<Vec<_>>().join(","),
                 j.blocks,
                 live_phase(j.phase)
             );
         }
     }
     if let Some(sc) = e.conn.simple_cpu() {
-        render_simple_cpu(&mut s, scope, sc);
+        render_simple_cpu(&mut s, sys, sc);
     }
     if let Some(mc) = e.conn.mooncake() {
-        render_mooncake(&mut s, scope, mc);
+        render_mooncake(&mut s, sys, mc);
     }
     if let Some(nx) = e.conn.nixl() {
         let slots: Vec<String> = (1..nx.host.len())
             .filter(|&b| nx.host[b] != ContentTag::Empty)
-            .map(|b| format!("{b}: {}", content(scope, nx.host[b])))
+            .map(|b| format!("{b}: {}", content(sys, nx.host[b])))
             .collect();
         let _ = writeln!(s, "NIXL host buffer {{{}}}", slots.join(", "));
         let names = |v: &[u16]| v.iter().map(|r| wl.requests[*r as usize].name.as_str()).collect::<Vec<_>>().join(" ");
@@ -310,8 +310,8 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
 }
 
 /// SimpleCPU's CPU pool, per-request state and events.
-fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connector::ScState) {
-    let wl = &scope.workload;
+fn render_simple_cpu(s: &mut String, sys: &System, sc: &crate::system::connector::ScState) {
+    let wl = &sys.workload;
     let _ = writeln!(
         s,
         "CPU {} blocks, {} free; free queue (head first): {:?}",
@@ -321,14 +321,14 @@ fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connecto
     );
     let _ = writeln!(s, "    block  ref  hash      content");
     for b in 1..sc.cpu.num_blocks() {
-        let h = sc.cpu.hash[b as usize].map_or("-".to_string(), |h| label(scope, h));
+        let h = sc.cpu.hash[b as usize].map_or("-".to_string(), |h| label(sys, h));
         let _ = writeln!(
             s,
             "    {:<6} {:<4} {:<9} {}",
             b,
             sc.cpu.ref_cnt[b as usize],
             h,
-            content(scope, sc.cpu.content[b as usize])
+            content(sys, sc.cpu.content[b as usize])
         );
     }
     for (i, q) in sc.reqs.iter().enumerate() {
@@ -366,7 +366,7 @@ fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connecto
             s,
             "    load event {} [{}] cpu {:?} -> gpu {:?} {}",
             ev.id,
-            names(scope, &ev.reqs),
+            names(sys, &ev.reqs),
             ev.cpu,
             ev.gpu,
             live_phase(ev.phase)
@@ -382,14 +382,14 @@ fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connecto
 }
 
 /// The Mooncake pool, the connector's per-request state and its jobs.
-fn render_mooncake(s: &mut String, scope: &Scope, mc: &crate::system::connector::McState) {
-    let wl = &scope.workload;
+fn render_mooncake(s: &mut String, sys: &System, mc: &crate::system::connector::McState) {
+    let wl = &sys.workload;
     let pool: Vec<String> = mc
         .pool
         .iter()
         .map(|(k, c)| {
-            let held = content(scope, *c);
-            let name = label(scope, *k);
+            let held = content(sys, *c);
+            let name = label(sys, *k);
             if held == name {
                 name
             } else {
@@ -443,21 +443,15 @@ fn render_mooncake(s: &mut String, scope: &Scope, mc: &crate::system::connector:
             "    load job {} {} [{}] into {:?} {}",
             j.id,
             wl.requests[j.req as usize].name,
-            j.keys.iter().map(|k| label(scope, *k)).collect::<Vec<_>>().join(","),
+            j.keys.iter().map(|k| label(sys, *k)).collect::<Vec<_>>().join(","),
             j.blocks,
             live_phase(j.phase)
         );
     }
 }
 
-impl fmt::Debug for KvState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&render(&self.scope, &self.engine))
-    }
-}
-
 /// What changed between two states, per component: "G1 ...; G2 ...; A ...".
-pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
+pub fn diff(sys: &System, a: &Engine, b: &Engine) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut g1 = Vec::new();
     for blk in 1..a.pool.num_blocks() as usize {
@@ -469,11 +463,11 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
             d.push(format!("ref {ra}->{rb}"));
         }
         if ha != hb {
-            let l = |h: Option<BlockHash>| h.map_or("none".to_string(), |h| label(scope, h));
+            let l = |h: Option<BlockHash>| h.map_or("none".to_string(), |h| label(sys, h));
             d.push(format!("hash {}->{}", l(ha), l(hb)));
         }
         if ca != cb {
-            d.push(format!("kv {}->{}", content(scope, ca), content(scope, cb)));
+            d.push(format!("kv {}->{}", content(sys, ca), content(sys, cb)));
         }
         if !d.is_empty() {
             g1.push(format!("blk{blk} {}", d.join(" ")));
@@ -495,12 +489,12 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
                 }
             };
             match ha.host.get(k) {
-                None => g2.push(format!("+{} ({})", label(scope, *k), state(eb.ref_cnt))),
+                None => g2.push(format!("+{} ({})", label(sys, *k), state(eb.ref_cnt))),
                 Some(ea) if ea.ref_cnt != eb.ref_cnt || ea.content != eb.content => {
-                    let c: Vec<String> = eb.content.iter().map(|t| content(scope, *t)).collect();
+                    let c: Vec<String> = eb.content.iter().map(|t| content(sys, *t)).collect();
                     g2.push(format!(
                         "{} {} holds {}",
-                        label(scope, *k),
+                        label(sys, *k),
                         state(eb.ref_cnt),
                         if c.is_empty() { "-".into() } else { c.join(",") }
                     ))
@@ -510,7 +504,7 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
         }
         for (k, _) in ha.host.entries() {
             if hb.host.get(k).is_none() {
-                g2.push(format!("-{}", label(scope, *k)));
+                g2.push(format!("-{}", label(sys, *k)));
             }
         }
         if !g2.is_empty() {
@@ -525,11 +519,11 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
                 x.push(format!("ref {}->{}", ca.cpu.ref_cnt[blk], cb.cpu.ref_cnt[blk]));
             }
             if ca.cpu.hash[blk] != cb.cpu.hash[blk] {
-                let l = |h: Option<BlockHash>| h.map_or("none".to_string(), |h| label(scope, h));
+                let l = |h: Option<BlockHash>| h.map_or("none".to_string(), |h| label(sys, h));
                 x.push(format!("hash {}->{}", l(ca.cpu.hash[blk]), l(cb.cpu.hash[blk])));
             }
             if ca.cpu.content[blk] != cb.cpu.content[blk] {
-                x.push(format!("kv {}->{}", content(scope, ca.cpu.content[blk]), content(scope, cb.cpu.content[blk])));
+                x.push(format!("kv {}->{}", content(sys, ca.cpu.content[blk]), content(sys, cb.cpu.content[blk])));
             }
             if !x.is_empty() {
                 d.push(format!("cpu{blk} {}", x.join(" ")));
@@ -544,14 +538,14 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
             .pool
             .iter()
             .filter(|(k, _)| !ma.pool.contains_key(*k))
-            .map(|(k, c)| format!("+{} ({})", label(scope, *k), content(scope, *c)))
+            .map(|(k, c)| format!("+{} ({})", label(sys, *k), content(sys, *c)))
             .collect();
         if !added.is_empty() {
             parts.push(format!("pool {}", added.join(", ")));
         }
     }
     for (i, (qa, qb)) in a.reqs.iter().zip(&b.reqs).enumerate() {
-        let spec = &scope.workload.requests[i];
+        let spec = &sys.workload.requests[i];
         let mut d = Vec::new();
         if qa.status != qb.status {
             d.push(format!("{}->{}", qa.status.short(), qb.status.short()));
@@ -570,4 +564,16 @@ pub fn diff(scope: &Scope, a: &Engine, b: &Engine) -> String {
         }
     }
     parts.join("; ")
+}
+
+/// Jobs still moving through the worker (for display).
+pub fn live_phase(p: Phase) -> &'static str {
+    match p {
+        Phase::Built => "built",
+        Phase::Queued => "queued",
+        Phase::Submitted => "copying",
+        Phase::Done => "done",
+        Phase::Failed => "failed",
+        Phase::Reported => "reported",
+    }
 }

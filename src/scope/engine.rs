@@ -1,6 +1,6 @@
 //! A model file's `[engine]` table and its connector tables (`[offload]`, `[simple_cpu]`,
 //! `[mooncake]`, `[router_replay]`) turned into an `EngineConfig`: shared by checker scopes
-//! (`Scope::parse`) and trace replay models (`crate::replay::config`).
+//! (`Scope::parse`) and trace replay models (`crate::scope::replay`).
 
 use super::*;
 
@@ -157,7 +157,7 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             }
             ConnectorConfig::Nixl
         }
-        "mooncake" => ConnectorConfig::Mooncake(crate::model::scope_mooncake::config(
+        "mooncake" => ConnectorConfig::Mooncake(super::mooncake::config(
             raw.mooncake.as_ref(),
             e.async_scheduling,
             e.connector.span(),

@@ -1,0 +1,278 @@
+//! The system's input: everything the environment of one vLLM engine can do to it (a request
+//! arrives, the engine steps, a copy finishes or fails, a client aborts, a request errors, a
+//! streaming session sends its next chunk, a P/D consumer reads), and [`System`], which applies
+//! one input to an engine state. The checker explores every enabled input ([`System::inputs`]),
+//! replay and conformance apply the inputs a trace or a log dictates; all three go through
+//! [`System::apply`], so a rule lives in one place.
+
+use super::engine::StepInput;
+use super::ghost::Mark;
+use super::types::Status;
+use super::{Ctx, Direction, Engine, EngineConfig, Events, Rules, Workload};
+
+/// One input from the environment.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Input {
+    /// Request `r` arrives (`add_request`).
+    Arrive(u16),
+    /// One engine step (async scheduling: one iteration of the batch queue).
+    Step,
+    /// One engine step in which every copy submitted so far finishes before the worker
+    /// reports (stores submitted at this step's start are reported in this step).
+    StepDrain,
+    /// One engine step in which the stores submitted at its start finish before the worker
+    /// reports (loads keep their time). Never explored: trace replay writes it (`store_steps
+    /// = 0`) and scenarios read it.
+    StepStoresDrain,
+    /// One engine step whose sync load fails from its `k`-th block on.
+    StepSyncLoadFails(u32),
+    /// The worker's handler finishes its oldest copy of that direction.
+    TransferDone(Direction),
+    /// The oldest async load fails from its `k`-th block on.
+    LoadFails(u32),
+    /// The client aborts request `r`.
+    Abort(u16),
+    /// Request `r` finishes with an error.
+    Error(u16),
+    /// The client sends streaming session `r` its next input (or ends the session).
+    StreamInput(u16),
+    /// NIXL P/D: the consumer (decode instance) reads finished request `r`'s blocks from the
+    /// producer's host buffer.
+    ConsumerRead(u16),
+}
+
+impl Input {
+    /// An engine step of any kind.
+    pub fn is_step(self) -> bool {
+        matches!(self, Input::Step | Input::StepDrain | Input::StepStoresDrain | Input::StepSyncLoadFails(_))
+    }
+}
+
+/// When a streaming session's client sends its next input.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum StreamInput {
+    /// Any time while the session is live (queued unless it is parked).
+    Any,
+    /// Only while the session is parked waiting for it (a smaller scope).
+    WhenParked,
+}
+
+/// How arrivals are ordered.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Arrivals {
+    /// Request i arrives only after request i-1 arrived (any time after).
+    InOrder,
+    /// Any pending request may arrive at any time.
+    Any,
+}
+
+/// Which environment faults the model explores.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// A client may abort any live request between steps.
+    pub abort: bool,
+    /// A running request may finish with an error between steps.
+    pub error: bool,
+    /// A load may fail (from any of its blocks on).
+    pub load_failure: bool,
+    /// At most this many load failures per run (fairness: failures are finite).
+    pub max_load_failures: u8,
+}
+
+/// What the environment may do, beyond the workload: the order of arrivals, the faults, when
+/// streaming input comes, and how many idle steps count as a livelock.
+#[derive(Clone, Debug)]
+pub struct Environment {
+    /// `after[r]`: request that must have finished before `r` may arrive.
+    pub after: Vec<Option<u16>>,
+    pub faults: Faults,
+    pub arrivals: Arrivals,
+    pub stream_input: StreamInput,
+    /// Engine steps without progress (a sampled token, a finish, an arrival) that count as a
+    /// livelock for `requests-finish`.
+    pub progress_steps: u32,
+}
+
+/// One engine under one rule set, its workload and its environment: everything needed to
+/// start it, apply inputs to it and evaluate properties of its states.
+#[derive(Clone, Debug)]
+pub struct System {
+    pub cfg: EngineConfig,
+    pub workload: Workload,
+    pub env: Environment,
+    pub rules: Rules,
+}
+
+impl System {
+    pub fn ctx(&self) -> Ctx<'_> {
+        Ctx { cfg: &self.cfg, rules: &self.rules, wl: &self.workload }
+    }
+
+    /// The initial engine state.
+    pub fn init(&self) -> Engine {
+        Engine::new(&self.cfg, &self.workload, &self.rules)
+    }
+
+    fn arrival_enabled(&self, e: &Engine, r: usize) -> bool {
+        if e.reqs[r].status != Status::Pending {
+            return false;
+        }
+        if let Some(a) = self.env.after[r] {
+            if !e.reqs[a as usize].status.is_finished() {
+                return false;
+            }
+        }
+        match self.env.arrivals {
+            Arrivals::Any => true,
+            Arrivals::InOrder => r == 0 || e.reqs[r - 1].status != Status::Pending,
+        }
+    }
+
+    fn stream_input_enabled(&self, e: &Engine, r: u16) -> bool {
+        e.stream_input_enabled(self.ctx(), r)
+            && (self.env.stream_input == StreamInput::Any || e.reqs[r as usize].status == Status::Parked)
+    }
+
+    /// Apply `a` to `s` (events on or off); None if the input changes nothing. With
+    /// `canonical` the result has job ids and LRU ranks renumbered (the checker's states);
+    /// without, it keeps the real counters (stories, replays).
+    pub fn apply(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool) -> Option<Engine> {
+        let ctx = self.ctx();
+        let mut e = s.clone();
+        e.ghost.marks = 0;
+        match a {
+            Input::Arrive(r) => e.arrive(ctx, r, ev),
+            Input::Step | Input::StepDrain | Input::StepStoresDrain | Input::StepSyncLoadFails(_) => {
+                e.ghost.idle_steps = s.ghost.idle_steps.saturating_add(1);
+                let mut input = StepInput {
+                    drain: a == Input::StepDrain,
+                    drain_stores: a == Input::StepStoresDrain,
+                    ..Default::default()
+                };
+                if let Input::StepSyncLoadFails(k) = a {
+                    input.sync_load_fail = Some(k);
+                    e.ghost.faults += 1;
+                }
+                e.step(ctx, &input, ev);
+                if input.sync_load_fail.is_some() && !e.ghost.marked(Mark::LoadFailure) {
+                    return None; // no sync load failed: same as a plain step
+                }
+                if (input.drain || input.drain_stores) && !e.ghost.marked(Mark::Drained) {
+                    return None; // nothing finished within the step: same as a plain step
+                }
+            }
+            Input::TransferDone(d) => {
+                let j = e.next_transfer(d)?;
+                e.transfer_done(ctx, d, j, ev);
+            }
+            Input::LoadFails(k) => {
+                let j = e.next_transfer(Direction::Load)?;
+                e.ghost.faults += 1;
+                e.transfer_failed(ctx, j, k, ev);
+            }
+            Input::Abort(r) => e.abort(ctx, r, ev),
+            Input::Error(r) => e.error(ctx, r, ev),
+            Input::StreamInput(r) => e.stream_input(ctx, r, ev),
+            Input::ConsumerRead(r) => e.consumer_read(ctx, r, ev),
+        }
+        if canonical {
+            e.canonicalize();
+        }
+        if a.is_step() {
+            let unchanged = if canonical {
+                e.same_ignoring_marks(s)
+            } else {
+                let (mut x, mut y) = (e.clone(), s.clone());
+                x.canonicalize();
+                y.canonicalize();
+                x.same_ignoring_marks(&y)
+            };
+            if unchanged {
+                return None;
+            }
+        }
+        Some(e)
+    }
+
+    /// True when work remains and nothing but a fault can move the engine (a deadlock).
+    pub fn is_stuck(&self, s: &Engine) -> bool {
+        if !s.has_work() || s.is_dead() {
+            return false;
+        }
+        if (0..s.reqs.len()).any(|r| self.arrival_enabled(s, r) || self.stream_input_enabled(s, r as u16)) {
+            return false;
+        }
+        if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some() {
+            return false;
+        }
+        if !s.consumer_readable().is_empty() {
+            return false;
+        }
+        self.apply(s, Input::Step, &mut Events::off(), true).is_none()
+    }
+
+    /// The most blocks an async load of the next load job has (for failure choices).
+    fn load_fail_choices(&self, e: &Engine) -> u32 {
+        let Some(id) = e.next_transfer(Direction::Load) else {
+            return 0;
+        };
+        e.conn.load_job_blocks(id)
+    }
+
+    /// Every input the environment may give in state `e`, in a fixed order (the checker's
+    /// branching; stateright rebuilds paths from indices into this list).
+    pub fn inputs(&self, e: &Engine, out: &mut Vec<Input>) {
+        if u32::from(e.ghost.idle_steps) > self.env.progress_steps {
+            return; // a livelock was found; do not explore past it
+        }
+        if e.is_dead() {
+            return; // the engine died (rows-present, connector-assert)
+        }
+        for r in 0..e.reqs.len() {
+            if self.arrival_enabled(e, r) {
+                out.push(Input::Arrive(r as u16));
+            }
+        }
+        out.push(Input::Step);
+        if self.cfg.has_connector() {
+            out.push(Input::StepDrain);
+        }
+        let f = &self.env.faults;
+        let can_fail = f.load_failure && e.ghost.faults < f.max_load_failures;
+        if can_fail {
+            let sync_budget = self.cfg.offload().map_or(0, |o| o.sync_load_budget_tokens);
+            if sync_budget > 0 {
+                for k in 0..sync_budget.div_ceil(self.cfg.block_size) {
+                    out.push(Input::StepSyncLoadFails(k));
+                }
+            }
+        }
+        if e.next_transfer(Direction::Store).is_some() {
+            out.push(Input::TransferDone(Direction::Store));
+        }
+        if e.next_transfer(Direction::Load).is_some() {
+            out.push(Input::TransferDone(Direction::Load));
+            if can_fail {
+                for k in 0..self.load_fail_choices(e) {
+                    out.push(Input::LoadFails(k));
+                }
+            }
+        }
+        for r in 0..e.reqs.len() as u16 {
+            if self.stream_input_enabled(e, r) {
+                out.push(Input::StreamInput(r));
+            }
+        }
+        for r in e.consumer_readable() {
+            out.push(Input::ConsumerRead(r));
+        }
+        for (r, q) in e.reqs.iter().enumerate() {
+            if f.abort && q.status.is_live() {
+                out.push(Input::Abort(r as u16));
+            }
+            if f.error && q.status == Status::Running {
+                out.push(Input::Error(r as u16));
+            }
+        }
+    }
+}
