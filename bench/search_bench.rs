@@ -104,7 +104,8 @@ fn main() {
             measure(&format!("toy n={n} k={k} spin={spin}"), &Toy { n, k, spin }, threads);
         }
         "kv" => {
-            use kvmc::model::{scope::Scope, KvModel};
+            use kvmc::model::KvModel;
+            use kvmc::scope::Scope;
             let path = std::path::PathBuf::from(arg(1));
             let scope = std::sync::Arc::new(Scope::load(&path).expect("the model loads"));
             let props = kvmc::props::REGISTRY

@@ -1,9 +1,10 @@
 //! The binary's memory allocator: mimalloc, with transparent huge pages only where a table
 //! asks for them.
 //!
+//! A module of the binary, not of the library (the library has no `unsafe` allocator):
 //! `src/main.rs` installs [`Allocator`] as the global allocator and calls [`init`] first
-//! thing. The library's own tests keep the system allocator, so there [`huge_pages`] changes
-//! nothing.
+//! thing. The library asks for huge pages through `kvmc::hint::huge_pages`; its own tests and
+//! other programs keep their allocator, so there the hint changes nothing.
 //!
 //! # Why huge pages are opt-in
 //! Left to itself, mimalloc asks the kernel for transparent huge pages (`MADV_HUGEPAGE`) on
@@ -15,12 +16,11 @@
 //!
 //! So [`init`] turns mimalloc's huge pages off, and the one table that is read at random
 //! several times per byte, the host tier's key map in replay, asks for them itself through
-//! [`huge_pages`] (the replay's TLB misses there cost about what its kernel time saved). The
+//! `kvmc::hint::huge_pages` (the replay's TLB misses there cost about what its kernel time saved). The
 //! checker's large tables do not: in huge pages they cost kernel time and saved nothing.
 //! `KVMC_HUGE_PAGES` chooses another policy ([`init`]).
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// mimalloc's `mi_option_e` indices that the Rust crate names no constant for. Counted in
@@ -29,36 +29,21 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = libmimalloc_sys::mi_option_use_numa_nodes - 1;
 const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = libmimalloc_sys::_mi_option_last - 4;
 
-/// Allocations at least this large, made inside [`huge_pages`], get `MADV_HUGEPAGE` on the
+/// Allocations at least this large, made inside `kvmc::hint::huge_pages`, get `MADV_HUGEPAGE` on the
 /// 2 MiB pages they wholly contain (a smaller one may contain none).
 const HUGE_MIN: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
-/// `KVMC_HUGE_PAGES=none`: [`huge_pages`] is ignored.
+/// `KVMC_HUGE_PAGES=none`: `kvmc::hint::huge_pages` is ignored.
 static REFUSE_HUGE: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    /// Inside [`huge_pages`] on this thread. Constant-initialised and without a destructor,
-    /// so reading it from the allocator never allocates and never fails.
-    static WANT_HUGE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Run `f`; large allocations it makes on this thread are backed by transparent huge pages
-/// where the kernel allows them (a hint: nothing changes but speed).
-pub fn huge_pages<R>(f: impl FnOnce() -> R) -> R {
-    let before = WANT_HUGE.with(|w| w.replace(true));
-    let r = f();
-    WANT_HUGE.with(|w| w.set(before));
-    r
-}
-
-/// mimalloc, plus the [`huge_pages`] hint.
+/// mimalloc, plus the `kvmc::hint::huge_pages` hint.
 pub struct Allocator;
 
 impl Allocator {
     #[inline]
     fn placed(p: *mut u8, size: usize) -> *mut u8 {
-        if size >= HUGE_MIN && !p.is_null() && WANT_HUGE.with(Cell::get) && !REFUSE_HUGE.load(Relaxed) {
+        if size >= HUGE_MIN && !p.is_null() && kvmc::hint::wants_huge_pages() && !REFUSE_HUGE.load(Relaxed) {
             advise_huge(p, size);
         }
         p
@@ -106,13 +91,13 @@ fn advise_huge(p: *mut u8, size: usize) {
 ///
 /// - Freed memory is never handed back to the OS (`purge_delay = -1`): a run's memory use
 ///   stays near its peak anyway, and purged pages came back as page faults.
-/// - No transparent huge pages unless asked for ([`huge_pages`]). The option stops mimalloc
+/// - No transparent huge pages unless asked for (`kvmc::hint::huge_pages`). The option stops mimalloc
 ///   from advising arenas it reserves from now on; the arena it reserved before `main` (for
 ///   the runtime's first allocations) is un-advised here.
 ///
 /// The environment variable `KVMC_HUGE_PAGES` chooses another policy: `all` keeps
 /// mimalloc's own (huge pages everywhere: faster where faulting them in is cheap, as on most
-/// bare-metal Linux machines), `none` refuses them even to [`huge_pages`], `tables` (or
+/// bare-metal Linux machines), `none` refuses them even to `kvmc::hint::huge_pages`, `tables` (or
 /// unset) is the one above. Any other value is an error, after the default policy is set.
 pub fn init() -> Result<(), String> {
     let policy = std::env::var("KVMC_HUGE_PAGES").unwrap_or_default();
@@ -173,24 +158,13 @@ mod tests {
         assert_eq!(get(MI_OPTION_ALLOW_THP + 2), 2 << 20);
     }
 
-    #[test]
-    fn huge_pages_scope_nests_and_restores() {
-        assert!(!WANT_HUGE.with(Cell::get));
-        let inner = huge_pages(|| {
-            huge_pages(|| ());
-            WANT_HUGE.with(Cell::get)
-        });
-        assert!(inner, "a nested scope must not end the outer one");
-        assert!(!WANT_HUGE.with(Cell::get));
-    }
-
     /// With the hint on, a large allocation is usable, zeroed when asked, and keeps its bytes
     /// through a reallocation (the advice must never touch the caller's memory).
     #[test]
     fn advice_on_a_large_allocation() {
         let size = HUGE_MIN + 123;
         let layout = Layout::from_size_align(size, 8).unwrap();
-        let p = huge_pages(|| unsafe { Allocator.alloc_zeroed(layout) });
+        let p = kvmc::hint::huge_pages(|| unsafe { Allocator.alloc_zeroed(layout) });
         assert!(!p.is_null());
         let s = unsafe { std::slice::from_raw_parts_mut(p, size) };
         assert!(s.iter().all(|&b| b == 0));

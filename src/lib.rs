@@ -1,8 +1,8 @@
-pub mod alloc;
 pub mod check;
 pub mod cli;
 pub mod conform;
 pub mod error;
+pub mod hint;
 pub mod model;
 pub mod props;
 pub mod replay;
@@ -11,3 +11,4 @@ pub mod scope;
 pub mod search;
 pub mod stop;
 pub mod system;
+pub mod util;

@@ -1,17 +1,19 @@
 //! The `kvmc` binary: parse arguments, run, map errors to exit codes.
 
+mod alloc;
+
 use clap::Parser;
 use kvmc::cli::ReportFormat;
 use kvmc::error::KvmcError;
 
 /// mimalloc instead of the system allocator: replay and the checker allocate and free many
 /// small vectors per step, and glibc's malloc made both markedly slower (docs/benchmarks.md,
-/// "Round 3: the allocator"). Huge pages only where a table asks (`kvmc::alloc`, "Round 8").
+/// "Round 3: the allocator"). Huge pages only where a table asks (`alloc`, "Round 8").
 #[global_allocator]
-static GLOBAL: kvmc::alloc::Allocator = kvmc::alloc::Allocator;
+static GLOBAL: alloc::Allocator = alloc::Allocator;
 
 fn main() {
-    if let Err(e) = kvmc::alloc::init() {
+    if let Err(e) = alloc::init() {
         eprintln!("error: {e}");
         std::process::exit(kvmc::error::exit::USAGE);
     }

@@ -174,9 +174,9 @@ fn every_variant_is_caught_with_a_replayable_counterexample() {
         let m = model(name, *profile, *variant);
         let states = replay(&m, &path).expect("counterexample replays");
         let def = kvmc::props::find(prop).unwrap();
-        assert!(!(def.check)(&m, states.last().unwrap()), "{name} {prop}: last state violates");
+        assert!(!(def.check)(&m.sys, &states.last().unwrap().engine), "{name} {prop}: last state violates");
         for s in &states[..states.len() - 1] {
-            assert!((def.check)(&m, s), "{name} {prop}: earlier states satisfy it");
+            assert!((def.check)(&m.sys, &s.engine), "{name} {prop}: earlier states satisfy it");
         }
     }
     assert!(wrong_len.is_empty(), "shortest counterexample lengths changed:\n{}", wrong_len.join("\n"));

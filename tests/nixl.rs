@@ -59,7 +59,7 @@ fn the_fix_resaves_the_straddling_block_and_the_read_frees_the_blocks() {
         assert!(e.reqs[0].status.is_finished());
         assert_eq!(e.reqs[0].table, vec![1, 2]);
         assert_eq!(e.consumer_readable(), vec![0]);
-        assert!(!m.is_stuck(&e), "the consumer's read is still to come");
+        assert!(!m.sys.is_stuck(&e), "the consumer's read is still to come");
         // The read, then a step: finished_sending frees the blocks.
         let mut read_ev = kvmc::system::Events::on();
         let e = m.apply(&e, Action::ConsumerRead(0), &mut read_ev, false).unwrap();

@@ -20,12 +20,12 @@ fn counterexample_scenario_replays_to_the_same_violation() {
     assert_eq!(o.status.code(), Some(10));
     let scen = d.join("preempt-store__vllm-0.33__pre-29870__kv-read-integrity.scenario.toml");
     let m = model("preempt-store", None, Some("pre-29870"));
-    let acts = scenario_actions(&m, &scen).expect("scenario resolves");
+    let acts = scenario_actions(&m.sys, &scen).expect("scenario resolves");
     let r = check("preempt-store", None, Some("pre-29870"));
     assert_eq!(&acts, r.outcome("kv-read-integrity").unwrap().path.as_ref().unwrap());
     let states = replay(&m, &acts).unwrap();
     let def = kvmc::props::find("kv-read-integrity").unwrap();
-    assert!(!(def.check)(&m, states.last().unwrap()));
+    assert!(!(def.check)(&m.sys, &states.last().unwrap().engine));
     // and the explorer accepts it (dry run: resolve the path, print the URL)
     let o = kvmc(&[
         "explore",

@@ -7,7 +7,6 @@ use kvmc::model::{Action, KvModel};
 use kvmc::system::expert_rows::RowStore;
 use kvmc::system::types::BlockHash;
 use kvmc::system::{Direction, Engine, Event, Events};
-use stateright::Model;
 
 /// Run `m` along the eager path: arrive as soon as allowed, steps with copies finishing
 /// within them. Returns the events and the final engine.
@@ -16,7 +15,7 @@ pub fn scripted(m: &KvModel) -> (Vec<Event>, Engine) {
     let mut all = Vec::new();
     for _ in 0..200 {
         let mut acts = Vec::new();
-        m.actions(&kvmc::model::KvState { engine: e.clone(), scope: m.scope.clone() }, &mut acts);
+        m.sys.inputs(&e, &mut acts);
         let pick = acts
             .iter()
             .find(|a| matches!(a, Action::Arrive(_)))

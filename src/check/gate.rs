@@ -7,7 +7,8 @@ use crate::error::{KvmcError, Result};
 use crate::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
-use crate::report::counterexample::{self, Counterexample};
+use crate::report::counterexample;
+pub use crate::report::rows::{Row, Status};
 use crate::system::rules::{self, RULE_ROWS};
 use crate::system::{ConnectorKind, EngineConfig, EvictionPolicy};
 use std::collections::BTreeMap;
@@ -24,46 +25,6 @@ pub struct Job {
     pub checks: Vec<(String, Option<bool>)>,
     /// Guards whose examples must be found for a `holds` to count (per property).
     pub reach: BTreeMap<String, Vec<String>>,
-}
-
-/// One row of the report.
-#[derive(Clone, Debug)]
-pub struct Row {
-    pub model: String,
-    pub profile: String,
-    pub variant: Option<String>,
-    pub property: String,
-    /// From a spec; `None` for explicit runs.
-    pub expected: Option<Verdict>,
-    pub verdict: Verdict,
-    /// Guards of this property that were never reached (a `holds` over nothing).
-    pub unreached: Vec<String>,
-    pub unique_states: usize,
-    pub states: usize,
-    pub max_depth: usize,
-    pub seconds: f64,
-    pub cut_by: Option<String>,
-    pub counterexample: Option<Counterexample>,
-}
-
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Status {
-    Ok,
-    /// The verdict differs from the expectation, or a `holds` is vacuous.
-    Mismatch,
-    Incomplete,
-}
-
-impl Row {
-    pub fn status(&self) -> Status {
-        let want = self.expected.unwrap_or(Verdict::Holds);
-        match self.verdict {
-            Verdict::Incomplete => Status::Incomplete,
-            Verdict::Holds if !self.unreached.is_empty() => Status::Mismatch,
-            v if v == want => Status::Ok,
-            _ => Status::Mismatch,
-        }
-    }
 }
 
 /// The gate reads the models its specs name from `dir` (`--models`, default `./models`): the

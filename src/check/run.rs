@@ -12,6 +12,7 @@ use stateright::Model;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::report::rows::Verdict;
 pub use crate::stop::{peak_rss_bytes, StopReason};
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -111,24 +112,6 @@ pub struct Explored {
     pub stopped: Option<StopReason>,
     /// (property, actions from the initial state), first found, in property order.
     pub discoveries: Vec<(&'static str, Vec<Action>)>,
-}
-
-/// The verdict on one property in one run.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Verdict {
-    Holds,
-    Violated,
-    Incomplete,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Holds => "holds",
-            Verdict::Violated => "violated",
-            Verdict::Incomplete => "incomplete",
-        }
-    }
 }
 
 /// What a run found for one property.

@@ -274,7 +274,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         finding,
         requests,
         seconds: start.elapsed().as_secs_f64(),
-        peak_rss_bytes: crate::check::run::peak_rss_bytes(),
+        peak_rss_bytes: crate::stop::peak_rss_bytes(),
         interrupted: d.interrupted,
     })
 }

@@ -5,18 +5,7 @@ use super::scenario::ScenarioOutcome;
 use super::{Metrics, Outcome};
 use std::fmt::Write;
 
-/// 12345678 -> "12,345,678".
-pub fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
+pub use crate::util::thousands;
 
 fn pct(a: u64, b: u64) -> String {
     if b == 0 {

@@ -2,9 +2,9 @@
 //! counterexample files.
 
 pub mod counterexample;
+pub mod rows;
 
-use crate::check::gate::{Row, Status};
-use crate::check::Verdict;
+pub use rows::{Row, Status, Verdict};
 use std::fmt::Write;
 use std::path::Path;
 

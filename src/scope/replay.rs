@@ -171,7 +171,7 @@ impl Pools {
     /// One line for the run header, e.g. "8,191 usable GPU blocks of 16 tokens (gpu_blocks =
     /// 8192 counts the null block); host tier 65,536 chunks of 1 block".
     pub fn text(&self) -> String {
-        use crate::replay::report::thousands;
+        use crate::util::thousands;
         let mut s = format!(
             "{} usable GPU blocks of {} tokens (gpu_blocks = {} counts the null block)",
             thousands(u64::from(self.usable_gpu_blocks)),

@@ -138,11 +138,11 @@ impl HostTier {
 
     /// Replay: log every key whose entry changes, and keep the eviction-order reference
     /// indexed (its list form costs O(resident keys) per update). The key map, read at random
-    /// several times per stored chunk, sits in huge pages (`crate::alloc`).
+    /// several times per stored chunk, sits in huge pages (`crate::hint`).
     pub fn enable_log(&mut self) {
         self.log = Side(Some(Box::default()));
         let capacity = self.capacity as usize;
-        crate::alloc::huge_pages(|| self.entries.use_hash(capacity));
+        crate::hint::huge_pages(|| self.entries.use_hash(capacity));
         self.evictable.use_queue();
         self.order.index();
     }
