@@ -9,7 +9,7 @@ use crate::scope::replay::{Load, ReplayModel, Router};
 use super::invariants::{self, Checker, Violation};
 use super::trace::{Format, Trace};
 use crate::error::{KvmcError, Result};
-use crate::system::engine::StepInput;
+use crate::system::input::{apply_in_place, Input};
 use crate::system::events::ReqStats;
 use crate::system::ghost::Mark;
 use crate::system::types::{JobId, ReqId, Token};
@@ -97,7 +97,7 @@ pub struct Driver<'a> {
     pub out_len: Vec<u32>,
     refuse: Vec<bool>,
     /// Properties left out (`--skip-property`).
-    pub skip: Vec<&'static str>,
+    pub skip: Vec<crate::props::PropId>,
     unfinished: u32,
     full_every: u64,
     /// Specs built before their rows arrive (see [`Driver::spec`]).
@@ -111,7 +111,7 @@ pub struct Driver<'a> {
 const AHEAD: usize = 16;
 
 impl Instance {
-    fn new(model: &ReplayModel, rules: &Rules, bpc: u32, skip: &[&'static str]) -> Instance {
+    fn new(model: &ReplayModel, rules: &Rules, bpc: u32, skip: &[crate::props::PropId]) -> Instance {
         let wl = Workload::lazy(model.cfg.block_size, bpc > 1);
         let mut engine = Engine::new(&model.cfg, &wl, rules);
         engine.enable_replay_aids();
@@ -148,7 +148,7 @@ impl<'a> Driver<'a> {
         model: &'a ReplayModel,
         rules: Rules,
         full_every: u64,
-        skip: Vec<&'static str>,
+        skip: Vec<crate::props::PropId>,
     ) -> Result<Driver<'a>> {
         let cfg = &model.cfg;
         // vLLM's input processor refuses a prompt of max_model_len tokens or more (there is no
@@ -419,9 +419,8 @@ impl<'a> Driver<'a> {
         inst.wl.set_spec(slot, spec);
         inst.slot_row[slot as usize] = r;
         inst.ev.stat(|st| *st.req(slot) = ReqStats::default());
-        inst.engine.ghost.marks = 0;
         let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
-        inst.engine.arrive(ctx, slot, &mut inst.ev);
+        apply_in_place(ctx, &mut inst.engine, Input::Arrive(slot), &mut inst.ev);
         inst.live.push(slot);
         inst.arrived.push(r);
         inst.unfinished += 1;
@@ -470,12 +469,10 @@ impl<'a> Driver<'a> {
         {
             let inst = &mut self.inst[k];
             let (p0, d0) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_pass_tokens, s.decode_tokens));
-            inst.engine.ghost.marks = 0;
-            inst.engine.ghost.idle_steps = inst.engine.ghost.idle_steps.saturating_add(1);
             let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
             // store_steps = 0: a store finishes within the step that submits it.
-            let input = StepInput { drain_stores: store_l == 0, ..Default::default() };
-            inst.engine.step(ctx, &input, &mut inst.ev);
+            let input = if store_l == 0 { Input::StepStoresDrain } else { Input::Step };
+            apply_in_place(ctx, &mut inst.engine, input, &mut inst.ev);
             inst.steps += 1;
             let (p1, d1) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_pass_tokens, s.decode_tokens));
             inst.clock += if p1 > p0 {
@@ -517,9 +514,8 @@ impl<'a> Driver<'a> {
                     break;
                 }
                 inst.issued.remove(&j);
-                inst.engine.ghost.marks = 0;
                 let ctx = Self::ctx(self.model, &self.rules, &inst.wl);
-                inst.engine.transfer_done(ctx, d, j, &mut inst.ev);
+                apply_in_place(ctx, &mut inst.engine, Input::TransferDone(d), &mut inst.ev);
                 inst.log.push(Act::Done(d));
                 if let Some(f) = self.after_action(k)? {
                     return Ok(Some(f));

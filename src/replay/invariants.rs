@@ -32,7 +32,7 @@
 
 use super::pool_checks::{self, PoolCounts};
 use super::reached::Reached;
-use crate::props::{g1, host, Source};
+use crate::props::{g1, host, PropId, Source};
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::Breach;
 use crate::system::host_tier::Key;
@@ -52,12 +52,12 @@ fn v(property: &'static str, detail: impl Into<String>) -> Option<Violation> {
     Some(Violation { property, detail: detail.into() })
 }
 
-/// The always-properties replay evaluates for an engine configuration, in catalogue order.
-pub fn properties(cfg: &EngineConfig) -> Vec<&'static str> {
+/// The always-properties replay evaluates for an engine configuration, in registry order.
+pub fn properties(cfg: &EngineConfig) -> Vec<PropId> {
     crate::props::REGISTRY
         .iter()
         .filter(|p| p.kind == crate::props::Kind::Always && crate::props::applies(p, cfg))
-        .map(|p| p.name)
+        .map(|p| p.id)
         .collect()
 }
 
@@ -67,9 +67,20 @@ pub fn flag_of(name: &str) -> Option<&'static [Breach]> {
     crate::props::find(name).and_then(|p| p.breaches())
 }
 
-/// Is `name` a state predicate (evaluated here from change logs) rather than a ghost flag?
+/// The state predicates replay evaluates (from change logs, and over the whole state in
+/// [`full`]); every other always-property is a ghost flag read from its registry entry.
+const STATE_PREDICATES: &[PropId] = &[
+    PropId::G1Accounting,
+    PropId::G1CacheSound,
+    PropId::HostIntegrity,
+    PropId::HostAccounting,
+    PropId::ArcBounds,
+    PropId::RequestsFinish,
+];
+
+/// Is `name` a state predicate replay evaluates?
 fn is_state_predicate(name: &str) -> bool {
-    crate::props::find(name).is_some_and(|p| p.is_state_predicate())
+    crate::props::find(name).is_some_and(|p| p.is_state_predicate() && STATE_PREDICATES.contains(&p.id))
 }
 
 /// Does replay evaluate property `name` (as a state predicate or a flag)?
@@ -84,15 +95,15 @@ pub fn reports(name: &str) -> bool {
 }
 
 /// Per property: a ghost flag rather than a state predicate.
-fn flag_props(props: &[&str]) -> Vec<bool> {
-    props.iter().map(|p| !is_state_predicate(p)).collect()
+fn flag_props(props: &[PropId]) -> Vec<bool> {
+    props.iter().map(|p| !p.def().is_state_predicate()).collect()
 }
 
 /// The ghost flag behind each flag property.
-fn flag_violation(e: &Engine, name: &'static str) -> Option<Violation> {
-    let hit = flag_of(name).is_some_and(|bs| bs.iter().any(|b| e.ghost.has(*b)));
+fn flag_violation(e: &Engine, id: PropId) -> Option<Violation> {
+    let hit = id.def().breaches().is_some_and(|bs| bs.iter().any(|b| e.ghost.has(*b)));
     if hit {
-        v(name, "raised inside a transition (re-running the scenario shows its events)")
+        v(id.name(), "raised inside a transition (re-running the scenario shows its events)")
     } else {
         None
     }
@@ -105,25 +116,32 @@ pub fn full(
     cfg: &EngineConfig,
     rules: &Rules,
     progress_steps: u32,
-    skip: &[&str],
+    skip: &[PropId],
 ) -> Option<Violation> {
     let b = wl.block_size;
     let bpc = cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    for name in properties(cfg).into_iter().filter(|p| !skip.contains(p)) {
-        let ok = match name {
-            "g1-accounting" => g1::engine_accounting(e, rules),
-            "g1-cache-sound" => g1::engine_cache_sound(e, b),
-            "host-integrity" => host::engine_integrity(e, b, bpc, wl),
-            "host-accounting" => host::engine_accounting(e, rules),
-            "arc-bounds" => host::engine_arc_bounds(e),
-            "requests-finish" => u32::from(e.ghost.idle_steps) <= progress_steps,
+    for id in properties(cfg).into_iter().filter(|p| !skip.contains(p)) {
+        let ok = match id {
+            PropId::G1Accounting => g1::engine_accounting(e, rules),
+            PropId::G1CacheSound => g1::engine_cache_sound(e, b),
+            PropId::HostIntegrity => host::engine_integrity(e, b, bpc, wl),
+            PropId::HostAccounting => host::engine_accounting(e, rules),
+            PropId::ArcBounds => host::engine_arc_bounds(e),
+            PropId::RequestsFinish => u32::from(e.ghost.idle_steps) <= progress_steps,
+            other if other.def().is_state_predicate() => unhandled(other),
             other => flag_violation(e, other).is_none(),
         };
         if !ok {
-            return v(name, "the full-state predicate fails");
+            return v(id.name(), "the full-state predicate fails");
         }
     }
     None
+}
+
+/// A state predicate replay has no engine-level form of yet: a new property's entry must be
+/// given one here (the registry's tests run every always-property through replay).
+fn unhandled(id: PropId) -> ! {
+    panic!("replay has no evaluation of state predicate {} (src/replay/invariants.rs)", id.name())
 }
 
 /// The engine's change logs for one action.
@@ -199,7 +217,9 @@ pub struct Checker {
     b: u32,
     bpc: u32,
     progress_steps: u32,
-    props: Vec<&'static str>,
+    props: Vec<PropId>,
+    /// Their names (for reports).
+    names: Vec<&'static str>,
     /// Per property: a ghost flag (not a state predicate), told apart once instead of by
     /// matching its name after every action.
     flag_prop: Vec<bool>,
@@ -230,7 +250,7 @@ pub struct Checker {
     /// logs: NIXL).
     pub full_runs: u64,
     /// Properties not evaluated (`kvmc replay --skip-property`).
-    skip: Vec<&'static str>,
+    skip: Vec<PropId>,
     /// Reachability guards reached so far.
     pub reached: Reached,
 }
@@ -265,6 +285,7 @@ impl Checker {
             bpc: cfg.offload().map_or(1, |o| o.blocks_per_chunk),
             progress_steps,
             flag_prop: flag_props(&props),
+            names: props.iter().map(|p| p.name()).collect(),
             props,
             epoch: 0,
             watch: BTreeSet::new(),
@@ -285,16 +306,17 @@ impl Checker {
     }
 
     /// Leave `skip` out of every evaluation.
-    pub fn skipping(mut self, skip: &[&'static str]) -> Self {
+    pub fn skipping(mut self, skip: &[PropId]) -> Self {
         self.props.retain(|p| !skip.contains(p));
         self.flag_prop = flag_props(&self.props);
+        self.names = self.props.iter().map(|p| p.name()).collect();
         self.skip = skip.to_vec();
         self
     }
 
     /// The properties evaluated after every action.
     pub fn properties(&self) -> &[&'static str] {
-        &self.props
+        &self.names
     }
 
     pub fn num_properties(&self) -> usize {
@@ -360,9 +382,10 @@ impl Checker {
             if self.flag_prop[pi] {
                 continue; // ghost flags: below
             }
-            let name = self.props[pi];
-            match name {
-                "g1-accounting" => {
+            let id = self.props[pi];
+            let name = id.name();
+            match id {
+                PropId::G1Accounting => {
                     if e.ghost.has(Breach::HandedOutInUse) {
                         first(v(name, "a referenced block was handed out as a new block"));
                     }
@@ -374,7 +397,7 @@ impl Checker {
                     }
                     first(self.g1.check(&e.pool, "block").and_then(|d| v(name, d)));
                 }
-                "g1-cache-sound" => {
+                PropId::G1CacheSound => {
                     // Soundness of a cached entry changes only with the entry itself, the
                     // block's content, or (for exempt entries, watched) its holders.
                     // Distinct pairs in the order the logs give them (deterministic; cheaper
@@ -422,9 +445,9 @@ impl Checker {
                         }
                     }
                 }
-                "host-integrity" | "host-accounting" if self.cpu.is_some() => {
+                PropId::HostIntegrity | PropId::HostAccounting if self.cpu.is_some() => {
                     let sc = e.conn.simple_cpu().expect("a SimpleCPU engine");
-                    let bad = if name == "host-integrity" {
+                    let bad = if id == PropId::HostIntegrity {
                         let (bad, n) = pool_checks::cpu_integrity(sc, self.b, cpu_cached, cpu_content);
                         self.examined += n;
                         bad
@@ -445,11 +468,11 @@ impl Checker {
                     };
                     first(bad.and_then(|d| v(name, d)));
                 }
-                "host-integrity" | "host-accounting" if e.conn.mooncake().is_some() => {
+                PropId::HostIntegrity | PropId::HostAccounting if e.conn.mooncake().is_some() => {
                     // Pool entries are put once and never change: only new ones are checked.
                     // Mooncake's host-accounting is the completion flag alone.
                     let mc = e.conn.mooncake().expect("a Mooncake engine");
-                    if name == "host-integrity" {
+                    if id == PropId::HostIntegrity {
                         self.examined += pool_put.len() as u64;
                         let wrong = |k: &&BlockHash| mc.pool.get(k) != Some(&ContentTag::full(**k, self.b));
                         if let Some(k) = pool_put.iter().find(wrong) {
@@ -459,18 +482,18 @@ impl Checker {
                         first(v(name, "a job completion was processed twice or for an unknown job"));
                     }
                 }
-                "host-integrity" | "host-accounting" => {
-                    if name == "host-integrity" {
+                PropId::HostIntegrity | PropId::HostAccounting => {
+                    if id == PropId::HostIntegrity {
                         self.host_check(e, wl, moves, written, &mut first);
                     }
                 }
-                "arc-bounds" => {
+                PropId::ArcBounds => {
                     // Over the whole ARC state (vacuous under LRU): O(resident keys) per action.
                     if !host::engine_arc_bounds(e) {
                         first(v(name, "the ARC lists disagree with the host entries or exceed their bounds"));
                     }
                 }
-                "requests-finish" => {
+                PropId::RequestsFinish => {
                     if u32::from(e.ghost.idle_steps) > self.progress_steps {
                         first(v(
                             name,
@@ -481,19 +504,19 @@ impl Checker {
                         ));
                     }
                 }
-                other => unreachable!("{other} is neither a state predicate here nor a ghost flag"),
+                other => unhandled(other),
             }
         }
         // Ghost flags: nothing to evaluate unless a transition raised a breach.
         if e.ghost.violations != 0 {
-            for (pi, &name) in self.props.iter().enumerate() {
+            for (pi, &id) in self.props.iter().enumerate() {
                 if self.flag_prop[pi] {
-                    first(flag_violation(e, name));
+                    first(flag_violation(e, id));
                 }
             }
         }
         // The first violated property in catalogue order.
-        let rank = |p: &str| self.props.iter().position(|x| *x == p).unwrap_or(usize::MAX);
+        let rank = |p: &str| self.names.iter().position(|x| *x == p).unwrap_or(usize::MAX);
         found.into_iter().min_by_key(|x| rank(x.property))
     }
 
@@ -561,7 +584,7 @@ impl Checker {
             *mark = self.epoch;
             distinct += 1;
             if !host::entry_intact(k, en, self.b, self.bpc, wl) {
-                first(v("host-integrity", format!("host key {k:?} does not hold the KV its key names")));
+                first(v(PropId::HostIntegrity.name(), format!("host key {k:?} does not hold the KV its key names")));
             }
         }
         self.seen_keys = seen;
@@ -580,18 +603,18 @@ impl Checker {
                 let loads = count.get(k).copied().unwrap_or(0);
                 if en.ref_cnt > 0 && loads != en.ref_cnt {
                     first(v(
-                        "host-accounting",
+                        PropId::HostAccounting.name(),
                         format!("host key {k:?} is pinned {} times by {loads} in-flight loads", en.ref_cnt),
                     ));
                 }
             }
         }
         if e.ghost.has(Breach::BadCompletion) {
-            first(v("host-accounting", "a job completion was processed twice or for an unknown job"));
+            first(v(PropId::HostAccounting.name(), "a job completion was processed twice or for an unknown job"));
         }
         if self.pending != h.num_write_pending || self.evictable != h.num_evictable {
             first(v(
-                "host-accounting",
+                PropId::HostAccounting.name(),
                 format!(
                     "counters say {} write-pending and {} evictable keys; the entries {} and {}",
                     h.num_write_pending, h.num_evictable, self.pending, self.evictable
@@ -599,7 +622,7 @@ impl Checker {
             ));
         }
         if h.len() as u32 + h.num_free_slots() != h.capacity || h.eviction_order_len() as u32 != self.evictable {
-            first(v("host-accounting", "host slots or eviction order do not add up"));
+            first(v(PropId::HostAccounting.name(), "host slots or eviction order do not add up"));
         }
     }
 }

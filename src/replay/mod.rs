@@ -182,10 +182,10 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     let profile = opts.profile.clone().unwrap_or_else(|| model.profile.clone());
     let rules = crate::system::rules::resolve(&profile, opts.variant.as_deref()).map_err(KvmcError::Usage)?;
     let full_every = opts.full_check_every.unwrap_or(model.replay.full_check_every);
-    let mut skip: Vec<&'static str> = Vec::new();
+    let mut skip: Vec<crate::props::PropId> = Vec::new();
     for name in &opts.skip_properties {
         match crate::props::REGISTRY.iter().find(|p| p.name == name && p.kind == crate::props::Kind::Always) {
-            Some(p) => skip.push(p.name),
+            Some(p) => skip.push(p.id),
             None => {
                 return Err(KvmcError::Usage(format!(
                     "--skip-property {name}: no such always-property (kvmc list shows the catalogue)"

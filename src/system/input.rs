@@ -137,43 +137,17 @@ impl System {
     /// `canonical` the result has job ids and LRU ranks renumbered (the checker's states);
     /// without, it keeps the real counters (stories, replays).
     pub fn apply(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool) -> Option<Engine> {
-        let ctx = self.ctx();
         let mut e = s.clone();
-        e.ghost.marks = 0;
-        match a {
-            Input::Arrive(r) => e.arrive(ctx, r, ev),
-            Input::Step | Input::StepDrain | Input::StepStoresDrain | Input::StepSyncLoadFails(_) => {
-                e.ghost.idle_steps = s.ghost.idle_steps.saturating_add(1);
-                let mut input = StepInput {
-                    drain: a == Input::StepDrain,
-                    drain_stores: a == Input::StepStoresDrain,
-                    ..Default::default()
-                };
-                if let Input::StepSyncLoadFails(k) = a {
-                    input.sync_load_fail = Some(k);
-                    e.ghost.faults += 1;
-                }
-                e.step(ctx, &input, ev);
-                if input.sync_load_fail.is_some() && !e.ghost.marked(Mark::LoadFailure) {
-                    return None; // no sync load failed: same as a plain step
-                }
-                if (input.drain || input.drain_stores) && !e.ghost.marked(Mark::Drained) {
-                    return None; // nothing finished within the step: same as a plain step
-                }
+        if !apply_in_place(self.ctx(), &mut e, a, ev) {
+            return None;
+        }
+        if let Input::StepSyncLoadFails(_) = a {
+            if !e.ghost.marked(Mark::LoadFailure) {
+                return None; // no sync load failed: same as a plain step
             }
-            Input::TransferDone(d) => {
-                let j = e.next_transfer(d)?;
-                e.transfer_done(ctx, d, j, ev);
-            }
-            Input::LoadFails(k) => {
-                let j = e.next_transfer(Direction::Load)?;
-                e.ghost.faults += 1;
-                e.transfer_failed(ctx, j, k, ev);
-            }
-            Input::Abort(r) => e.abort(ctx, r, ev),
-            Input::Error(r) => e.error(ctx, r, ev),
-            Input::StreamInput(r) => e.stream_input(ctx, r, ev),
-            Input::ConsumerRead(r) => e.consumer_read(ctx, r, ev),
+        }
+        if matches!(a, Input::StepDrain | Input::StepStoresDrain) && !e.ghost.marked(Mark::Drained) {
+            return None; // nothing finished within the step: same as a plain step
         }
         if canonical {
             e.canonicalize();
@@ -275,4 +249,42 @@ impl System {
             }
         }
     }
+}
+
+/// Apply `a` to `e` in place, with the ghost marks of the last input cleared first (replay's
+/// way: one engine, never cloned). False when the input has nothing to act on (no copy of that
+/// direction in flight). [`System::apply`] is this on a copy, plus the checker's rule that an
+/// input which changes nothing is no transition.
+pub fn apply_in_place(ctx: Ctx<'_>, e: &mut Engine, a: Input, ev: &mut Events) -> bool {
+    e.ghost.marks = 0;
+    match a {
+        Input::Arrive(r) => e.arrive(ctx, r, ev),
+        Input::Step | Input::StepDrain | Input::StepStoresDrain | Input::StepSyncLoadFails(_) => {
+            e.ghost.idle_steps = e.ghost.idle_steps.saturating_add(1);
+            let mut input = StepInput {
+                drain: a == Input::StepDrain,
+                drain_stores: a == Input::StepStoresDrain,
+                ..Default::default()
+            };
+            if let Input::StepSyncLoadFails(k) = a {
+                input.sync_load_fail = Some(k);
+                e.ghost.faults += 1;
+            }
+            e.step(ctx, &input, ev);
+        }
+        Input::TransferDone(d) => {
+            let Some(j) = e.next_transfer(d) else { return false };
+            e.transfer_done(ctx, d, j, ev);
+        }
+        Input::LoadFails(k) => {
+            let Some(j) = e.next_transfer(Direction::Load) else { return false };
+            e.ghost.faults += 1;
+            e.transfer_failed(ctx, j, k, ev);
+        }
+        Input::Abort(r) => e.abort(ctx, r, ev),
+        Input::Error(r) => e.error(ctx, r, ev),
+        Input::StreamInput(r) => e.stream_input(ctx, r, ev),
+        Input::ConsumerRead(r) => e.consumer_read(ctx, r, ev),
+    }
+    true
 }
