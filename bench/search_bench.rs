@@ -10,6 +10,10 @@
 //! `check` (the checker's current explorer, one thread). One line: unique states, generated,
 //! depth, wall and CPU seconds, visited-set bytes per state, peak RSS.
 
+/// The binary's allocator (src/alloc.rs belongs to the binaries, not the library).
+#[path = "../src/alloc.rs"]
+mod alloc;
+
 use kvmc::search::{search, Options, Plain};
 use stateright::{Model, Property};
 use std::hash::Hash;
@@ -17,7 +21,7 @@ use std::time::Instant;
 
 /// kvmc's allocator, as the `kvmc` binary has it.
 #[global_allocator]
-static GLOBAL: kvmc::alloc::Allocator = kvmc::alloc::Allocator;
+static GLOBAL: alloc::Allocator = alloc::Allocator;
 
 struct Toy {
     n: usize,
@@ -93,7 +97,7 @@ where
 }
 
 fn main() {
-    kvmc::alloc::init().expect("KVMC_HUGE_PAGES is all, tables or none");
+    alloc::init().expect("KVMC_HUGE_PAGES is all, tables or none");
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| args.get(i).unwrap_or_else(|| panic!("usage: see the file's doc comment"));
     match arg(0).as_str() {

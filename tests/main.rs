@@ -1,6 +1,7 @@
 //! kvmc's integration tests: one binary, one module per concern.
 
 mod anywhere;
+mod architecture;
 mod arc;
 mod bad_input;
 mod bounds;
