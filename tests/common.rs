@@ -1,9 +1,9 @@
 //! Helpers shared by the test modules.
 
 use kvmc::check::{run, RunOpts, RunResult};
-use kvmc::scope::Scope;
 use kvmc::model::KvModel;
 use kvmc::props::{self, Kind};
+use kvmc::scope::Scope;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;

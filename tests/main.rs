@@ -1,8 +1,8 @@
 //! kvmc's integration tests: one binary, one module per concern.
 
 mod anywhere;
-mod architecture;
 mod arc;
+mod architecture;
 mod bad_input;
 mod bounds;
 mod cli;

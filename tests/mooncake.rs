@@ -5,8 +5,8 @@
 use crate::common::*;
 use crate::rows::{died, lookup, req, scripted};
 use kvmc::check::Verdict;
-use kvmc::scope::Scope;
 use kvmc::model::KvModel;
+use kvmc::scope::Scope;
 use kvmc::system::Event;
 use std::path::Path;
 use std::sync::Arc;

@@ -3,9 +3,9 @@
 //! invariant checks agreeing with the full ones.
 
 use crate::common::*;
-use kvmc::scope::replay::ReplayModel;
 use kvmc::replay::trace::{Format, Trace};
 use kvmc::replay::{run_trace, Options, Outcome};
+use kvmc::scope::replay::ReplayModel;
 use std::path::{Path, PathBuf};
 
 /// `sessions` sessions of `turns` turns: a first turn of 200 new tokens (four 64-token trace

@@ -252,9 +252,9 @@ trace_block_size = 64
 /// under both router-replay rule sets, and a rows mutation is found over the trace.
 #[test]
 fn router_replay_runs_over_a_session_trace_with_rows_checked_every_step() {
-    use kvmc::scope::replay::ReplayModel;
     use kvmc::replay::trace::Trace;
     use kvmc::replay::{run_trace, Options};
+    use kvmc::scope::replay::ReplayModel;
     let d = tempdir("rows-replay");
     let trace = Trace::parse(&d.join("t.jsonl"), &rows_session_trace(6), 64, None).expect("trace parses");
     for profile in ["prime-rl", "vllm-0.33"] {

@@ -1,8 +1,8 @@
 //! SimpleCPUOffloadConnector against vLLM's rules (OC §4): the CPU pool's victim order, and
 //! the connector driven through fixed engine runs.
 
-use kvmc::scope::Scope;
 use kvmc::model::{Action, KvModel};
+use kvmc::scope::Scope;
 use kvmc::system::events::Events;
 use kvmc::system::ghost::Ghost;
 use kvmc::system::gpu_pool::GpuPool;

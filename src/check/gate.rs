@@ -4,11 +4,11 @@
 use super::run::{run, RunOpts, RunResult, Verdict};
 use super::specs::Spec;
 use crate::error::{KvmcError, Result};
-use crate::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
 use crate::report::counterexample;
 pub use crate::report::rows::{Row, Status};
+use crate::scope::Scope;
 use crate::system::rules::{self, RULE_ROWS};
 use crate::system::{ConnectorKind, EngineConfig, EvictionPolicy};
 use std::collections::BTreeMap;

@@ -2,9 +2,9 @@
 
 use crate::check::{self, RunOpts};
 use crate::error::{KvmcError, Result};
-use crate::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
+use crate::scope::Scope;
 use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -9,10 +9,10 @@
 //! one request stay bounded (about `MAX_PATH_STEPS` x (actions + 2) steps of the model).
 
 use crate::error::{KvmcError, Result};
-use crate::scope::scenario::scenario_actions;
-use crate::scope::Scope;
 use crate::model::KvModel;
 use crate::props::{self, Kind};
+use crate::scope::scenario::scenario_actions;
+use crate::scope::Scope;
 use clap::Args;
 use stateright::Model;
 use std::io::{Read, Write};

@@ -2,8 +2,8 @@
 
 use crate::check::specs;
 use crate::error::Result;
-use crate::scope::Scope;
 use crate::props::{Kind, REGISTRY};
+use crate::scope::Scope;
 use crate::system::rules::{PROFILES, RULE_ROWS, VARIANTS};
 use clap::Args;
 use std::path::PathBuf;

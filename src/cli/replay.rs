@@ -3,9 +3,9 @@
 //! incomplete, then exit 130.
 
 use crate::error::{exit, KvmcError, Result};
-use crate::scope::replay::ReplayModel;
 use crate::replay::trace::{Format, Trace};
 use crate::replay::{self, report, Options};
+use crate::scope::replay::ReplayModel;
 use clap::{Args, ValueEnum};
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -8,8 +8,8 @@ pub mod log;
 pub mod validate;
 
 use crate::error::{KvmcError, Result};
-use crate::scope::{Arrivals, Faults, Scope};
 use crate::props::{self, Kind};
+use crate::scope::{Arrivals, Faults, Scope};
 use crate::system::connector::simple_cpu_worker::LOAD_EVENT;
 use crate::system::engine::StepInput;
 use crate::system::types::Status;

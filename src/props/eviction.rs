@@ -3,8 +3,8 @@
 //! (OffloadingConnector: `system/host_order.rs`, per LRU policy; SimpleCPU: the FIFO-by-release
 //! list in `connector/simple_cpu.rs`). Both raise `Breach::EvictionOrder`.
 
-use crate::system::{Engine, System};
 use crate::system::ghost::Breach;
+use crate::system::{Engine, System};
 
 /// `eviction-order` for any connector.
 pub fn eviction_order(_m: &System, e: &Engine) -> bool {

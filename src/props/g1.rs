@@ -1,8 +1,8 @@
 //! G1 properties (GP §4.1): accounting and cache soundness.
 
-use crate::system::System;
 use crate::system::ghost::Breach;
 use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, Status, NULL_BLOCK};
+use crate::system::System;
 use crate::system::{Engine, Rules};
 
 /// `g1-accounting`: a block is free iff its ref count is 0, the queue has no duplicates,

@@ -1,11 +1,11 @@
 //! Host-tier properties (OC §9.4, SimpleCPU §4): integrity of what is stored, and accounting.
 
-use crate::system::System;
 use crate::system::connector::{OcState, ScState};
 use crate::system::ghost::Breach;
 use crate::system::host_arc::ArcLists;
 use crate::system::host_tier::{HostEntry, Key};
 use crate::system::types::{ContentTag, NULL_BLOCK};
+use crate::system::System;
 use crate::system::{Engine, Rules, Workload};
 
 /// `host-integrity`: every ready host entry holds exactly the KV of the prefix its key names.

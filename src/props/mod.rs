@@ -178,7 +178,15 @@ impl PropDef {
 /// An always-property given by a state predicate.
 macro_rules! state {
     ($id:ident, $name:literal, $f:path, $on:expr, $doc:literal) => {
-        PropDef { id: PropId::$id, name: $name, kind: Kind::Always, on: $on, source: Source::State, check: $f, doc: $doc }
+        PropDef {
+            id: PropId::$id,
+            name: $name,
+            kind: Kind::Always,
+            on: $on,
+            source: Source::State,
+            check: $f,
+            doc: $doc,
+        }
     };
 }
 

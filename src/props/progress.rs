@@ -1,7 +1,7 @@
 //! Progress: every request finishes and releases everything (bounded liveness).
 
-use crate::system::System;
 use crate::system::Engine;
+use crate::system::System;
 
 /// `requests-finish`: no reachable state where work remains and nothing but a fault can move
 /// (deadlock), and no run of more than `progress_steps` engine steps without progress

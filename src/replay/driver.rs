@@ -5,13 +5,13 @@
 //! every action. Actions are the checker's own vocabulary (arrive, step, store copy done,
 //! load copy done), so the history of a violation is a scenario the checker re-runs.
 
-use crate::scope::replay::{Load, ReplayModel, Router};
 use super::invariants::{self, Checker, Violation};
 use super::trace::{Format, Trace};
 use crate::error::{KvmcError, Result};
-use crate::system::input::{apply_in_place, Input};
+use crate::scope::replay::{Load, ReplayModel, Router};
 use crate::system::events::ReqStats;
 use crate::system::ghost::Mark;
+use crate::system::input::{apply_in_place, Input};
 use crate::system::types::{JobId, ReqId, Token};
 use crate::system::{Ctx, Direction, EndKind, Engine, Events, RequestSpec, Rules, Workload};
 use std::cmp::Reverse;

@@ -12,12 +12,12 @@
 use super::driver::{Act, Driver, Found};
 use super::trace::Trace;
 use super::Finding;
-use crate::scope::Scope;
 use crate::props;
+use crate::scope::Scope;
 use crate::system::display;
 use crate::system::events::Events;
-use crate::system::Input;
 use crate::system::types::Token;
+use crate::system::Input;
 use crate::system::{ConnectorConfig, Direction, EngineConfig, LoadFailurePolicy};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -185,8 +185,10 @@ fn build(d: &Driver, f: &Found, profile: &str, variant: Option<&str>, out: Optio
             }
             None if a == Input::Step => {}
             None => {
-                note =
-                    Some(format!("the checker's model cannot take \"{}\" where replay did", display::action_label(&sys, &a)));
+                note = Some(format!(
+                    "the checker's model cannot take \"{}\" where replay did",
+                    display::action_label(&sys, &a)
+                ));
                 break;
             }
         }

@@ -22,8 +22,8 @@ pub mod scenario;
 pub mod trace;
 
 use crate::error::{KvmcError, Result};
-use crate::system::events::{ReqStats, Stats};
 use crate::scope::replay::ReplayModel;
+use crate::system::events::{ReqStats, Stats};
 pub use driver::RowResult;
 use std::path::{Path, PathBuf};
 use trace::Trace;

@@ -1,8 +1,8 @@
 //! Counterexamples: the path a run found, replayed step by step with the real (not
 //! renumbered) engine, as a story; and its exports (JSON steps, ITF, DOT, scenario).
 
-use crate::system::display;
 use crate::model::{Action, KvModel};
+use crate::system::display;
 use crate::system::{Engine, Events};
 use serde::Serialize;
 use stateright::Model;

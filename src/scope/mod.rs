@@ -40,8 +40,8 @@ mod engine;
 mod mooncake;
 pub mod replay;
 pub mod scenario;
-pub use engine::limits;
 pub use crate::system::input::{Arrivals, Environment, Faults, StreamInput, System};
+pub use engine::limits;
 pub(crate) use engine::parse_engine;
 
 #[derive(Deserialize)]

@@ -1,7 +1,7 @@
 //! Rendering for people: states as tables, actions by name, steps as one-line stories.
 
-use super::input::{Input, System};
 use super::connector::Phase;
+use super::input::{Input, System};
 use crate::system::types::{BlockHash, ContentTag, Status};
 use crate::system::{Direction, Engine, Event};
 use std::fmt::Write;
