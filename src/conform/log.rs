@@ -297,6 +297,25 @@ fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
     }
 }
 
+/// A header size beyond what kvmc allocates: the same limits as a model file's
+/// (docs/models.md, "Limits"), so that a typo cannot abort the process for lack of memory.
+/// Names the key and the largest accepted value. (Sizes that allocate nothing, such as
+/// `sync_load_budget_tokens` or `blocks_per_chunk`, are taken as the implementation ran them.)
+fn header_size_error(h: &Header) -> Option<String> {
+    use crate::model::scope::limits;
+    let checks: [(&str, u32, u32, &str); 5] = [
+        ("block_size", h.block_size, 64, " (as in a model file)"),
+        ("num_gpu_blocks", h.num_gpu_blocks, limits::GPU_BLOCKS, " (G1 is allocated per block)"),
+        ("max_num_seqs", h.max_num_seqs, limits::MAX_NUM_SEQS, " (request ids are 16-bit)"),
+        ("cpu_blocks", h.cpu_blocks, limits::CPU_BLOCKS, " (the CPU pool is allocated per block)"),
+        ("host_chunks", h.host_chunks, limits::HOST_CHUNKS, " (the host tier is allocated per chunk)"),
+    ];
+    checks
+        .iter()
+        .find(|(_, v, max, _)| v > max)
+        .map(|(k, v, max, why)| format!("{k} must be at most {max}{why}, got {v}"))
+}
+
 /// A parsed line with its 1-based line number and its text.
 #[derive(Debug, Clone)]
 pub struct Line {
@@ -363,6 +382,9 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                 if h.block_size == 0 || h.num_gpu_blocks < 2 || h.max_num_batched_tokens == 0 || h.blocks_per_chunk == 0
                 {
                     return Err(KvmcError::input(path, no, "block_size, num_gpu_blocks (>= 2), max_num_batched_tokens and blocks_per_chunk must be positive"));
+                }
+                if let Some(why) = header_size_error(h) {
+                    return Err(KvmcError::input(path, no, why));
                 }
                 if h.connector == "offloading" && h.host_chunks == 0 {
                     return Err(KvmcError::input(
