@@ -38,3 +38,43 @@ fn conform_header_sizes_are_bounded() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("cpu_blocks must be at most 4194304"), "{}", stderr(&o));
 }
+
+/// Issue 19: a `--variant` that changes nothing the model reads is refused by `check`; trace
+/// replay, scenario replay and the explorer ran the profile unchanged and said nothing.
+#[test]
+fn replay_and_explore_refuse_a_variant_that_changes_nothing() {
+    let scen = root().join("tests/adversarial/preempt-store__vllm-0.33__pre-29870__kv-read-integrity.scenario.toml");
+    let runs: [&[&str]; 3] = [
+        &[
+            "replay",
+            "tests/traces/conversation-head-300.jsonl",
+            "--model",
+            "models/replay-mooncake.toml",
+            "--limit",
+            "3",
+            "--variant",
+            "mut-scpu-pin-leak",
+        ],
+        &["replay", scen.to_str().unwrap(), "--variant", "mut-scpu-pin-leak"],
+        &["explore", "models/host-lru.toml", "--variant", "mut-scpu-pin-leak", "--dry-run"],
+    ];
+    for args in runs {
+        let o = kvmc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("changes only scpu_drop_stale_pin"), "{args:?}: {}", stderr(&o));
+    }
+    // A variant the model reads still runs.
+    let o = kvmc(&["explore", "models/host-lru.toml", "--variant", "pre-29870", "--dry-run"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+/// Issue 19: `bench --threads` took any number (100000 aborted spawning threads in check);
+/// it now has check's 1..=1024 rule.
+#[test]
+fn bench_threads_is_bounded() {
+    for t in ["0", "100000"] {
+        let o = kvmc(&["bench", "--threads", t, "models/host-lru.toml"]);
+        assert_eq!(o.status.code(), Some(2), "{t}: {}", stderr(&o));
+        assert!(stderr(&o).contains("1..=1024"), "{t}: {}", stderr(&o));
+    }
+}
