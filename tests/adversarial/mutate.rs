@@ -72,6 +72,9 @@ pub enum Mutation {
     SwapLines,
     Truncate,
     Number,
+    /// A number changed to a nearby plausible one (n ± 1, 2n, 10n, n / 2): the file mostly
+    /// stays valid, so the run goes past the parser into the model.
+    Tweak,
     RenameKey,
     InvalidUtf8,
     Empty,
@@ -88,6 +91,10 @@ pub const ALL: &[Mutation] = &[
     Mutation::Number,
     Mutation::Number,
     Mutation::Number,
+    Mutation::Tweak,
+    Mutation::Tweak,
+    Mutation::Tweak,
+    Mutation::Tweak,
     Mutation::RenameKey,
     Mutation::InvalidUtf8,
     Mutation::Empty,
@@ -104,6 +111,7 @@ impl Mutation {
             Mutation::SwapLines => "swap-lines",
             Mutation::Truncate => "truncate",
             Mutation::Number => "number",
+            Mutation::Tweak => "tweak",
             Mutation::RenameKey => "rename-key",
             Mutation::InvalidUtf8 => "invalid-utf8",
             Mutation::Empty => "empty",
@@ -196,7 +204,7 @@ fn deep(rng: &mut Rng, kind: Syntax) -> Vec<u8> {
         Syntax::Msgpack => {
             // `[ts, [[[...]]]]`: fixarray headers, innermost an integer.
             let mut v = vec![0x92, 0x00];
-            v.extend(std::iter::repeat(0x91).take(depth));
+            v.extend(std::iter::repeat_n(0x91, depth));
             v.push(0x01);
             v
         }
@@ -275,6 +283,26 @@ pub fn apply(rng: &mut Rng, m: Mutation, b: &mut Vec<u8>, syntax: Syntax) -> Str
             let v = *rng.pick(NUMBERS);
             b.splice(s..e, v.bytes());
             format!("number at byte {s} -> {v}")
+        }
+        Mutation::Tweak => {
+            let ns: Vec<_> = numbers(b).into_iter().filter(|&(s, e)| b[s..e].iter().all(u8::is_ascii_digit)).collect();
+            if ns.is_empty() {
+                return "no number".into();
+            }
+            let (s, e) = ns[rng.below(ns.len())];
+            let Ok(n) = std::str::from_utf8(&b[s..e]).unwrap().parse::<u64>() else {
+                return "a number too long to tweak".into();
+            };
+            let v = match rng.below(6) {
+                0 => n + 1,
+                1 => n.saturating_sub(1),
+                2 => n.saturating_mul(2),
+                3 => n.saturating_mul(10),
+                4 => n / 2,
+                _ => n.saturating_mul(100),
+            };
+            b.splice(s..e, v.to_string().bytes());
+            format!("tweak number at byte {s}: {n} -> {v}")
         }
         Mutation::RenameKey => {
             let ks = keys(b);
