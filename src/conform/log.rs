@@ -299,8 +299,8 @@ fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
 
 /// A header size beyond what kvmc allocates: the same limits as a model file's
 /// (docs/models.md, "Limits"), so that a typo cannot abort the process for lack of memory.
-/// Names the key and the largest accepted value. (Sizes that allocate nothing, such as
-/// `sync_load_budget_tokens` or `blocks_per_chunk`, are taken as the implementation ran them.)
+/// Names the key and the largest accepted value. (`sync_load_budget_tokens`, which allocates
+/// nothing, is taken as the implementation ran it.)
 fn header_size_error(h: &Header) -> Option<String> {
     use crate::model::scope::limits;
     let checks: [(&str, u32, u32, &str); 5] = [
@@ -310,10 +310,18 @@ fn header_size_error(h: &Header) -> Option<String> {
         ("cpu_blocks", h.cpu_blocks, limits::CPU_BLOCKS, " (the CPU pool is allocated per block)"),
         ("host_chunks", h.host_chunks, limits::HOST_CHUNKS, " (the host tier is allocated per chunk)"),
     ];
-    checks
-        .iter()
-        .find(|(_, v, max, _)| v > max)
-        .map(|(k, v, max, why)| format!("{k} must be at most {max}{why}, got {v}"))
+    if let Some((k, v, max, why)) = checks.iter().find(|(_, v, max, _)| v > max) {
+        return Some(format!("{k} must be at most {max}{why}, got {v}"));
+    }
+    // A chunk's tokens (`blocks_per_chunk * block_size`) must not overflow: 2^31 blocks of 4
+    // tokens wrapped to 0 and divided by zero. The model file's rule.
+    (h.connector == "offloading" && h.blocks_per_chunk >= h.num_gpu_blocks).then(|| {
+        format!(
+            "blocks_per_chunk must be at most {} (the usable GPU blocks: a larger chunk never fills), got {}",
+            h.num_gpu_blocks - 1,
+            h.blocks_per_chunk
+        )
+    })
 }
 
 /// A parsed line with its 1-based line number and its text.

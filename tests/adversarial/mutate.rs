@@ -157,6 +157,17 @@ fn numbers(b: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
+/// One time in four, only the numbers of the first line that has any: a log's header (its
+/// sizes), otherwise one number among hundreds.
+fn header_biased(rng: &mut Rng, b: &[u8], ns: Vec<(usize, usize)>) -> Vec<(usize, usize)> {
+    if rng.below(4) != 0 {
+        return ns;
+    }
+    let Some(&(first, _)) = ns.first() else { return ns };
+    let end = b[first..].iter().position(|&c| c == b'\n').map_or(b.len(), |i| first + i);
+    ns.into_iter().filter(|&(s, _)| s < end).collect()
+}
+
 /// Byte ranges of keys: a TOML `key =` at a line's start, a JSON `"key":`, a `[table]` name.
 fn keys(b: &[u8]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
@@ -275,7 +286,7 @@ pub fn apply(rng: &mut Rng, m: Mutation, b: &mut Vec<u8>, syntax: Syntax) -> Str
             format!("truncate to {n} bytes")
         }
         Mutation::Number => {
-            let ns = numbers(b);
+            let ns = header_biased(rng, b, numbers(b));
             if ns.is_empty() {
                 return "no number".into();
             }
@@ -286,6 +297,7 @@ pub fn apply(rng: &mut Rng, m: Mutation, b: &mut Vec<u8>, syntax: Syntax) -> Str
         }
         Mutation::Tweak => {
             let ns: Vec<_> = numbers(b).into_iter().filter(|&(s, e)| b[s..e].iter().all(u8::is_ascii_digit)).collect();
+            let ns = header_biased(rng, b, ns);
             if ns.is_empty() {
                 return "no number".into();
             }

@@ -25,6 +25,9 @@ fn conform_header_sizes_are_bounded() {
         ("host_chunks", "\"host_chunks\":12,", "\"host_chunks\":4294967295,", "4194304"),
         ("max_num_seqs", "\"max_num_seqs\":4,", "\"max_num_seqs\":4294967295,", "65536"),
         ("block_size", "\"block_size\":4,", "\"block_size\":4294967295,", "64"),
+        // Found by the adversarial suite: a chunk of 2^31 blocks of 4 tokens wrapped to 0
+        // tokens and divided by zero in the connector's lookup (exit 101).
+        ("blocks_per_chunk", "\"blocks_per_chunk\":1,", "\"blocks_per_chunk\":2147483648,", "8"),
     ] {
         let p = log_with("adv-conform-header", "abort-async-load.jsonl", from, to);
         let o = kvmc(&["conform", p.to_str().unwrap()]);
