@@ -1,5 +1,6 @@
 //! kvmc's integration tests: one binary, one module per concern.
 
+mod adversarial;
 mod anywhere;
 mod arc;
 mod architecture;

@@ -71,8 +71,8 @@ pub fn why_not(p: &props::PropDef, scope: &Scope) -> String {
 /// Which models read a switch of the rules table, by the switch's name (a test keeps every
 /// row of `RULE_ROWS` classified). A variant that changes only switches this model never
 /// reads runs the profile unchanged: that is refused rather than passed.
-fn switch_read_by(row: &str, scope: &Scope) -> Option<bool> {
-    let cfg = &scope.cfg;
+/// `load_failure`: the model injects load failures (a checker scope's `[faults]`; replay never).
+fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Option<bool> {
     let kind = cfg.connector_kind();
     let off = cfg.offload();
     Some(match row {
@@ -82,7 +82,7 @@ fn switch_read_by(row: &str, scope: &Scope) -> Option<bool> {
             matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)
         }
         "evict_invalid_on_recompute" => {
-            scope.faults.load_failure && cfg.load_failure_policy == crate::system::LoadFailurePolicy::Recompute
+            load_failure && cfg.load_failure_policy == crate::system::LoadFailurePolicy::Recompute
         }
         "sync_loads" => off.is_some_and(|o| o.sync_load_budget_tokens > 0),
         "arc_t1_fallback" | "arc_ghost_trim" => off.is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc),
@@ -117,11 +117,27 @@ pub fn unclassified_switches() -> Vec<&'static str> {
         "[engine]\nblock_size = 2\ngpu_blocks = 2\nmax_num_batched_tokens = 1\n[[request]]\nname = \"A\"\nprompt = \"a\"\noutput = \"b\"\n",
     )
     .expect("a minimal scope");
-    RULE_ROWS.iter().filter(|r| switch_read_by(r.name, &scope).is_none()).map(|r| r.name).collect()
+    RULE_ROWS
+        .iter()
+        .filter(|r| switch_read_by(r.name, &scope.cfg, scope.faults.load_failure).is_none())
+        .map(|r| r.name)
+        .collect()
 }
 
 /// Does `variant` change anything `scope` reads under `profile`? `Err` says why not.
 pub fn variant_applies(scope: &Scope, profile: &str, variant: &str) -> std::result::Result<(), String> {
+    variant_applies_to(&scope.name, &scope.cfg, scope.faults.load_failure, profile, variant)
+}
+
+/// [`variant_applies`] for a model named `name` with engine `cfg` (`load_failure`: it injects
+/// load failures): also for replay models, which have no scope.
+pub fn variant_applies_to(
+    name: &str,
+    cfg: &EngineConfig,
+    load_failure: bool,
+    profile: &str,
+    variant: &str,
+) -> std::result::Result<(), String> {
     let base = rules::resolve(profile, None)?;
     let with = rules::resolve(profile, Some(variant))?;
     if base == with {
@@ -132,15 +148,14 @@ pub fn variant_applies(scope: &Scope, profile: &str, variant: &str) -> std::resu
     let changed: Vec<&str> =
         RULE_ROWS.iter().filter(|r| (r.value)(&base) != (r.value)(&with)).map(|r| r.name).collect();
     // A switch missing from the table cannot be classified: assume it is read.
-    if changed.is_empty() || changed.iter().any(|r| switch_read_by(r, scope) != Some(false)) {
+    if changed.is_empty() || changed.iter().any(|r| switch_read_by(r, cfg, load_failure) != Some(false)) {
         return Ok(());
     }
     Err(format!(
-        "variant '{variant}' changes only {}, which model '{}' (connector = \"{}\"{}) never reads: it would run profile {profile} unchanged",
+        "variant '{variant}' changes only {}, which model '{name}' (connector = \"{}\"{}) never reads: it would run profile {profile} unchanged",
         changed.join(", "),
-        scope.name,
-        connector_name(&scope.cfg),
-        if scope.cfg.router_replay.is_some() { ", [router_replay]" } else { "" }
+        connector_name(cfg),
+        if cfg.router_replay.is_some() { ", [router_replay]" } else { "" }
     ))
 }
 

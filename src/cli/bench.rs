@@ -15,8 +15,9 @@ pub struct BenchArgs {
     pub paths: Vec<PathBuf>,
     #[arg(long)]
     pub variant: Option<String>,
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    /// Explorer threads (1 to 1024, as for `check`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=super::check::MAX_THREADS))]
+    pub threads: u64,
     #[arg(long, default_value = "models")]
     pub models: PathBuf,
     /// Measure trace replay instead: this trace through `--model` (invariants checked after
@@ -115,7 +116,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         let defs: Vec<_> =
             props::REGISTRY.iter().filter(|d| d.kind == Kind::Always && props::applies(d, &scope.cfg)).collect();
         let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
-        let r = check::run(m, &RunOpts { threads: a.threads, ..Default::default() });
+        let r = check::run(m, &RunOpts { threads: a.threads as usize, ..Default::default() });
         let peak = crate::check::run::peak_rss_bytes().map_or(0.0, |b| b as f64 / 1048576.0);
         println!(
             "{:<30} {:>12} {:>12} {:>8} {:>10.3} {:>12.0} {:>10.1}{}",

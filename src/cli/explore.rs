@@ -57,6 +57,13 @@ pub struct ExploreArgs {
 
 pub fn run(a: ExploreArgs) -> Result<i32> {
     let scope = Arc::new(Scope::load(&a.model)?);
+    if let Some(v) = a.variant.as_deref() {
+        // As for `check`: a variant that changes nothing this model reads is refused.
+        crate::system::rules::resolve(a.profile.as_deref().unwrap_or(&scope.profile), Some(v))
+            .map_err(KvmcError::Usage)?;
+        crate::check::gate::variant_applies(&scope, a.profile.as_deref().unwrap_or(&scope.profile), v)
+            .map_err(|why| KvmcError::Usage(format!("--variant {v}: {why}")))?;
+    }
     let defs: Vec<_> =
         props::REGISTRY.iter().filter(|p| props::applies(p, &scope.cfg) && p.kind == Kind::Always).collect();
     let model = KvModel::new(scope, a.profile.as_deref(), a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;

@@ -99,8 +99,14 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
     };
     let model = ReplayModel::load(model_path)?;
     model.warnings.iter().for_each(|w| eprintln!("{w}"));
-    crate::system::rules::resolve(a.profile.as_deref().unwrap_or(&model.profile), a.variant.as_deref())
-        .map_err(KvmcError::Usage)?;
+    let profile = a.profile.as_deref().unwrap_or(&model.profile);
+    crate::system::rules::resolve(profile, a.variant.as_deref()).map_err(KvmcError::Usage)?;
+    if let Some(v) = a.variant.as_deref() {
+        // As for `check`: a variant that changes nothing this model reads is refused (replay
+        // injects no load failures).
+        crate::check::gate::variant_applies_to(&model.name, &model.cfg, false, profile, v)
+            .map_err(|why| KvmcError::Usage(format!("--variant {v}: {why}")))?;
+    }
     let fmt = match a.trace_format {
         TraceFormat::Auto => None,
         TraceFormat::Mooncake => Some(Format::Mooncake),

@@ -297,6 +297,33 @@ fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
     }
 }
 
+/// A header size beyond what kvmc allocates: the same limits as a model file's
+/// (docs/models.md, "Limits"), so that a typo cannot abort the process for lack of memory.
+/// Names the key and the largest accepted value. (`sync_load_budget_tokens`, which allocates
+/// nothing, is taken as the implementation ran it.)
+fn header_size_error(h: &Header) -> Option<String> {
+    use crate::scope::limits;
+    let checks: [(&str, u32, u32, &str); 5] = [
+        ("block_size", h.block_size, 64, " (as in a model file)"),
+        ("num_gpu_blocks", h.num_gpu_blocks, limits::GPU_BLOCKS, " (G1 is allocated per block)"),
+        ("max_num_seqs", h.max_num_seqs, limits::MAX_NUM_SEQS, " (request ids are 16-bit)"),
+        ("cpu_blocks", h.cpu_blocks, limits::CPU_BLOCKS, " (the CPU pool is allocated per block)"),
+        ("host_chunks", h.host_chunks, limits::HOST_CHUNKS, " (the host tier is allocated per chunk)"),
+    ];
+    if let Some((k, v, max, why)) = checks.iter().find(|(_, v, max, _)| v > max) {
+        return Some(format!("{k} must be at most {max}{why}, got {v}"));
+    }
+    // A chunk's tokens (`blocks_per_chunk * block_size`) must not overflow: 2^31 blocks of 4
+    // tokens wrapped to 0 and divided by zero. The model file's rule.
+    (h.connector == "offloading" && h.blocks_per_chunk >= h.num_gpu_blocks).then(|| {
+        format!(
+            "blocks_per_chunk must be at most {} (the usable GPU blocks: a larger chunk never fills), got {}",
+            h.num_gpu_blocks - 1,
+            h.blocks_per_chunk
+        )
+    })
+}
+
 /// A parsed line with its 1-based line number and its text.
 #[derive(Debug, Clone)]
 pub struct Line {
@@ -363,6 +390,9 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                 if h.block_size == 0 || h.num_gpu_blocks < 2 || h.max_num_batched_tokens == 0 || h.blocks_per_chunk == 0
                 {
                     return Err(KvmcError::input(path, no, "block_size, num_gpu_blocks (>= 2), max_num_batched_tokens and blocks_per_chunk must be positive"));
+                }
+                if let Some(why) = header_size_error(h) {
+                    return Err(KvmcError::input(path, no, why));
                 }
                 if h.connector == "offloading" && h.host_chunks == 0 {
                     return Err(KvmcError::input(

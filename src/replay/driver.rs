@@ -499,7 +499,7 @@ impl<'a> Driver<'a> {
         if let Some(f) = self.after_action(k)? {
             return Ok(Some(f));
         }
-        if self.full_every > 1 && self.inst[k].steps % self.full_every == 0 {
+        if self.full_every > 1 && self.inst[k].steps.is_multiple_of(self.full_every) {
             if let Some(f) = self.full_check(k) {
                 return Ok(Some(f));
             }

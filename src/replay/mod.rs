@@ -256,10 +256,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         .filter(|(_, r)| r.finished)
         .map(|(i, r)| request_row(trace, i as u32, r, d.out_len[i]))
         .collect();
-    let finding = match found {
-        None => None,
-        Some(f) => Some(export::write(&d, &f, &profile, opts.variant.as_deref(), opts.out_dir.as_deref())),
-    };
+    let finding = found.map(|f| export::write(&d, &f, &profile, opts.variant.as_deref(), opts.out_dir.as_deref()));
     Ok(Outcome {
         trace: trace.path.clone(),
         format: trace.format.name(),

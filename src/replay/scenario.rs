@@ -41,6 +41,12 @@ pub fn run_scenario(
     };
     let scope = Scope::load(&mpath)?;
     let profile = profile.map(str::to_string).or(h.profile).unwrap_or_else(|| scope.profile.clone());
+    if let Some(v) = variant {
+        // As for `check`: a `--variant` that changes nothing this model reads is refused.
+        crate::system::rules::resolve(&profile, Some(v)).map_err(KvmcError::Usage)?;
+        crate::check::gate::variant_applies(&scope, &profile, v)
+            .map_err(|why| KvmcError::Usage(format!("--variant {v}: {why}")))?;
+    }
     let variant = variant.map(str::to_string).or(h.variant);
     let defs: Vec<_> =
         props::REGISTRY.iter().filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg)).collect();

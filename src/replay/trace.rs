@@ -171,7 +171,8 @@ impl Trace {
                 return Err(bad(
                     line,
                     format!(
-                        "{} hash_ids do not match input_length {input}: {tbs}-token trace blocks need {want}",
+                        "{} hash_ids do not match input_length {input}: {tbs}-token trace blocks (the replay \
+                         model's trace_block_size) need {want}",
                         hash_ids.len()
                     ),
                 ));

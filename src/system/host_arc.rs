@@ -135,10 +135,8 @@ impl ArcLists {
                 } else if take(&mut self.t2, k) {
                     self.t2.push(*k);
                 }
-            } else if reused.contains(k) {
-                if take(&mut self.t1, k) || take(&mut self.t2, k) {
-                    self.t2.push(*k);
-                }
+            } else if reused.contains(k) && (take(&mut self.t1, k) || take(&mut self.t2, k)) {
+                self.t2.push(*k);
             }
         }
     }

@@ -122,7 +122,7 @@ impl RefOrder {
     fn remove(&mut self, k: &Key, at: Option<&mut RefPlace>) -> Option<Rank> {
         if let Some(ix) = self.indexed.get_mut() {
             // A key without a host entry has no place: it is not listed.
-            let Some(p) = at else { return None };
+            let p = at?;
             if !p.listed() {
                 return None;
             }

@@ -189,6 +189,7 @@ impl NxState {
     /// Worker, `wait_for_save` → `save_kv_to_host`: copy the step's saved blocks from G1 to
     /// their host slots (after the forward pass). A block copied before the request has
     /// written every prompt position it holds is a partial save.
+    #[allow(clippy::too_many_arguments)]
     pub fn save_kv_to_host(
         &mut self,
         pool: &GpuPool,
