@@ -44,7 +44,7 @@ pub fn run_scenario(
     if let Some(v) = variant {
         // As for `check`: a `--variant` that changes nothing this model reads is refused.
         crate::system::rules::resolve(&profile, Some(v)).map_err(KvmcError::Usage)?;
-        crate::check::gate::variant_applies(&scope, &profile, v)
+        crate::system::rules::variant_applies_to(&scope.name, &scope.cfg, scope.faults.load_failure, &profile, v)
             .map_err(|why| KvmcError::Usage(format!("--variant {v}: {why}")))?;
     }
     let variant = variant.map(str::to_string).or(h.variant);

@@ -7,8 +7,10 @@
 
 use std::fmt;
 
+mod applies;
 mod table;
 mod variants;
+pub use applies::{connector_name, switch_read_by, variant_applies_to};
 pub use table::{RuleRow, RuleValue, Rules, RULE_ROWS};
 pub use variants::VARIANTS;
 
