@@ -4,22 +4,23 @@
 //! An engine moves only through the inputs below. The model checker chooses them
 //! nondeterministically; trace replay and conformance take them from a trace or a log.
 
+use super::collections::side::{ReadCache, Side};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
 use super::connector::{
-    mooncake_worker as mc_worker, simple_cpu_worker as sc_worker, worker as conn_worker, Connector, StepScratch,
+    mooncake::worker as mc_worker, offloading::worker as conn_worker, simple_cpu::worker as sc_worker, Connector,
+    StepScratch,
 };
 use super::events::{Event, Events};
 use super::expert_rows::AuxState;
 use super::ghost::{Breach, Ghost, Mark};
 use super::gpu_pool::GpuPool;
+use super::model_runner::WorkerOut;
 use super::request::{Queue, ReqState};
 use super::rules::Rules;
-use super::side::{ReadCache, Side};
 use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
-use super::worker::WorkerOut;
 use super::workload::Workload;
-use super::{scheduler, scheduler_output, worker};
+use super::{model_runner, scheduler, scheduler_output};
 
 /// What every transition reads and never changes.
 #[derive(Clone, Copy)]
@@ -317,7 +318,7 @@ impl Engine {
         if self.is_dead() {
             return Batch { out, wout: WorkerOut::default() }; // schedule() raised
         }
-        let wout = worker::execute(self, ctx, &out, &scratch, input, ev);
+        let wout = model_runner::execute(self, ctx, &out, &scratch, input, ev);
         Batch { out, wout }
     }
 

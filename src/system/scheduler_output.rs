@@ -9,9 +9,9 @@ use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Mark};
 use super::kv_manager;
+use super::model_runner::WorkerOut;
 use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
-use super::worker::WorkerOut;
 
 use std::collections::BTreeSet;
 

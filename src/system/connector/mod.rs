@@ -7,24 +7,19 @@
 //! SimpleCPUOffloadConnector, MooncakeStoreConnector or NixlConnector's producer side).
 
 pub mod mooncake;
-pub mod mooncake_worker;
 pub mod nixl;
 pub mod offloading;
-mod offloading_store;
 pub mod simple_cpu;
-mod simple_cpu_store;
-pub mod simple_cpu_worker;
-pub mod worker;
 
 use super::config::{ConnectorConfig, EngineConfig, MooncakeConfig};
 use super::engine::Direction;
 use super::events::Events;
 use super::ghost::Ghost;
 use super::gpu_pool::GpuPool;
+use super::model_runner::WorkerOut;
 use super::request::ReqState;
 use super::rules::Rules;
 use super::types::{BlockId, JobId, ReqId};
-use super::worker::WorkerOut;
 use super::workload::{RequestSpec, Workload};
 use std::collections::BTreeSet;
 
@@ -296,8 +291,8 @@ impl Connector {
                 .filter(|j| j.phase == Phase::Submitted && (j.is_store() == (d == Direction::Store)))
                 .map(|j| j.id)
                 .min(),
-            Connector::SimpleCpu(sc) => simple_cpu_worker::next_transfer(sc, d),
-            Connector::Mooncake(mc) => mooncake_worker::next_transfer(mc, d),
+            Connector::SimpleCpu(sc) => simple_cpu::worker::next_transfer(sc, d),
+            Connector::Mooncake(mc) => mooncake::worker::next_transfer(mc, d),
         }
     }
 

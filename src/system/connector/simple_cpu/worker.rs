@@ -13,14 +13,14 @@
 //! they are when it is launched; a forward that writes a source block before the copy is
 //! done tears it.
 
-use super::super::engine::{Ctx, Direction, StepInput};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::types::{BadKind, BlockId, ContentTag, JobId, ReqId};
-use super::super::worker::WorkerOut;
-use super::simple_cpu::ScState;
-use super::Phase;
+use super::ScState;
+use crate::system::connector::Phase;
+use crate::system::engine::{Ctx, Direction, StepInput};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::model_runner::WorkerOut;
+use crate::system::types::{BadKind, BlockId, ContentTag, JobId, ReqId};
 use std::collections::BTreeSet;
 
 /// `StepInput::complete` names store events by id and load events by `id | LOAD_EVENT`

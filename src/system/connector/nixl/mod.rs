@@ -42,14 +42,14 @@
 //! heterogeneous TP and block-size mapping, hybrid (SWA, Mamba) groups and the prefill
 //! backoff, bidirectional transfer, async scheduling, streaming sessions.
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::types::{cdiv, BlockId, ContentTag, FinishReason, ReqId, Status};
-use super::super::worker::tag_serves;
-use super::super::workload::{RequestSpec, Workload};
-use super::{ConnCtx, SchedOut, StepScratch};
+use crate::system::connector::{ConnCtx, SchedOut, StepScratch};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::model_runner::tag_serves;
+use crate::system::request::ReqState;
+use crate::system::types::{cdiv, BlockId, ContentTag, FinishReason, ReqId, Status};
+use crate::system::workload::{RequestSpec, Workload};
 
 /// A finished request whose blocks wait for the consumer (`_reqs_need_send`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]

@@ -14,9 +14,9 @@
 //! eviction-order fails when the host tier picked others.
 
 use super::host_tier::{Key, Rank};
-use super::rank_queue::{first_n, RankQueue};
-use super::rules::HostLru;
-use super::side::Side;
+use crate::system::collections::rank_queue::{first_n, RankQueue};
+use crate::system::collections::side::Side;
+use crate::system::rules::HostLru;
 
 #[derive(Clone, Debug, Default)]
 pub struct RefOrder {

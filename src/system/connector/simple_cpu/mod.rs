@@ -16,14 +16,17 @@
 //! sliding window null blocks, fine-grained hash blocks and the prompt partial tail),
 //! `reset()`, world size > 1 (store events count one worker report), KV events payloads.
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::rules::Rules;
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::workload::RequestSpec;
-use super::{BitSet, ConnCtx, Phase};
+mod build_meta;
+pub mod worker;
+
+use crate::system::connector::{BitSet, ConnCtx, Phase};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::request::ReqState;
+use crate::system::rules::Rules;
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
+use crate::system::workload::RequestSpec;
 use std::collections::BTreeMap;
 
 /// `StoreRequestState` (eager mode): the mirror of the request's block table (from

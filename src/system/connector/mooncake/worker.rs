@@ -13,14 +13,14 @@
 //!   (`_close_ended_store_requests`), report finished loads (with the blocks that failed) and
 //!   the save jobs done (`build_connector_worker_meta`'s `completed_saves`).
 
-use super::super::engine::{Ctx, Direction, StepInput};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::types::{BadKind, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::worker::WorkerOut;
-use super::mooncake::{Ledger, McState};
-use super::{Phase, SchedOut};
+use super::{Ledger, McState};
+use crate::system::connector::{Phase, SchedOut};
+use crate::system::engine::{Ctx, Direction, StepInput};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::model_runner::WorkerOut;
+use crate::system::types::{BadKind, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use std::collections::BTreeSet;
 
 /// The job a thread runs next: the oldest queued one of that direction.

@@ -10,12 +10,12 @@
 //! blocks as they are when it is submitted; a forward pass that writes a source block before
 //! the copy is done tears it.
 
-use super::super::engine::{Ctx, StepInput};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost};
-use super::super::gpu_pool::GpuPool;
-use super::super::types::{BadKind, BlockHash, BlockId, ContentTag, JobId, ReqId};
-use super::{JobKind, OcState, Phase, StepScratch};
+use crate::system::connector::{JobKind, OcState, Phase, StepScratch};
+use crate::system::engine::{Ctx, StepInput};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, JobId, ReqId};
 use std::collections::BTreeSet;
 
 /// Submit a store: take the copy's snapshot and check that every source block holds its
@@ -133,7 +133,7 @@ pub fn handle_preemptions(
         .filter(|&&id| oc.job(id).is_some_and(|j| j.is_store() && j.phase == Phase::Submitted))
         .max()
     {
-        ghost.mark(super::super::ghost::Mark::Flush);
+        ghost.mark(crate::system::ghost::Mark::Flush);
         let upto: Vec<JobId> = oc
             .jobs
             .iter()

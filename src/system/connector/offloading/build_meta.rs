@@ -6,16 +6,16 @@
 //! cursor up to the last complete chunk the request has computed (or will have computed once
 //! this step's forward pass runs).
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::host_tier::Key;
-use super::super::request::ReqState;
-use super::super::rules::{FinishWatermark, HostLru};
-use super::super::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
-use super::super::workload::{RequestSpec, Workload};
-use super::offloading::{key_of, Job, JobKind, OcReq, OcState, Phase};
-use super::{ConnCtx, SchedOut, StepScratch};
+use super::{key_of, Job, JobKind, OcReq, OcState, Phase};
+use crate::system::connector::offloading::host_tier::Key;
+use crate::system::connector::{ConnCtx, SchedOut, StepScratch};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::request::ReqState;
+use crate::system::rules::{FinishWatermark, HostLru};
+use crate::system::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
+use crate::system::workload::{RequestSpec, Workload};
 
 impl OcState {
     /// `build_connector_meta`: mirror updates, flushes, store jobs, finish signals.

@@ -5,8 +5,7 @@
 //! nothing whatever it holds, and the model checker never turns it on (`Side(None)`), so
 //! state identity and state counts are untouched.
 
-use super::host_tier::Key;
-use super::types::{BlockHash, BlockId};
+use crate::system::types::{BlockHash, BlockHash as Key, BlockId};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 

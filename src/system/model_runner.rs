@@ -7,15 +7,15 @@
 //! read (per layer), so a request may read a block another request writes in the same pass.
 //! A request that reads wrong KV writes wrong KV (taint), and so does anyone who reads that.
 
-use super::connector::mooncake_worker as mc_conn;
-use super::connector::simple_cpu_worker as sc_conn;
-use super::connector::worker as conn;
+use super::collections::side::FastMap;
+use super::connector::mooncake::worker as mc_conn;
+use super::connector::offloading::worker as conn;
+use super::connector::simple_cpu::worker as sc_conn;
 use super::connector::{BitSet, Connector, JobKind, Phase, SchedOut, StepScratch};
 use super::engine::{Ctx, Engine, StepInput};
 use super::events::{Event, Events};
 use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOutput};
 use super::ghost::Breach;
-use super::side::FastMap;
 use super::types::{cdiv, fold_token_iter, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
 use std::collections::{BTreeMap, BTreeSet};

@@ -8,16 +8,22 @@
 //! store: a store that still has to read a freed block is *flushed* (copied before the
 //! block's next writer runs).
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
-use super::super::request::ReqState;
-use super::super::rules::{HostLru, Rules};
-use super::super::side::{SideVal, WordHasher};
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::workload::RequestSpec;
-use super::{BitSet, ConnCtx, StepScratch};
+mod build_meta;
+pub mod host_arc;
+pub mod host_tier;
+pub mod reference_order;
+pub mod worker;
+
+use crate::system::collections::side::{SideVal, WordHasher};
+use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
+use crate::system::connector::{BitSet, ConnCtx, StepScratch};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::request::ReqState;
+use crate::system::rules::{HostLru, Rules};
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
+use crate::system::workload::RequestSpec;
 use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).

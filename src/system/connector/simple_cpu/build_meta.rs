@@ -11,14 +11,14 @@
 //! blocks as the CPU pool has free (a partial store: the rest is retried at the request's
 //! next scheduled step). All stores of one step form one store event.
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::types::{BlockHash, BlockId, ReqId, NULL_BLOCK};
-use super::super::workload::{RequestSpec, Workload};
-use super::simple_cpu::{LoadEvent, ScState, StoreEvent, Transfer};
-use super::{ConnCtx, Phase, SchedOut};
+use super::{LoadEvent, ScState, StoreEvent, Transfer};
+use crate::system::connector::{ConnCtx, Phase, SchedOut};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::request::ReqState;
+use crate::system::types::{BlockHash, BlockId, ReqId, NULL_BLOCK};
+use crate::system::workload::{RequestSpec, Workload};
 
 /// What one eager scan chose.
 #[derive(Default)]

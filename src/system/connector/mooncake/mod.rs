@@ -27,15 +27,17 @@
 //! pool lost shows up as a load failure), `reset_cache`, KV events, 0.24's store (it delayed
 //! the request's free instead of pinning blocks).
 
-use super::super::config::{KvRole, MooncakeConfig};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::side::Side;
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::workload::{RequestSpec, Workload};
-use super::{ConnCtx, Phase, SchedOut};
+pub mod worker;
+
+use crate::system::collections::side::Side;
+use crate::system::config::{KvRole, MooncakeConfig};
+use crate::system::connector::{ConnCtx, Phase, SchedOut};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::request::ReqState;
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
+use crate::system::workload::{RequestSpec, Workload};
 use std::collections::BTreeMap;
 
 /// `LoadSpec` (data.py) for one request.
