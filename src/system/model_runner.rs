@@ -77,7 +77,7 @@ pub fn execute(
             .collect();
         match expert_rows::worker::commit_output(
             &mut a.workers,
-            &mut a.store,
+            &mut a.row_store,
             &steps,
             ctx.cfg.block_size,
             ctx.rules.aux_partial_skip,

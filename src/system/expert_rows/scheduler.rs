@@ -271,5 +271,5 @@ pub fn begin_step(aux: &mut AuxState, meta: &AuxMeta, b: u32) {
             release.extend(st.keys.iter().rev().copied());
         }
     }
-    aux.store.put(&publish, &retain, &release);
+    aux.row_store.put(&publish, &retain, &release);
 }

@@ -10,7 +10,7 @@
 //! step's rows when `emit_cursor >= c`, otherwise read back (*materialized*) from the store
 //! and the tail — a missing key is `BlockObjectStoreError` and the engine dies.
 
-use super::store::RowStore;
+use super::row_store::RowStore;
 use crate::system::types::{BlockHash, ReqId};
 
 /// `_WorkerRequestState` plus the request's buffer tail.
