@@ -310,7 +310,7 @@ pub fn render(scope: &Scope, e: &Engine) -> String {
 }
 
 /// SimpleCPU's CPU pool, per-request state and events.
-fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connector::ScState) {
+fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connector::SimpleCpuState) {
     let wl = &scope.workload;
     let _ = writeln!(
         s,
@@ -382,7 +382,7 @@ fn render_simple_cpu(s: &mut String, scope: &Scope, sc: &crate::system::connecto
 }
 
 /// The Mooncake pool, the connector's per-request state and its jobs.
-fn render_mooncake(s: &mut String, scope: &Scope, mc: &crate::system::connector::McState) {
+fn render_mooncake(s: &mut String, scope: &Scope, mc: &crate::system::connector::MooncakeState) {
     let wl = &scope.workload;
     let pool: Vec<String> = mc
         .pool

@@ -23,14 +23,14 @@ pub(crate) fn kv_ctx<'a>(ctx: &Ctx<'a>, r: ReqId, turn: u8) -> KvCtx<'a> {
 }
 
 pub(crate) fn conn_ctx<'a>(ctx: &Ctx<'a>) -> ConnCtx<'a> {
-    let (bpc, prompt_only, budget) = ctx
+    let (blocks_per_chunk, prompt_only, budget) = ctx
         .cfg
         .offload()
         .map_or((1, true, 0), |o| (o.blocks_per_chunk, o.offload_prompt_only, o.sync_load_budget_tokens));
     ConnCtx {
         rules: ctx.rules,
         block_size: ctx.cfg.block_size,
-        bpc,
+        blocks_per_chunk,
         offload_prompt_only: prompt_only,
         sync_budget: if ctx.rules.sync_loads { budget } else { 0 },
         caching: ctx.cfg.enable_prefix_caching,
@@ -134,7 +134,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let cfg = ctx.cfg;
     let mut budget = cfg.max_num_batched_tokens;
     let eligible = e.running.len() + e.waiting.len() + e.kv_holding.len();
-    let lpt = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
+    let long_prefill_threshold = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
     let mut out = SchedOut {
         finished: std::mem::take(&mut e.finished_since),
         scheduled: Vec::with_capacity(ctx.cfg.max_num_seqs as usize),
@@ -157,8 +157,8 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             continue;
         }
         let mut n = (q.num_tokens(k.spec) + u32::from(q.placeholders)).saturating_sub(q.num_computed);
-        if lpt > 0 && lpt < n {
-            n = lpt;
+        if long_prefill_threshold > 0 && long_prefill_threshold < n {
+            n = long_prefill_threshold;
         }
         n = n.min(budget).min(cfg.max_model_len.saturating_sub(q.num_computed + 1));
         if n == 0 {
@@ -208,7 +208,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
 
     // Phase B: waiting requests, only if nothing was preempted.
     if out.preempted.is_empty() || !ctx.rules.no_admission_after_preempt {
-        schedule_waiting(e, ctx, &mut budget, lpt, &mut out, scratch, ev);
+        schedule_waiting(e, ctx, &mut budget, long_prefill_threshold, &mut out, scratch, ev);
     }
 
     e.conn.build_connector_meta(&out, &e.reqs, ctx.wl, &mut e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
@@ -273,7 +273,7 @@ fn schedule_waiting(
     e: &mut Engine,
     ctx: Ctx,
     budget: &mut u32,
-    lpt: u32,
+    long_prefill_threshold: u32,
     out: &mut SchedOut,
     scratch: &mut StepScratch,
     ev: &mut Events,
@@ -424,8 +424,8 @@ fn schedule_waiting(
             0
         } else {
             let mut n = nt - num_computed;
-            if lpt > 0 && lpt < n {
-                n = lpt;
+            if long_prefill_threshold > 0 && long_prefill_threshold < n {
+                n = long_prefill_threshold;
             }
             n.min(*budget)
         };

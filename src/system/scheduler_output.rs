@@ -289,8 +289,11 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
     assert!(keep_end >= q.num_computed, "a session resumes from its materialized frontier");
     if let Some(st) = e.conn.offloading().and_then(|oc| oc.reqs[r as usize].as_ref()) {
         // vLLM keeps offload keys it already derived; none may cover the dropped token.
-        let tpc = conn_ctx(&ctx).tpc();
-        assert!(st.num_keys * tpc <= keep_end, "model gap: an offload key covers a session's dropped token");
+        let tokens_per_chunk = conn_ctx(&ctx).tokens_per_chunk();
+        assert!(
+            st.num_keys * tokens_per_chunk <= keep_end,
+            "model gap: an offload key covers a session's dropped token"
+        );
     }
     q.turn += 1;
     q.num_output = 0;

@@ -23,74 +23,78 @@ use super::types::{BlockId, JobId, ReqId};
 use super::workload::{RequestSpec, Workload};
 use std::collections::BTreeSet;
 
-pub use mooncake::McState;
-pub use nixl::NxState;
-pub use offloading::{Job, JobKind, OcReq, OcState, Phase};
-pub use simple_cpu::ScState;
+pub use mooncake::MooncakeState;
+pub use nixl::NixlState;
+pub use offloading::{Job, JobKind, OffloadingReq, OffloadingState, Phase};
+pub use simple_cpu::SimpleCpuState;
 
 /// Which connector an engine runs, with its state.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Connector {
     None,
-    Offloading(Box<OcState>),
-    SimpleCpu(Box<ScState>),
-    Mooncake(Box<McState>),
-    Nixl(Box<NxState>),
+    Offloading(Box<OffloadingState>),
+    SimpleCpu(Box<SimpleCpuState>),
+    Mooncake(Box<MooncakeState>),
+    Nixl(Box<NixlState>),
 }
 
 impl Connector {
     pub fn new(cfg: &EngineConfig, num_reqs: usize, rules: &Rules) -> Self {
         match &cfg.connector {
             ConnectorConfig::None => Connector::None,
-            ConnectorConfig::Offloading(o) => Connector::Offloading(Box::new(OcState::new(num_reqs, o, rules))),
-            ConnectorConfig::SimpleCpu(s) => Connector::SimpleCpu(Box::new(ScState::new(num_reqs, s.cpu_blocks))),
-            ConnectorConfig::Mooncake(m) => Connector::Mooncake(Box::new(McState::new(num_reqs, m, cfg.block_size))),
-            ConnectorConfig::Nixl => Connector::Nixl(Box::new(NxState::new(cfg.num_gpu_blocks))),
+            ConnectorConfig::Offloading(o) => Connector::Offloading(Box::new(OffloadingState::new(num_reqs, o, rules))),
+            ConnectorConfig::SimpleCpu(s) => {
+                Connector::SimpleCpu(Box::new(SimpleCpuState::new(num_reqs, s.cpu_blocks)))
+            }
+            ConnectorConfig::Mooncake(m) => {
+                Connector::Mooncake(Box::new(MooncakeState::new(num_reqs, m, cfg.block_size)))
+            }
+            ConnectorConfig::Nixl => Connector::Nixl(Box::new(NixlState::new(cfg.num_gpu_blocks))),
         }
     }
-    pub fn nixl(&self) -> Option<&NxState> {
+    pub fn nixl(&self) -> Option<&NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),
             _ => None,
         }
     }
-    pub fn nixl_mut(&mut self) -> Option<&mut NxState> {
+    pub fn nixl_mut(&mut self) -> Option<&mut NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),
             _ => None,
         }
     }
-    pub fn mooncake(&self) -> Option<&McState> {
+    pub fn mooncake(&self) -> Option<&MooncakeState> {
         match self {
             Connector::Mooncake(s) => Some(s),
             _ => None,
         }
     }
-    pub fn mooncake_mut(&mut self) -> Option<&mut McState> {
+    pub fn mooncake_mut(&mut self) -> Option<&mut MooncakeState> {
         match self {
             Connector::Mooncake(s) => Some(s),
             _ => None,
         }
     }
-    pub fn offloading(&self) -> Option<&OcState> {
+    pub fn offloading(&self) -> Option<&OffloadingState> {
         match self {
             Connector::Offloading(s) => Some(s),
             _ => None,
         }
     }
-    pub fn offloading_mut(&mut self) -> Option<&mut OcState> {
+    pub fn offloading_mut(&mut self) -> Option<&mut OffloadingState> {
         match self {
             Connector::Offloading(s) => Some(s),
             _ => None,
         }
     }
-    pub fn simple_cpu(&self) -> Option<&ScState> {
+    pub fn simple_cpu(&self) -> Option<&SimpleCpuState> {
         match self {
             Connector::SimpleCpu(s) => Some(s),
             _ => None,
         }
     }
-    pub fn simple_cpu_mut(&mut self) -> Option<&mut ScState> {
+    pub fn simple_cpu_mut(&mut self) -> Option<&mut SimpleCpuState> {
         match self {
             Connector::SimpleCpu(s) => Some(s),
             _ => None,
@@ -344,7 +348,7 @@ impl Connector {
 pub struct ConnCtx<'a> {
     pub rules: &'a Rules,
     pub block_size: u32,
-    pub bpc: u32,
+    pub blocks_per_chunk: u32,
     pub offload_prompt_only: bool,
     pub sync_budget: u32,
     /// GPU prefix caching on (`_chunks_being_loaded` is only kept then).
@@ -355,8 +359,8 @@ pub struct ConnCtx<'a> {
 
 impl ConnCtx<'_> {
     /// Tokens per chunk.
-    pub fn tpc(&self) -> u32 {
-        self.block_size * self.bpc
+    pub fn tokens_per_chunk(&self) -> u32 {
+        self.block_size * self.blocks_per_chunk
     }
 }
 

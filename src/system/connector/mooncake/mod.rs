@@ -76,7 +76,7 @@ pub struct Ledger {
 
 /// Everything the connector keeps per request.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct McReq {
+pub struct MooncakeReq {
     /// `load_specs[r]`.
     pub load_spec: Option<LoadSpec>,
     /// `_request_trackers[r]` (a preempted request's tracker is reset: the same as none here).
@@ -119,10 +119,10 @@ pub struct LoadJob {
 
 /// The connector's state, the shared pool, and the worker's threads.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct McState {
+pub struct MooncakeState {
     /// The Mooncake pool: key (block hash) -> the KV put under it.
     pub pool: BTreeMap<BlockHash, ContentTag>,
-    pub reqs: Vec<McReq>,
+    pub reqs: Vec<MooncakeReq>,
     /// `_unfinished_requests` in dict order: requests `update_state_after_alloc` saw, with the
     /// block ids it got when the request had external tokens (else none).
     pub unfinished: Vec<(ReqId, Vec<BlockId>)>,
@@ -144,11 +144,11 @@ struct Meta {
     load: Option<LoadSpec>,
 }
 
-impl McState {
+impl MooncakeState {
     pub fn new(num_reqs: usize, cfg: &MooncakeConfig, block_size: u32) -> Self {
-        McState {
+        MooncakeState {
             pool: cfg.preload.iter().map(|h| (*h, ContentTag::full(*h, block_size))).collect(),
-            reqs: vec![McReq::default(); num_reqs],
+            reqs: vec![MooncakeReq::default(); num_reqs],
             unfinished: Vec::new(),
             saves: Vec::new(),
             loads: Vec::new(),

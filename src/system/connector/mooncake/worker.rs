@@ -13,7 +13,7 @@
 //!   (`_close_ended_store_requests`), report finished loads (with the blocks that failed) and
 //!   the save jobs done (`build_connector_worker_meta`'s `completed_saves`).
 
-use super::{Ledger, McState};
+use super::{Ledger, MooncakeState};
 use crate::system::connector::{Phase, SchedOut};
 use crate::system::engine::{Ctx, Direction, StepInput};
 use crate::system::events::{Event, Events};
@@ -24,7 +24,7 @@ use crate::system::types::{BadKind, BlockId, ContentTag, JobId, ReqId, NULL_BLOC
 use std::collections::BTreeSet;
 
 /// The job a thread runs next: the oldest queued one of that direction.
-pub fn next_transfer(mc: &McState, d: Direction) -> Option<JobId> {
+pub fn next_transfer(mc: &MooncakeState, d: Direction) -> Option<JobId> {
     match d {
         Direction::Store => mc.saves.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).min(),
         Direction::Load => mc.loads.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).min(),
@@ -34,7 +34,7 @@ pub fn next_transfer(mc: &McState, d: Direction) -> Option<JobId> {
 /// A thread runs job `id` (`fail`: a load whose gets fail from that block on).
 #[allow(clippy::too_many_arguments)]
 pub fn complete(
-    mc: &mut McState,
+    mc: &mut MooncakeState,
     pool: &mut GpuPool,
     ctx: Ctx,
     d: Direction,
@@ -51,7 +51,7 @@ pub fn complete(
 
 /// `KVCacheStoreSendingThread._handle_request`: put the request's full blocks from its saved
 /// offset up to the job's end that the pool lacks, reading the GPU blocks now.
-fn put(mc: &mut McState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
+fn put(mc: &mut MooncakeState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
     let b = ctx.cfg.block_size;
     let pos = mc.saves.iter().position(|j| j.id == id).expect("queued save job");
     let job = mc.saves[pos].clone();
@@ -105,7 +105,7 @@ fn put(mc: &mut McState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost,
 
 /// `KVCacheStoreRecvingThread._handle_request`: copy each key's KV from the pool into its GPU
 /// block; from `fail` on the gets fail and those blocks are reported invalid.
-fn get(mc: &mut McState, pool: &mut GpuPool, id: JobId, fail: Option<u32>, ev: &mut Events) {
+fn get(mc: &mut MooncakeState, pool: &mut GpuPool, id: JobId, fail: Option<u32>, ev: &mut Events) {
     let pos = mc.loads.iter().position(|j| j.id == id).expect("queued load job");
     let first_bad = fail.unwrap_or(u32::MAX);
     let job = mc.loads[pos].clone();
@@ -131,7 +131,7 @@ fn get(mc: &mut McState, pool: &mut GpuPool, id: JobId, fail: Option<u32>, ev: &
 /// The worker's hooks after the forward: queue the step's loads and saves, let the jobs the
 /// environment chose run within the step, retire ledgers, report.
 pub fn after_forward(
-    mc: &mut McState,
+    mc: &mut MooncakeState,
     pool: &mut GpuPool,
     ctx: Ctx,
     out: &SchedOut,

@@ -66,7 +66,7 @@ pub struct Send {
 
 /// The connector's state and the worker's host transfer buffer.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct NxState {
+pub struct NixlState {
     /// `host_xfer_buffers`: what each GPU block id's host slot holds.
     pub host: Vec<ContentTag>,
     /// `_reqs_need_save`, ascending.
@@ -75,9 +75,9 @@ pub struct NxState {
     pub sending: Vec<Send>,
 }
 
-impl NxState {
+impl NixlState {
     pub fn new(num_gpu_blocks: u32) -> Self {
-        NxState { host: vec![ContentTag::Empty; num_gpu_blocks as usize], need_save: Vec::new(), sending: Vec::new() }
+        NixlState { host: vec![ContentTag::Empty; num_gpu_blocks as usize], need_save: Vec::new(), sending: Vec::new() }
     }
 
     /// `update_state_after_alloc`: a producer request in host-buffer mode needs saving.

@@ -6,7 +6,7 @@
 //! cursor up to the last complete chunk the request has computed (or will have computed once
 //! this step's forward pass runs).
 
-use super::{key_of, Job, JobKind, OcReq, OcState, Phase};
+use super::{key_of, Job, JobKind, OffloadingReq, OffloadingState, Phase};
 use crate::system::connector::offloading::host_tier::Key;
 use crate::system::connector::{ConnCtx, SchedOut, StepScratch};
 use crate::system::events::{Event, Events};
@@ -17,7 +17,7 @@ use crate::system::rules::{FinishWatermark, HostLru};
 use crate::system::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
 use crate::system::workload::{RequestSpec, Workload};
 
-impl OcState {
+impl OffloadingState {
     /// `build_connector_meta`: mirror updates, flushes, store jobs, finish signals.
     #[allow(clippy::too_many_arguments)]
     pub fn build_connector_meta(
@@ -87,7 +87,7 @@ impl OcState {
             }
         }
         // Coverage ghost: chunks whose last token this step computes are owed a store offer.
-        let tpc = c.tpc();
+        let tokens_per_chunk = c.tokens_per_chunk();
         for s in &out.scheduled {
             let spec = wl.spec(s.req, reqs[s.req as usize].turn);
             let mut end = s.start + s.tokens;
@@ -95,7 +95,7 @@ impl OcState {
                 end = end.min(spec.prompt_len);
             }
             // Only chunks the host tier lacks create a duty to store them.
-            for ci in s.start / tpc..end / tpc {
+            for ci in s.start / tokens_per_chunk..end / tokens_per_chunk {
                 if !self.host.contains(&key_of(spec, ci, c)) {
                     self.chunks_computed(s.req, ci, ci + 1);
                 }
@@ -163,13 +163,13 @@ impl OcState {
     /// chunk, skipping chunks with a null block), and the chunk count up to the watermark.
     #[inline(always)]
     pub(super) fn store_candidates(
-        st: &OcReq,
+        st: &OffloadingReq,
         req: &ReqState,
         spec: &RequestSpec,
         scheduled: Option<u32>,
         c: &ConnCtx,
     ) -> (Vec<(Key, u32)>, Vec<u32>, u32) {
-        let (bpc, tpc) = (c.bpc, c.tpc());
+        let (blocks_per_chunk, tokens_per_chunk) = (c.blocks_per_chunk, c.tokens_per_chunk());
         let num_tokens = req.num_tokens(spec);
         let watermark = match (req.status, scheduled) {
             (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
@@ -185,17 +185,17 @@ impl OcState {
         if c.offload_prompt_only {
             offloadable = offloadable.min(spec.prompt_len);
         }
-        let storable = (offloadable / tpc).min(st.mirror.len() as u32 / bpc).min(st.num_keys);
+        let storable = (offloadable / tokens_per_chunk).min(st.mirror.len() as u32 / blocks_per_chunk).min(st.num_keys);
         let start = st.cursor;
         let n = storable.saturating_sub(start) as usize;
         let mut cands: Vec<(Key, u32)> = Vec::with_capacity(n);
         let mut cand_chunks: Vec<u32> = Vec::with_capacity(n);
         for ci in start..storable {
-            let blocks = &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize];
+            let blocks = &st.mirror[(ci * blocks_per_chunk) as usize..((ci + 1) * blocks_per_chunk) as usize];
             if blocks.contains(&NULL_BLOCK) {
                 continue;
             }
-            cands.push((key_of(spec, ci, c), (ci + 1) * tpc));
+            cands.push((key_of(spec, ci, c), (ci + 1) * tokens_per_chunk));
             cand_chunks.push(ci);
         }
         (cands, cand_chunks, storable)
@@ -217,7 +217,7 @@ impl OcState {
         let Some(st) = self.reqs[r as usize].as_ref() else {
             return;
         };
-        let bpc = c.bpc;
+        let blocks_per_chunk = c.blocks_per_chunk;
         let finished = req.status.is_finished();
         let (cands, cand_chunks, storable) = Self::store_candidates(st, req, spec, scheduled, c);
         let st = self.reqs[r as usize].as_mut().unwrap();
@@ -253,12 +253,12 @@ impl OcState {
             return;
         }
         // The stored keys are the offered ones the host tier lacked, in offer order: walk both.
-        let mut src = Vec::with_capacity(out.keys_to_store.len() * bpc as usize);
+        let mut src = Vec::with_capacity(out.keys_to_store.len() * blocks_per_chunk as usize);
         let mut next = out.keys_to_store.iter().peekable();
         for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
             if next.peek() == Some(&k) {
                 next.next();
-                match &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize] {
+                match &st.mirror[(ci * blocks_per_chunk) as usize..((ci + 1) * blocks_per_chunk) as usize] {
                     // One block per chunk (the common case): a push, not a slice copy.
                     [only] => src.push(*only),
                     blocks => src.extend_from_slice(blocks),

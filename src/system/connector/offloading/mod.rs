@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct OcReq {
+pub struct OffloadingReq {
     /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
     pub num_keys: u32,
     /// The mirror table (`block_ids`).
@@ -106,8 +106,8 @@ impl Job {
 
 /// The connector's scheduler-side state plus its host tier.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct OcState {
-    pub reqs: Vec<Option<OcReq>>,
+pub struct OffloadingState {
+    pub reqs: Vec<Option<OffloadingReq>>,
     /// Jobs not yet completed, ascending id.
     pub jobs: Vec<Job>,
     pub next_job: JobId,
@@ -129,13 +129,13 @@ pub struct Held {
     pub waiting: bool,
 }
 
-impl OcState {
+impl OffloadingState {
     pub fn new(num_reqs: usize, o: &crate::system::config::OffloadConfig, rules: &Rules) -> Self {
         let mut host = HostTier::with_policy(o.host_chunks, rules.host_lru, rules.evict_mru);
         if o.eviction_policy == crate::system::config::EvictionPolicy::Arc {
             host.use_arc(rules.arc_t1_fallback, rules.arc_ghost_trim);
         }
-        OcState {
+        OffloadingState {
             reqs: vec![None; num_reqs],
             jobs: Vec::new(),
             next_job: 0,
@@ -146,7 +146,7 @@ impl OcState {
     }
 
     /// The request's offload keys so far, in chunk order.
-    pub(super) fn keys_of(st: &OcReq, spec: &RequestSpec, c: &ConnCtx) -> Vec<Key> {
+    pub(super) fn keys_of(st: &OffloadingReq, spec: &RequestSpec, c: &ConnCtx) -> Vec<Key> {
         (0..st.num_keys).map(|ci| key_of(spec, ci, c)).collect()
     }
 
@@ -170,11 +170,11 @@ impl OcState {
 
     /// `on_new_request`.
     pub fn on_new_request(&mut self, r: ReqId) {
-        self.reqs[r as usize] = Some(OcReq::default());
+        self.reqs[r as usize] = Some(OffloadingReq::default());
     }
 
-    pub(super) fn update_offload_keys(st: &mut OcReq, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
-        let n = req.block_hashes(spec, c.block_size).len() as u32 / c.bpc;
+    pub(super) fn update_offload_keys(st: &mut OffloadingReq, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
+        let n = req.block_hashes(spec, c.block_size).len() as u32 / c.blocks_per_chunk;
         st.num_keys = st.num_keys.max(n);
     }
 
@@ -249,20 +249,21 @@ impl OcState {
     /// `max_new` is `max_num_new_tokens` (`_max_loadable_tokens`, which prime-rl's clamp wraps).
     fn lookup_complete_chunks(
         &self,
-        st: &OcReq,
+        st: &OffloadingReq,
         num_tokens: u32,
         max_new: Option<u32>,
         spec: &RequestSpec,
         c: &ConnCtx,
     ) -> Option<u32> {
-        let tpc = c.tpc();
+        let tokens_per_chunk = c.tokens_per_chunk();
         let local = st.num_local;
-        let max_hit = num_tokens.min(local.saturating_add(max_new.unwrap_or(u32::MAX))).min(st.num_keys * tpc);
-        if max_hit < local + tpc {
+        let max_hit =
+            num_tokens.min(local.saturating_add(max_new.unwrap_or(u32::MAX))).min(st.num_keys * tokens_per_chunk);
+        if max_hit < local + tokens_per_chunk {
             return Some(0);
         }
-        let num_chunks = cdiv(max_hit, tpc).min(st.num_keys);
-        let start = local / tpc;
+        let num_chunks = cdiv(max_hit, tokens_per_chunk).min(st.num_keys);
+        let start = local / tokens_per_chunk;
         let mut hits = 0;
         let mut defer = false;
         for ci in start..num_chunks {
@@ -281,16 +282,16 @@ impl OcState {
         }
         let mut max_hit = max_hit;
         if !defer {
-            max_hit = max_hit.min(tpc * (start + hits));
+            max_hit = max_hit.min(tokens_per_chunk * (start + hits));
         }
-        if max_hit < local + tpc {
+        if max_hit < local + tokens_per_chunk {
             return Some(0);
         }
         if defer {
             return None;
         }
         let hit = max_hit - local;
-        let end = cdiv(local + hit, tpc);
+        let end = cdiv(local + hit, tokens_per_chunk);
         if c.caching && self.jobs.iter().any(|j| j.is_async_load()) {
             let loading = self.being_loaded();
             if (start..end).any(|ci| loading.contains(&key_of(spec, ci, c))) {
@@ -319,7 +320,7 @@ impl OcState {
             return;
         }
         let sync = scratch.sync_loads.contains(&r);
-        let (b, bpc, tpc) = (c.block_size, c.bpc, c.tpc());
+        let (b, blocks_per_chunk, tokens_per_chunk) = (c.block_size, c.blocks_per_chunk, c.tokens_per_chunk());
         let st = self.reqs[r as usize].as_ref().expect("tracked request");
         let num_local = st.num_local;
         let num_cached = num_local + num_external;
@@ -331,11 +332,11 @@ impl OcState {
                 blk != NULL_BLOCK && (sync || pool.hash[blk as usize].is_none())
             })
             .unwrap_or(num_gpu_blocks);
-        let num_chunks = cdiv(num_cached, tpc);
+        let num_chunks = cdiv(num_cached, tokens_per_chunk);
         let mut keys: Vec<(Key, u32)> = Vec::new();
         if num_gpu_blocks > load_start {
-            for ci in load_start / bpc..num_chunks {
-                keys.push((key_of(spec, ci, c), (ci + 1) * tpc));
+            for ci in load_start / blocks_per_chunk..num_chunks {
+                keys.push((key_of(spec, ci, c), (ci + 1) * tokens_per_chunk));
             }
         }
         let dst: Vec<BlockId> = req.table[load_start as usize..num_gpu_blocks as usize].to_vec();
@@ -383,7 +384,7 @@ impl OcState {
             snapshot: Vec::new(),
             torn: false,
             invalid_from: None,
-            block_offset: load_start % bpc,
+            block_offset: load_start % blocks_per_chunk,
         });
         scratch.load_jobs.push(id);
     }
@@ -507,5 +508,5 @@ impl OcState {
 
 /// The offload key of chunk `ci` of `spec`: the hash of the chunk's last block.
 pub fn key_of(spec: &RequestSpec, ci: u32, c: &ConnCtx) -> BlockHash {
-    spec.hashes[((ci + 1) * c.bpc - 1) as usize]
+    spec.hashes[((ci + 1) * c.blocks_per_chunk - 1) as usize]
 }

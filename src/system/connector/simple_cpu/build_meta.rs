@@ -11,7 +11,7 @@
 //! blocks as the CPU pool has free (a partial store: the rest is retried at the request's
 //! next scheduled step). All stores of one step form one store event.
 
-use super::{LoadEvent, ScState, StoreEvent, Transfer};
+use super::{LoadEvent, SimpleCpuState, StoreEvent, Transfer};
 use crate::system::connector::{ConnCtx, Phase, SchedOut};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
@@ -31,7 +31,7 @@ struct Selection {
     capped: Option<(u32, u32)>,
 }
 
-impl ScState {
+impl SimpleCpuState {
     /// `build_connector_meta`: this step's store event (eager selection plus the finish-time
     /// stores queued since the last step) and load event.
     #[allow(clippy::too_many_arguments)]

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 /// `StoreRequestState` (eager mode): the mirror of the request's block table (from
 /// `yield_req_data`), the store cursor (`num_stored_blocks`), its pending store events.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct ScStore {
+pub struct StoreRequestState {
     pub mirror: Vec<BlockId>,
     pub cursor: u32,
     /// `store_events`, ascending.
@@ -51,7 +51,7 @@ pub struct PendingHit {
 
 /// `LoadRequestState` with its `TransferMeta` (CPU block i is copied into GPU block i).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct ScLoad {
+pub struct LoadRequestState {
     pub gpu: Vec<BlockId>,
     pub cpu: Vec<BlockId>,
     /// `load_event`: set by `build_connector_meta`.
@@ -61,10 +61,10 @@ pub struct ScLoad {
 
 /// Everything SimpleCPU keeps per request.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct ScReq {
-    pub store: Option<ScStore>,
+pub struct SimpleCpuReq {
+    pub store: Option<StoreRequestState>,
     pub pending: Option<PendingHit>,
-    pub load: Option<ScLoad>,
+    pub load: Option<LoadRequestState>,
     /// Coverage ghost: blocks computed in the current run while the CPU pool lacked their
     /// hash, not yet handled by an eager scan.
     pub owed: BitSet,
@@ -119,10 +119,10 @@ pub struct LoadEvent {
 
 /// SimpleCPU's scheduler-side state, its CPU pool, and the worker's view of its events.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct ScState {
+pub struct SimpleCpuState {
     /// `cpu_block_pool`.
     pub cpu: GpuPool,
-    pub reqs: Vec<ScReq>,
+    pub reqs: Vec<SimpleCpuReq>,
     /// Store events not yet processed, ascending id.
     pub stores: Vec<StoreEvent>,
     /// Load events not yet processed, ascending id.
@@ -138,11 +138,11 @@ pub struct ScState {
     pub fifo: Vec<BlockId>,
 }
 
-impl ScState {
+impl SimpleCpuState {
     pub fn new(num_reqs: usize, cpu_blocks: u32) -> Self {
-        ScState {
+        SimpleCpuState {
             cpu: GpuPool::new_cpu(cpu_blocks),
-            reqs: vec![ScReq::default(); num_reqs],
+            reqs: vec![SimpleCpuReq::default(); num_reqs],
             stores: Vec::new(),
             loads: Vec::new(),
             in_flight: Vec::new(),
@@ -296,7 +296,7 @@ impl ScState {
     ) {
         let q = &mut self.reqs[r as usize];
         if q.store.is_none() {
-            q.store = Some(ScStore::default());
+            q.store = Some(StoreRequestState::default());
         }
         let pending = q.pending.take();
         let Some(p) = pending else {
@@ -325,7 +325,7 @@ impl ScState {
             });
         }
         ghost.mark(Mark::HostHit);
-        self.reqs[r as usize].load = Some(ScLoad { gpu, cpu, event: None, finished: false });
+        self.reqs[r as usize].load = Some(LoadRequestState { gpu, cpu, event: None, finished: false });
     }
 
     /// `request_finished_all_groups(req, block_ids)`: queue the finish-time store (0.32+),
