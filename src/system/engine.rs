@@ -7,10 +7,7 @@
 use super::collections::side::{ReadCache, Side};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
-use super::connector::{
-    mooncake::worker as mc_worker, offloading::worker as conn_worker, simple_cpu::worker as sc_worker, Connector,
-    StepScratch,
-};
+use super::connector::{Connector, StepScratch, WorkerCtx};
 use super::events::{Event, Events};
 use super::expert_rows::AuxState;
 use super::ghost::{Breach, Ghost, Mark};
@@ -128,15 +125,7 @@ impl Engine {
     pub fn enable_replay_aids(&mut self) {
         self.pool.enable_log();
         self.reads = Side(Some(Box::default()));
-        if let Some(oc) = self.conn.offloading_mut() {
-            oc.host.enable_log();
-        }
-        if let Some(sc) = self.conn.simple_cpu_mut() {
-            sc.cpu.enable_log();
-        }
-        if let Some(mc) = self.conn.mooncake_mut() {
-            mc.log = Side(Some(Box::default()));
-        }
+        self.conn.enable_replay_aids();
     }
 
     /// Trace replay: one more request slot (a pending request of `wl`'s new last slot).
@@ -256,26 +245,15 @@ impl Engine {
     /// The worker finished copying `job` of direction `d` (the scheduler learns it at the
     /// next step).
     pub fn transfer_done(&mut self, ctx: Ctx, d: Direction, job: JobId, ev: &mut Events) {
-        match &mut self.conn {
-            Connector::Offloading(oc) => conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev),
-            Connector::SimpleCpu(sc) => sc_worker::complete(sc, &mut self.pool, d, job, ev),
-            Connector::Mooncake(mc) => mc_worker::complete(mc, &mut self.pool, ctx, d, job, None, &mut self.ghost, ev),
-            Connector::None | Connector::Nixl(_) => panic!("transfers need a connector with transfer jobs"),
-        }
+        let mut cx = WorkerCtx { ctx, pool: &mut self.pool, ghost: &mut self.ghost, ev };
+        self.conn.complete_transfer(d, job, None, &mut cx);
     }
 
     /// A load failed: blocks from index `first_bad` of its destination were not written.
     pub fn transfer_failed(&mut self, ctx: Ctx, job: JobId, first_bad: u32, ev: &mut Events) {
         self.ghost.mark(Mark::LoadFailure);
-        match &mut self.conn {
-            Connector::Offloading(oc) => {
-                conn_worker::complete(oc, &mut self.pool, ctx, job, Some(first_bad), &mut self.ghost, ev)
-            }
-            Connector::Mooncake(mc) => {
-                mc_worker::complete(mc, &mut self.pool, ctx, Direction::Load, job, Some(first_bad), &mut self.ghost, ev)
-            }
-            _ => panic!("only the OffloadingConnector and the Mooncake store report load failures"),
-        }
+        let mut cx = WorkerCtx { ctx, pool: &mut self.pool, ghost: &mut self.ghost, ev };
+        self.conn.complete_transfer(Direction::Load, job, Some(first_bad), &mut cx);
     }
 
     /// The engine is gone: the rows worker raised (rows-present) or the scheduler's connector

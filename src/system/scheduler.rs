@@ -3,7 +3,7 @@
 //! when a block is missing), then waiting requests (KV-holding ones first) with the prefix
 //! lookup, the connector's answer and `allocate_slots`; no admission in a step that preempted.
 
-use super::connector::{ConnCtx, Connector, SchedOut, Scheduled, StepScratch};
+use super::connector::{ConnCtx, Connector, HookCtx, RequestRef, SchedOut, Scheduled, StepScratch};
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::expert_rows::scheduler as rows_sched;
@@ -29,6 +29,7 @@ pub(crate) fn conn_ctx<'a>(ctx: &Ctx<'a>) -> ConnCtx<'a> {
         .map_or((1, true, 0), |o| (o.blocks_per_chunk, o.offload_prompt_only, o.sync_load_budget_tokens));
     ConnCtx {
         rules: ctx.rules,
+        wl: ctx.wl,
         block_size: ctx.cfg.block_size,
         blocks_per_chunk,
         offload_prompt_only: prompt_only,
@@ -211,7 +212,8 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         schedule_waiting(e, ctx, &mut budget, long_prefill_threshold, &mut out, scratch, ev);
     }
 
-    e.conn.build_connector_meta(&out, &e.reqs, ctx.wl, &mut e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
+    let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
+    e.conn.build_connector_meta(&out, &e.reqs, scratch, &mut cx);
     if let Some(a) = e.aux.as_mut() {
         let reqs = &e.reqs;
         let sched = out
@@ -354,14 +356,11 @@ fn schedule_waiting(
             // mutation trims the connector's answer afterwards.
             let in_core = ctx.rules.aux_clamp_in_core;
             let (x, mut la) = e.conn.get_num_new_matched_tokens(
-                r,
-                &e.reqs[r as usize],
-                k.spec,
+                RequestRef { id: r, state: &e.reqs[r as usize], spec: k.spec },
                 l,
                 if in_core { None } else { max_new },
-                &cc,
                 scratch,
-                &mut e.ghost,
+                &mut HookCtx { c: cc, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev },
             );
             let mut x = x;
             if let (Some(limit), Some(ext)) = (max_new.filter(|_| in_core), x) {
@@ -371,11 +370,7 @@ fn schedule_waiting(
             if let (Some(_), Some(ext)) = (max_new, x) {
                 // prime-rl's clamp: report the external hit it gave up.
                 let q = &e.reqs[r as usize];
-                let full = match &e.conn {
-                    Connector::Offloading(oc) => oc.peek_unbounded_hit(r, nt, k.spec, &cc),
-                    Connector::Mooncake(mc) => Some(mc.peek_unbounded_hit(q, k.spec, l, &cc)),
-                    _ => None,
-                };
+                let full = e.conn.peek_unbounded_hit(RequestRef { id: r, state: q, spec: k.spec }, l, nt, &cc);
                 if let Some(full) = full.filter(|&f| f > ext) {
                     e.ghost.mark(Mark::RowsCut);
                     ev.emit(|| Event::RowsCut { req: r, from: l + full, to: l + ext });
@@ -457,15 +452,10 @@ fn schedule_waiting(
             break;
         }
         e.conn.update_state_after_alloc(
-            r,
-            &e.reqs[r as usize],
-            k.spec,
-            &mut e.pool,
+            RequestRef { id: r, state: &e.reqs[r as usize], spec: k.spec },
             ext,
-            &cc,
             scratch,
-            &mut e.ghost,
-            ev,
+            &mut HookCtx { c: cc, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev },
         );
         if ext > 0 && e.aux.is_some() {
             rows_sched::mark_loaded(&mut e.pool, &e.reqs[r as usize], local, ext, cfg.block_size);

@@ -3,6 +3,7 @@
 //! vLLM components read the same whichever representation runs and state counts do not move.
 //! Nothing here knows a vLLM rule.
 
+pub mod bit_set;
 pub mod pos_map;
 pub mod rank_queue;
 pub mod side;

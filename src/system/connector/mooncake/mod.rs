@@ -27,14 +27,14 @@
 //! pool lost shows up as a load failure), `reset_cache`, KV events, 0.24's store (it delayed
 //! the request's free instead of pinning blocks).
 
+mod hooks;
 pub mod worker;
 
 use crate::system::collections::side::Side;
 use crate::system::config::{KvRole, MooncakeConfig};
-use crate::system::connector::{ConnCtx, Phase, SchedOut};
+use crate::system::connector::{ConnCtx, HookCtx, Phase, RequestRef, SchedOut};
 use crate::system::events::{Event, Events};
-use crate::system::ghost::{Breach, Ghost, Mark};
-use crate::system::gpu_pool::GpuPool;
+use crate::system::ghost::{Breach, Mark};
 use crate::system::request::ReqState;
 use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use crate::system::workload::{RequestSpec, Workload};
@@ -202,22 +202,22 @@ impl MooncakeState {
 
     /// The external hit the connector reports without prime-rl's clamp (for reporting what
     /// the clamp gave up).
-    pub fn peek_unbounded_hit(&self, req: &ReqState, spec: &RequestSpec, num_computed: u32, c: &ConnCtx) -> u32 {
+    pub(super) fn peek_unbounded_hit(&self, q: RequestRef, num_computed: u32, c: &ConnCtx) -> u32 {
+        let (req, spec) = (q.state, q.spec);
         c.mooncake.map_or(0, |cfg| self.matched(req, spec, num_computed, cfg, c.block_size).0)
     }
 
     /// `get_num_new_matched_tokens(req, num_computed)`; with `limit` (router replay under
     /// prime-rl: `_routed_experts_load_limit`) the call goes through prime-rl's wrapper
     /// (`monkey_patch_clamp_kv_offload_loads_for_routed_experts`, RE C3).
-    pub fn get_num_new_matched_tokens(
+    pub(super) fn get_num_new_matched_tokens(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
+        q: RequestRef,
         num_computed: u32,
         limit: Option<u32>,
         c: &ConnCtx,
     ) -> (Option<u32>, bool) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
         let Some(cfg) = c.mooncake else { return (Some(0), false) };
         let (need, hit) = self.matched(req, spec, num_computed, cfg, c.block_size);
         if need == 0 {
@@ -246,16 +246,9 @@ impl MooncakeState {
     }
 
     /// `update_state_after_alloc(req, blocks, num_external)`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_state_after_alloc(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        name: &str,
-        num_external: u32,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_state_after_alloc(&mut self, q: RequestRef, num_external: u32, cx: &mut HookCtx) {
+        let (r, req, name) = (q.id, q.state, &q.spec.name);
+        let (ghost, ev) = (&mut *cx.ghost, &mut *cx.ev);
         let blocks = if num_external > 0 { req.table.clone() } else { Vec::new() };
         match self.unfinished.iter_mut().find(|(x, _)| *x == r) {
             Some(e) => e.1 = blocks, // a dict keeps an existing key's position
@@ -287,16 +280,9 @@ impl MooncakeState {
 
     /// `build_connector_meta(scheduler_output)`: forget finished and preempted requests, track
     /// new and running ones, issue save jobs (pinning their blocks) and pending load jobs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
-        &mut self,
-        out: &SchedOut,
-        reqs: &[ReqState],
-        wl: &Workload,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ev: &mut Events,
-    ) {
+    pub(super) fn build_connector_meta(&mut self, out: &SchedOut, reqs: &[ReqState], cx: &mut HookCtx) {
+        let (c, pool, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ev);
+        let wl = c.wl;
         let cfg = c.mooncake.expect("Mooncake settings");
         let b = c.block_size;
         let is_consumer = cfg.kv_role == KvRole::Consumer;
@@ -425,13 +411,8 @@ impl MooncakeState {
     }
 
     /// `update_connector_output`: drop the pins of save jobs the worker finished, tail first.
-    pub fn update_connector_output(
-        &mut self,
-        completed: &[JobId],
-        pool: &mut GpuPool,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_connector_output(&mut self, completed: &[JobId], cx: &mut HookCtx) {
+        let (pool, ghost, ev) = (&mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         for &id in completed {
             let Some(pos) = self.saves.iter().position(|j| j.id == id) else {
                 continue; // vLLM: a job that referenced nothing (or an unknown one) is skipped

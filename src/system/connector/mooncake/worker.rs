@@ -14,7 +14,7 @@
 //!   the save jobs done (`build_connector_worker_meta`'s `completed_saves`).
 
 use super::{Ledger, MooncakeState};
-use crate::system::connector::{Phase, SchedOut};
+use crate::system::connector::{Phase, SchedOut, WorkerCtx};
 use crate::system::engine::{Ctx, Direction, StepInput};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
@@ -32,17 +32,8 @@ pub fn next_transfer(mc: &MooncakeState, d: Direction) -> Option<JobId> {
 }
 
 /// A thread runs job `id` (`fail`: a load whose gets fail from that block on).
-#[allow(clippy::too_many_arguments)]
-pub fn complete(
-    mc: &mut MooncakeState,
-    pool: &mut GpuPool,
-    ctx: Ctx,
-    d: Direction,
-    id: JobId,
-    fail: Option<u32>,
-    ghost: &mut Ghost,
-    ev: &mut Events,
-) {
+pub fn complete(mc: &mut MooncakeState, d: Direction, id: JobId, fail: Option<u32>, cx: &mut WorkerCtx) {
+    let (pool, ctx, ghost, ev) = (&mut *cx.pool, cx.ctx, &mut *cx.ghost, &mut *cx.ev);
     match d {
         Direction::Store => put(mc, pool, ctx, id, ghost, ev),
         Direction::Load => get(mc, pool, id, fail, ev),
@@ -130,15 +121,7 @@ fn get(mc: &mut MooncakeState, pool: &mut GpuPool, id: JobId, fail: Option<u32>,
 
 /// The worker's hooks after the forward: queue the step's loads and saves, let the jobs the
 /// environment chose run within the step, retire ledgers, report.
-pub fn after_forward(
-    mc: &mut MooncakeState,
-    pool: &mut GpuPool,
-    ctx: Ctx,
-    out: &SchedOut,
-    input: &StepInput,
-    ghost: &mut Ghost,
-    ev: &mut Events,
-) -> WorkerOut {
+pub fn after_forward(mc: &mut MooncakeState, out: &SchedOut, input: &StepInput, cx: &mut WorkerCtx) -> WorkerOut {
     // start_load_kv
     for j in mc.loads.iter_mut().filter(|j| j.phase == Phase::Built) {
         j.phase = Phase::Submitted;
@@ -154,8 +137,8 @@ pub fn after_forward(
     if input.drain {
         for d in [Direction::Load, Direction::Store] {
             while let Some(id) = next_transfer(mc, d) {
-                ghost.mark(Mark::Drained);
-                complete(mc, pool, ctx, d, id, None, ghost, ev);
+                cx.ghost.mark(Mark::Drained);
+                complete(mc, d, id, None, cx);
             }
         }
     }

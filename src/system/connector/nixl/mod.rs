@@ -42,6 +42,8 @@
 //! heterogeneous TP and block-size mapping, hybrid (SWA, Mamba) groups and the prefill
 //! backoff, bidirectional transfer, async scheduling, streaming sessions.
 
+mod hooks;
+
 use crate::system::connector::{ConnCtx, SchedOut, StepScratch};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};

@@ -8,29 +8,26 @@
 
 use super::{key_of, Job, JobKind, OffloadingReq, OffloadingState, Phase};
 use crate::system::connector::offloading::host_tier::Key;
-use crate::system::connector::{ConnCtx, SchedOut, StepScratch};
+use crate::system::connector::{ConnCtx, HookCtx, SchedOut, StepScratch};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::gpu_pool::GpuPool;
 use crate::system::request::ReqState;
 use crate::system::rules::{FinishWatermark, HostLru};
 use crate::system::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
-use crate::system::workload::{RequestSpec, Workload};
+use crate::system::workload::RequestSpec;
 
 impl OffloadingState {
     /// `build_connector_meta`: mirror updates, flushes, store jobs, finish signals.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
+    pub(super) fn build_connector_meta(
         &mut self,
         out: &SchedOut,
         reqs: &[ReqState],
-        wl: &Workload,
-        pool: &GpuPool,
-        c: &ConnCtx,
         scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
+        cx: &mut HookCtx,
     ) {
+        let (c, pool, ghost, ev) = (&cx.c, &*cx.pool, &mut *cx.ghost, &mut *cx.ev);
+        let wl = c.wl;
         // _update_req_states
         for s in &out.scheduled {
             let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");

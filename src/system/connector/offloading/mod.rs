@@ -9,6 +9,7 @@
 //! block's next writer runs).
 
 mod build_meta;
+mod hooks;
 pub mod host_arc;
 pub mod host_tier;
 pub mod reference_order;
@@ -16,10 +17,9 @@ pub mod worker;
 
 use crate::system::collections::side::{SideVal, WordHasher};
 use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
-use crate::system::connector::{BitSet, ConnCtx, StepScratch};
-use crate::system::events::{Event, Events};
-use crate::system::ghost::{Breach, Ghost, Mark};
-use crate::system::gpu_pool::GpuPool;
+use crate::system::connector::{BitSet, ConnCtx, HookCtx, RequestRef, StepScratch};
+use crate::system::events::Event;
+use crate::system::ghost::{Breach, Mark};
 use crate::system::request::ReqState;
 use crate::system::rules::{HostLru, Rules};
 use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
@@ -179,18 +179,16 @@ impl OffloadingState {
     }
 
     /// `get_num_new_matched_tokens(req, num_local)`: `(None, _)` asks the scheduler to retry.
-    #[allow(clippy::too_many_arguments)]
-    pub fn get_num_new_matched_tokens(
+    pub(super) fn get_num_new_matched_tokens(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
+        q: RequestRef,
         num_local: u32,
         max_new: Option<u32>,
-        c: &ConnCtx,
         scratch: &mut StepScratch,
-        ghost: &mut Ghost,
+        cx: &mut HookCtx,
     ) -> (Option<u32>, bool) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, ghost) = (&cx.c, &mut *cx.ghost);
         let rules = c.rules;
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
         // Restarting at token 0: the mirror is rebuilt from the full table at admission
@@ -240,7 +238,14 @@ impl OffloadingState {
 
     /// What the last lookup of `r` would have found without `max_num_new_tokens` (no side
     /// effects; for reporting what a clamp gave up).
-    pub fn peek_unbounded_hit(&self, r: ReqId, num_tokens: u32, spec: &RequestSpec, c: &ConnCtx) -> Option<u32> {
+    pub(super) fn peek_unbounded_hit(
+        &self,
+        q: RequestRef,
+        _num_local: u32,
+        num_tokens: u32,
+        c: &ConnCtx,
+    ) -> Option<u32> {
+        let (r, spec) = (q.id, q.spec);
         let st = self.reqs[r as usize].as_ref()?;
         self.lookup_complete_chunks(st, num_tokens, None, spec, c)
     }
@@ -302,19 +307,15 @@ impl OffloadingState {
     }
 
     /// `update_state_after_alloc(req, blocks, num_external)`: prepare the load.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_state_after_alloc(
+    pub(super) fn update_state_after_alloc(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &GpuPool,
+        q: RequestRef,
         num_external: u32,
-        c: &ConnCtx,
         scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
+        cx: &mut HookCtx,
     ) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, pool, ghost, ev) = (&cx.c, &*cx.pool, &mut *cx.ghost, &mut *cx.ev);
         scratch.allocated.extend(req.table.iter().copied().filter(|&b| b != NULL_BLOCK));
         if num_external == 0 {
             return;
@@ -393,7 +394,8 @@ impl OffloadingState {
     /// Returns `delay_free_blocks`: vLLM's OffloadingConnector never delays (it fences
     /// instead); under fix-final-store a request whose finish-time store has chunks to offer
     /// keeps its blocks until that store is settled and copied.
-    pub fn request_finished(&mut self, r: ReqId, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) -> bool {
+    pub(super) fn request_finished(&mut self, q: RequestRef, c: &ConnCtx) -> bool {
+        let (r, req, spec) = (q.id, q.state, q.spec);
         let Some(st) = self.reqs[r as usize].as_mut() else {
             return false;
         };
@@ -433,14 +435,8 @@ impl OffloadingState {
     }
 
     /// `update_connector_output`: apply the worker's reported completions.
-    pub fn update_connector_output(
-        &mut self,
-        completed: &[JobId],
-        reqs: &[ReqState],
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_connector_output(&mut self, completed: &[JobId], reqs: &[ReqState], cx: &mut HookCtx) {
+        let (c, ghost, ev) = (&cx.c, &mut *cx.ghost, &mut *cx.ev);
         for &id in completed {
             let Some(pos) = self.jobs.iter().position(|j| j.id == id) else {
                 ghost.breach(Breach::BadCompletion);

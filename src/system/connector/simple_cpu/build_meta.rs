@@ -12,13 +12,13 @@
 //! next scheduled step). All stores of one step form one store event.
 
 use super::{LoadEvent, SimpleCpuState, StoreEvent, Transfer};
-use crate::system::connector::{ConnCtx, Phase, SchedOut};
+use crate::system::connector::{ConnCtx, HookCtx, Phase, SchedOut};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::gpu_pool::GpuPool;
 use crate::system::request::ReqState;
 use crate::system::types::{BlockHash, BlockId, ReqId, NULL_BLOCK};
-use crate::system::workload::{RequestSpec, Workload};
+use crate::system::workload::RequestSpec;
 
 /// What one eager scan chose.
 #[derive(Default)]
@@ -34,17 +34,9 @@ struct Selection {
 impl SimpleCpuState {
     /// `build_connector_meta`: this step's store event (eager selection plus the finish-time
     /// stores queued since the last step) and load event.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
-        &mut self,
-        out: &SchedOut,
-        reqs: &[ReqState],
-        wl: &Workload,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn build_connector_meta(&mut self, out: &SchedOut, reqs: &[ReqState], cx: &mut HookCtx) {
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
+        let wl = c.wl;
         let b = c.block_size;
         let spec_of = |r: ReqId| wl.spec(r, reqs[r as usize].turn);
         // Coverage ghost: blocks whose last token this step computes are owed a store.

@@ -17,16 +17,15 @@
 //! `reset()`, world size > 1 (store events count one worker report), KV events payloads.
 
 mod build_meta;
+mod hooks;
 pub mod worker;
 
-use crate::system::connector::{BitSet, ConnCtx, Phase};
+use crate::system::connector::{BitSet, HookCtx, Phase, RequestRef};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::gpu_pool::GpuPool;
-use crate::system::request::ReqState;
 use crate::system::rules::Rules;
 use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use crate::system::workload::RequestSpec;
 use std::collections::BTreeMap;
 
 /// `StoreRequestState` (eager mode): the mirror of the request's block table (from
@@ -236,16 +235,14 @@ impl SimpleCpuState {
 
     /// `get_num_new_matched_tokens(req, num_computed)`: consecutive CPU hits past the local
     /// prefix, pinned until `update_state_after_alloc`; always an async load.
-    #[allow(clippy::too_many_arguments)]
-    pub fn get_num_new_matched_tokens(
+    pub(super) fn get_num_new_matched_tokens(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
+        q: RequestRef,
         num_local: u32,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
+        cx: &mut HookCtx,
     ) -> (Option<u32>, bool) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, ghost) = (&cx.c, &mut *cx.ghost);
         if let Some(stale) = self.reqs[r as usize].pending.take() {
             // A pin held since an earlier step (the request failed admission).
             ghost.mark(Mark::StalePinDropped);
@@ -283,17 +280,9 @@ impl SimpleCpuState {
 
     /// `update_state_after_alloc(req, blocks, num_external)`: register the request's store
     /// state; turn the lookup pin into a load (CPU and GPU blocks pinned until it completes).
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_state_after_alloc(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        pool: &mut GpuPool,
-        num_external: u32,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_state_after_alloc(&mut self, q: RequestRef, num_external: u32, cx: &mut HookCtx) {
+        let (r, req) = (q.id, q.state);
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         let q = &mut self.reqs[r as usize];
         if q.store.is_none() {
             q.store = Some(StoreRequestState::default());
@@ -331,17 +320,9 @@ impl SimpleCpuState {
     /// `request_finished_all_groups(req, block_ids)`: queue the finish-time store (0.32+),
     /// check store coverage, then `request_finished`: release the lookup pin, defer or clean up
     /// load and store state. Blocks are never held back (returns False in vLLM).
-    #[allow(clippy::too_many_arguments)]
-    pub fn request_finished(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn request_finished(&mut self, q: RequestRef, cx: &mut HookCtx) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         if c.rules.scpu_finish_flush {
             // The scheduler hands over the table clipped to the computed tokens
             // (get_block_ids_for_computed_tokens).
@@ -391,16 +372,8 @@ impl SimpleCpuState {
 
     /// `update_connector_output`: finished loads (by request), then store events reported
     /// complete by the worker.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_connector_output(
-        &mut self,
-        completed: &[JobId],
-        recving: &[ReqId],
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_connector_output(&mut self, completed: &[JobId], recving: &[ReqId], cx: &mut HookCtx) {
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         for &r in recving {
             if let Some(job) = self.reqs[r as usize].load.as_ref().and_then(|l| l.event) {
                 ev.emit(|| Event::HostLoadDone { req: r, job });
