@@ -7,7 +7,7 @@
 use super::collections::side::{ReadCache, Side};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
-use super::connector::{Connector, StepScratch, WorkerCtx};
+use super::connector::{Connector, RequestRef, StepScratch, WorkerCtx};
 use super::events::{Event, Events};
 use super::expert_rows::AuxState;
 use super::ghost::{Breach, Ghost, Mark};
@@ -227,14 +227,13 @@ impl Engine {
     /// NIXL P/D: the consumer reads finished request `r`'s blocks from the producer's host
     /// buffer and notifies it (the producer frees them at its next step).
     pub fn consumer_read(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
-        let spec = ctx.wl.spec(r, self.reqs[r as usize].turn);
-        let nx = self.conn.nixl_mut().expect("consumer reads need connector = \"nixl\"");
-        nx.consumer_read(r, spec, ctx.wl, ctx.cfg.block_size, &mut self.ghost, ev);
+        let q = RequestRef { id: r, state: &self.reqs[r as usize], spec: ctx.wl.spec(r, self.reqs[r as usize].turn) };
+        self.conn.consumer_read(q, &mut WorkerCtx { ctx, pool: &mut self.pool, ghost: &mut self.ghost, ev });
     }
 
     /// Requests whose blocks the consumer may read now (NIXL P/D).
     pub fn consumer_readable(&self) -> Vec<ReqId> {
-        self.conn.nixl().map_or(Vec::new(), |nx| nx.readable().collect())
+        self.conn.consumer_readable()
     }
 
     /// The job a handler completes next: the oldest submitted job of that direction.

@@ -186,6 +186,18 @@ pub trait KvConnector {
     /// Trace replay: turn on the change logs of the connector's pools.
     fn enable_replay_aids(&mut self) {}
 
+    // ---- P/D: the decode peer reading a producer's blocks ----
+
+    /// Requests whose blocks the consumer may read now.
+    fn consumer_readable(&self) -> Vec<ReqId> {
+        Vec::new()
+    }
+
+    /// The consumer reads request `q`'s blocks and notifies the producer.
+    fn consumer_read(&mut self, _q: RequestRef, _cx: &mut WorkerCtx) {
+        panic!("consumer reads need connector = \"nixl\"")
+    }
+
     // ---- trace replay's request slots ----
 
     /// Room for one more request slot.

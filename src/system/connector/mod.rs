@@ -159,6 +159,7 @@ forward_hooks! {
     fn enable_replay_aids();
     fn add_slot();
     fn reset_slot(r: ReqId);
+    fn consumer_read(q: RequestRef, cx: &mut WorkerCtx);
     ref:
     fn peek_unbounded_hit(q: RequestRef, num_local: u32, num_tokens: u32, c: &ConnCtx) -> Option<u32>;
     fn has_pending_work() -> bool;
@@ -169,6 +170,7 @@ forward_hooks! {
     fn gpu_pins(rules: &Rules) -> Vec<BlockId>;
     fn load_job_blocks(id: JobId) -> u32;
     fn slot_idle(r: ReqId) -> bool;
+    fn consumer_readable() -> Vec<ReqId>;
 }
 
 /// Connector settings and rules, borrowed for one call.

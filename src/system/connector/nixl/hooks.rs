@@ -32,6 +32,13 @@ impl KvConnector for NixlState {
         WorkerOut { finished_sending: self.get_finished(), ..WorkerOut::default() }
     }
 
+    fn consumer_readable(&self) -> Vec<ReqId> {
+        self.readable().collect()
+    }
+    fn consumer_read(&mut self, q: RequestRef, cx: &mut WorkerCtx) {
+        self.consumer_read(q.id, q.spec, cx.ctx.wl, cx.ctx.cfg.block_size, cx.ghost, cx.ev)
+    }
+
     /// Not replayed (the replay driver refuses NIXL models).
     fn slot_idle(&self, _r: ReqId) -> bool {
         false

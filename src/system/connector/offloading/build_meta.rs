@@ -8,10 +8,9 @@
 
 use super::{key_of, Job, JobKind, OffloadingReq, OffloadingState, Phase};
 use crate::system::connector::offloading::host_tier::Key;
-use crate::system::connector::{ConnCtx, HookCtx, SchedOut, StepScratch};
+use crate::system::connector::{ConnCtx, HookCtx, RequestRef, SchedOut, StepScratch};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
-use crate::system::gpu_pool::GpuPool;
 use crate::system::request::ReqState;
 use crate::system::rules::{FinishWatermark, HostLru};
 use crate::system::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
@@ -26,7 +25,7 @@ impl OffloadingState {
         scratch: &mut StepScratch,
         cx: &mut HookCtx,
     ) {
-        let (c, pool, ghost, ev) = (&cx.c, &*cx.pool, &mut *cx.ghost, &mut *cx.ev);
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         let wl = c.wl;
         // _update_req_states
         for s in &out.scheduled {
@@ -110,16 +109,12 @@ impl OffloadingState {
             .chain(retries.iter().map(|&f| (f, None)))
             .collect();
         for (r, scheduled) in visits {
+            let q = RequestRef { id: r, state: &reqs[r as usize], spec: wl.spec(r, reqs[r as usize].turn) };
             self.build_store_job(
-                r,
+                q,
                 scheduled,
-                &reqs[r as usize],
-                wl.spec(r, reqs[r as usize].turn),
-                pool,
-                c,
                 scratch,
-                ghost,
-                ev,
+                &mut HookCtx { c: *c, pool: &mut *pool, ghost: &mut *ghost, ev: &mut *ev },
             );
         }
         if !scratch.flush.is_empty() {
@@ -198,19 +193,9 @@ impl OffloadingState {
         (cands, cand_chunks, storable)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn build_store_job(
-        &mut self,
-        r: ReqId,
-        scheduled: Option<u32>,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &GpuPool,
-        c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    fn build_store_job(&mut self, q: RequestRef, scheduled: Option<u32>, scratch: &mut StepScratch, cx: &mut HookCtx) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (pool, c, ghost, ev) = (&*cx.pool, &cx.c, &mut *cx.ghost, &mut *cx.ev);
         let Some(st) = self.reqs[r as usize].as_ref() else {
             return;
         };

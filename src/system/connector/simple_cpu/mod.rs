@@ -328,7 +328,8 @@ impl SimpleCpuState {
             // (get_block_ids_for_computed_tokens).
             let n = (cdiv(req.num_computed, c.block_size) as usize).min(req.table.len());
             let table = req.table[..n].to_vec();
-            self.queue_finished_store(r, req, spec, &table, pool, c, ghost, ev);
+            let mut cx = HookCtx { c: *c, pool: &mut *pool, ghost: &mut *ghost, ev: &mut *ev };
+            self.queue_finished_store(q, &table, &mut cx);
         }
         self.check_coverage(r, spec, ghost, ev);
         if let Some(p) = self.reqs[r as usize].pending.take() {
