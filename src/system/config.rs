@@ -94,7 +94,7 @@ pub enum ConnectorKind {
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct RowsConfig {
     /// Row-store capacity in objects (vLLM's default: one per GPU block).
-    pub store_objects: u32,
+    pub(crate) store_objects: u32,
 }
 
 /// One engine instance's configuration.

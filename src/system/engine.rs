@@ -69,8 +69,8 @@ pub struct Engine {
 /// A batch in flight: what was scheduled and what the worker reported for it.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Batch {
-    pub out: SchedOut,
-    pub wout: WorkerOut,
+    pub(crate) out: SchedOut,
+    pub(crate) wout: WorkerOut,
 }
 
 /// The environment's choices for one engine step.

@@ -20,13 +20,13 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WorkerOut {
-    pub completed: Vec<JobId>,
-    pub finished_recving: Vec<ReqId>,
-    pub invalid_blocks: BTreeSet<BlockId>,
+    pub(crate) completed: Vec<JobId>,
+    pub(crate) finished_recving: Vec<ReqId>,
+    pub(crate) invalid_blocks: BTreeSet<BlockId>,
     /// `finished_sending`: requests whose delayed blocks the consumer is done with (NIXL).
-    pub finished_sending: Vec<ReqId>,
+    pub(crate) finished_sending: Vec<ReqId>,
     /// Router replay: the rows each request emitted (`aux_output_connector_output`).
-    pub rows: Vec<RowsOutput>,
+    pub(crate) rows: Vec<RowsOutput>,
 }
 
 /// Run the worker side of one step.

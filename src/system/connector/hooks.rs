@@ -33,28 +33,28 @@ pub struct RequestRef<'a> {
 /// A scheduler-side hook's context: the connector settings, and the engine parts the hook
 /// may change beside the connector's own state.
 pub struct HookCtx<'a> {
-    pub c: ConnCtx<'a>,
-    pub pool: &'a mut GpuPool,
-    pub ghost: &'a mut Ghost,
-    pub ev: &'a mut Events,
+    pub(crate) c: ConnCtx<'a>,
+    pub(crate) pool: &'a mut GpuPool,
+    pub(crate) ghost: &'a mut Ghost,
+    pub(crate) ev: &'a mut Events,
 }
 
 /// A worker-side hook's context.
 pub struct WorkerCtx<'a> {
-    pub ctx: Ctx<'a>,
-    pub pool: &'a mut GpuPool,
-    pub ghost: &'a mut Ghost,
-    pub ev: &'a mut Events,
+    pub(crate) ctx: Ctx<'a>,
+    pub(crate) pool: &'a mut GpuPool,
+    pub(crate) ghost: &'a mut Ghost,
+    pub(crate) ev: &'a mut Events,
 }
 
 /// What a worker-side hook reads of the step: the scheduler's output, the connector's step
 /// scratch and the environment's choices for the step.
 #[derive(Clone, Copy)]
 pub struct WorkerStep<'a> {
-    pub out: &'a SchedOut,
-    pub scratch: &'a StepScratch,
-    pub input: &'a StepInput,
-    pub reqs: &'a [ReqState],
+    pub(crate) out: &'a SchedOut,
+    pub(crate) scratch: &'a StepScratch,
+    pub(crate) input: &'a StepInput,
+    pub(crate) reqs: &'a [ReqState],
 }
 
 /// The hooks of `KVConnectorBase_V1` (and what the engine reads of a connector). A new

@@ -176,16 +176,16 @@ forward_hooks! {
 /// Connector settings and rules, borrowed for one call.
 #[derive(Clone, Copy)]
 pub struct ConnCtx<'a> {
-    pub rules: &'a Rules,
-    pub wl: &'a Workload,
-    pub block_size: u32,
-    pub blocks_per_chunk: u32,
-    pub offload_prompt_only: bool,
-    pub sync_budget: u32,
+    pub(crate) rules: &'a Rules,
+    pub(crate) wl: &'a Workload,
+    pub(crate) block_size: u32,
+    pub(crate) blocks_per_chunk: u32,
+    pub(crate) offload_prompt_only: bool,
+    pub(crate) sync_budget: u32,
     /// GPU prefix caching on (`_chunks_being_loaded` is only kept then).
-    pub caching: bool,
+    pub(crate) caching: bool,
     /// The Mooncake store's settings (with `connector = "mooncake"`).
-    pub mooncake: Option<&'a MooncakeConfig>,
+    pub(crate) mooncake: Option<&'a MooncakeConfig>,
 }
 
 impl ConnCtx<'_> {
@@ -241,14 +241,14 @@ impl SchedOut {
 #[derive(Clone, Debug, Default)]
 pub struct StepScratch {
     /// Blocks handed to scheduled requests this step.
-    pub allocated: BitSet,
-    pub load_jobs: Vec<JobId>,
-    pub store_jobs: Vec<JobId>,
-    pub sync_loads: Vec<ReqId>,
-    pub sync_used: u32,
-    pub flush: BTreeSet<JobId>,
+    pub(crate) allocated: BitSet,
+    pub(crate) load_jobs: Vec<JobId>,
+    pub(crate) store_jobs: Vec<JobId>,
+    pub(crate) sync_loads: Vec<ReqId>,
+    pub(crate) sync_used: u32,
+    pub(crate) flush: BTreeSet<JobId>,
     /// Router replay: this step's `AuxOutputConnectorMetadata`.
-    pub aux: Option<crate::system::expert_rows::AuxMeta>,
+    pub(crate) aux: Option<crate::system::expert_rows::AuxMeta>,
     /// NIXL host-buffer mode: this step's `reqs_to_save` (request, block ids to copy).
-    pub nixl_save: Vec<(ReqId, Vec<BlockId>)>,
+    pub(crate) nixl_save: Vec<(ReqId, Vec<BlockId>)>,
 }

@@ -55,12 +55,12 @@ impl RowsRecord {
 /// Everything router replay adds to one engine.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct AuxState {
-    pub sched: AuxSched,
-    pub row_store: RowStore,
-    pub workers: Vec<Option<WorkerReq>>,
-    pub rows: Vec<RowsRecord>,
+    pub(crate) sched: AuxSched,
+    pub(crate) row_store: RowStore,
+    pub(crate) workers: Vec<Option<WorkerReq>>,
+    pub(crate) rows: Vec<RowsRecord>,
     /// The engine died (BlockObjectStoreError or a buffer assertion).
-    pub dead: bool,
+    pub(crate) dead: bool,
 }
 
 impl AuxState {

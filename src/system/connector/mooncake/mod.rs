@@ -44,13 +44,13 @@ use std::collections::BTreeMap;
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LoadSpec {
     /// `vllm_cached_tokens`: the local hit the lookup was resolved against.
-    pub vllm_cached: u32,
+    pub(crate) vllm_cached: u32,
     /// `kvpool_cached_tokens`: the pool hit (absolute); the load covers `[vllm_cached, this)`.
-    pub kvpool_cached: u32,
-    pub can_load: bool,
+    pub(crate) kvpool_cached: u32,
+    pub(crate) can_load: bool,
     /// `tail_key_boundaries` (one group): the token boundary whose hash keys the last loaded
     /// block; it equals the hit without fine-grained hash hits. prime-rl's clamp clears it.
-    pub tail_key: Option<u32>,
+    pub(crate) tail_key: Option<u32>,
 }
 
 /// `RequestTracker`, the fields that decide saves (its block-id mirror is not kept: save jobs
@@ -58,82 +58,82 @@ pub struct LoadSpec {
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Tracker {
     /// `token_len`: tokens computed once this step's forward is done.
-    pub token_len: u32,
+    pub(crate) token_len: u32,
     /// `num_saved_tokens`: where the next save starts.
-    pub num_saved: u32,
+    pub(crate) num_saved: u32,
     /// `prefill_end_tokens`: the prefill range at the tracker's creation.
-    pub prefill_end: u32,
+    pub(crate) prefill_end: u32,
 }
 
 /// The sending thread's ledger for one request (`stored_requests[r]`, `_saved_offset[r]`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Ledger {
     /// Save jobs of this request still queued or running, ascending.
-    pub live: Vec<JobId>,
+    pub(crate) live: Vec<JobId>,
     /// `_saved_offset`: tokens actually put so far (the next put resumes here).
-    pub saved_offset: u32,
+    pub(crate) saved_offset: u32,
 }
 
 /// Everything the connector keeps per request.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct MooncakeReq {
     /// `load_specs[r]`.
-    pub load_spec: Option<LoadSpec>,
+    pub(crate) load_spec: Option<LoadSpec>,
     /// `_request_trackers[r]` (a preempted request's tracker is reset: the same as none here).
-    pub tracker: Option<Tracker>,
+    pub(crate) tracker: Option<Tracker>,
     /// Worker side: the sending thread's ledger (None = no entry).
-    pub ledger: Option<Ledger>,
+    pub(crate) ledger: Option<Ledger>,
     /// Worker side: `finished_store_req` (finished; its ledger retires once its jobs drain).
-    pub closing: bool,
+    pub(crate) closing: bool,
 }
 
 /// A save (put) job: `ReqMeta` with `can_save` and its `store_job_id`.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct SaveJob {
-    pub id: JobId,
-    pub req: ReqId,
+    pub(crate) id: JobId,
+    pub(crate) req: ReqId,
     /// `token_len_chunk`: save full blocks below this.
-    pub token_len: u32,
+    pub(crate) token_len: u32,
     /// The request's current block table when the job was built.
-    pub blocks: Vec<BlockId>,
+    pub(crate) blocks: Vec<BlockId>,
     /// The request's block hashes below `token_len` (`ReqMeta.block_hashes`).
-    pub hashes: Vec<BlockHash>,
+    pub(crate) hashes: Vec<BlockHash>,
     /// `_pinned_saves[id]`: the distinct non-null blocks of that table, referenced until the
     /// worker reports the job.
-    pub pinned: Vec<BlockId>,
-    pub phase: Phase,
+    pub(crate) pinned: Vec<BlockId>,
+    pub(crate) phase: Phase,
 }
 
 /// A load job: `ReqMeta` with a `can_load` LoadSpec.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LoadJob {
-    pub id: JobId,
-    pub req: ReqId,
-    pub keys: Vec<BlockHash>,
+    pub(crate) id: JobId,
+    pub(crate) req: ReqId,
+    pub(crate) keys: Vec<BlockHash>,
     /// GPU destination blocks, one per key.
-    pub blocks: Vec<BlockId>,
-    pub phase: Phase,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) phase: Phase,
     /// Index (into `blocks`) of the first block whose get failed.
-    pub invalid_from: Option<u32>,
+    pub(crate) invalid_from: Option<u32>,
 }
 
 /// The connector's state, the shared pool, and the worker's threads.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct MooncakeState {
     /// The Mooncake pool: key (block hash) -> the KV put under it.
-    pub pool: BTreeMap<BlockHash, ContentTag>,
-    pub reqs: Vec<MooncakeReq>,
+    pub(crate) pool: BTreeMap<BlockHash, ContentTag>,
+    pub(crate) reqs: Vec<MooncakeReq>,
     /// `_unfinished_requests` in dict order: requests `update_state_after_alloc` saw, with the
     /// block ids it got when the request had external tokens (else none).
-    pub unfinished: Vec<(ReqId, Vec<BlockId>)>,
+    pub(crate) unfinished: Vec<(ReqId, Vec<BlockId>)>,
     /// Save jobs not yet reported, ascending id (the sending thread's queue order).
-    pub saves: Vec<SaveJob>,
+    pub(crate) saves: Vec<SaveJob>,
     /// Load jobs not yet reported, ascending id (the receiving thread's queue order).
-    pub loads: Vec<LoadJob>,
-    pub next_save: JobId,
-    pub next_load: JobId,
+    pub(crate) loads: Vec<LoadJob>,
+    pub(crate) next_save: JobId,
+    pub(crate) next_load: JobId,
     /// Trace replay's change log: keys put into the pool (not state; off in the checker).
-    pub log: Side<Vec<BlockHash>>,
+    pub(crate) log: Side<Vec<BlockHash>>,
 }
 
 /// What `build_connector_meta` decided for one request (`ReqMeta`).

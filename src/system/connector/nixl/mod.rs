@@ -56,25 +56,25 @@ use crate::system::workload::{RequestSpec, Workload};
 /// A finished request whose blocks wait for the consumer (`_reqs_need_send`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Send {
-    pub req: ReqId,
+    pub(crate) req: ReqId,
     /// `remote_block_ids`: the request's block table when it finished.
-    pub blocks: Vec<BlockId>,
+    pub(crate) blocks: Vec<BlockId>,
     /// `remote_num_tokens`: `num_computed_tokens` when it finished.
-    pub tokens: u32,
+    pub(crate) tokens: u32,
     /// The consumer read the blocks and notified the producer (reported in the next
     /// `finished_sending`).
-    pub read: bool,
+    pub(crate) read: bool,
 }
 
 /// The connector's state and the worker's host transfer buffer.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct NixlState {
     /// `host_xfer_buffers`: what each GPU block id's host slot holds.
-    pub host: Vec<ContentTag>,
+    pub(crate) host: Vec<ContentTag>,
     /// `_reqs_need_save`, ascending.
-    pub need_save: Vec<ReqId>,
+    pub(crate) need_save: Vec<ReqId>,
     /// Finished requests holding their blocks for the consumer, in finish order.
-    pub sending: Vec<Send>,
+    pub(crate) sending: Vec<Send>,
 }
 
 impl NixlState {

@@ -30,26 +30,26 @@ use std::collections::BTreeMap;
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct OffloadingReq {
     /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
-    pub num_keys: u32,
+    pub(crate) num_keys: u32,
     /// The mirror table (`block_ids`).
-    pub mirror: Vec<BlockId>,
+    pub(crate) mirror: Vec<BlockId>,
     /// Replay: the mirror's first `.0` blocks equalled the block table when `.1` tables had
     /// been taken (`PoolLog::table_takes`); the mirror-table check then compares the rest.
-    pub mirror_ok: SideVal<(u32, u64)>,
+    pub(crate) mirror_ok: SideVal<(u32, u64)>,
     /// The store cursor (`next_stored_chunk_idx`).
-    pub cursor: u32,
+    pub(crate) cursor: u32,
     /// In-flight job ids, ascending.
-    pub transfer_jobs: Vec<JobId>,
-    pub finished_signaled: bool,
+    pub(crate) transfer_jobs: Vec<JobId>,
+    pub(crate) finished_signaled: bool,
     /// `num_locally_computed_tokens` at the last lookup.
-    pub num_local: u32,
+    pub(crate) num_local: u32,
     /// The manager's request context (LRU request rank, keys seen).
-    pub access: ReqAccess,
+    pub(crate) access: ReqAccess,
     /// Coverage ghost: chunks computed in the current run and not yet offered.
-    pub owed: BitSet,
+    pub(crate) owed: BitSet,
     /// final-store-kept ghost: chunks the host tier refused (no room) at the request's latest
     /// store visit.
-    pub refused: BitSet,
+    pub(crate) refused: BitSet,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -77,22 +77,22 @@ pub enum Phase {
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Job {
-    pub id: JobId,
-    pub req: ReqId,
-    pub kind: JobKind,
-    pub keys: Vec<Key>,
+    pub(crate) id: JobId,
+    pub(crate) req: ReqId,
+    pub(crate) kind: JobKind,
+    pub(crate) keys: Vec<Key>,
     /// Store: GPU source blocks; load: GPU destination blocks.
-    pub blocks: Vec<BlockId>,
-    pub slots: Vec<u32>,
-    pub phase: Phase,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) slots: Vec<u32>,
+    pub(crate) phase: Phase,
     /// Store: what the copy read, per source block (taken when the copy was ordered).
-    pub snapshot: Vec<ContentTag>,
+    pub(crate) snapshot: Vec<ContentTag>,
     /// Store: a source block was written while the copy ran.
-    pub torn: bool,
+    pub(crate) torn: bool,
     /// Load: index (into `blocks`) of the first block that failed to load.
-    pub invalid_from: Option<u32>,
+    pub(crate) invalid_from: Option<u32>,
     /// Load: position of the first destination block inside its chunk (`block_indices`).
-    pub block_offset: u32,
+    pub(crate) block_offset: u32,
 }
 
 impl Job {
@@ -107,16 +107,16 @@ impl Job {
 /// The connector's scheduler-side state plus its host tier.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct OffloadingState {
-    pub reqs: Vec<Option<OffloadingReq>>,
+    pub(crate) reqs: Vec<Option<OffloadingReq>>,
     /// Jobs not yet completed, ascending id.
-    pub jobs: Vec<Job>,
-    pub next_job: JobId,
+    pub(crate) jobs: Vec<Job>,
+    pub(crate) next_job: JobId,
     /// `_block_id_to_pending_jobs`: GPU blocks a finished request's stores still read.
-    pub fences: BTreeMap<BlockId, Vec<JobId>>,
-    pub host: HostTier,
+    pub(crate) fences: BTreeMap<BlockId, Vec<JobId>>,
+    pub(crate) host: HostTier,
     /// fix-final-store: finished requests whose blocks the connector holds until their last
     /// store lands, in finish order.
-    pub held: Vec<Held>,
+    pub(crate) held: Vec<Held>,
 }
 
 /// fix-final-store (`final_store_waits`): a finished request whose blocks the connector keeps
@@ -124,9 +124,9 @@ pub struct OffloadingState {
 /// copied; the worker then reports it in `finished_sending` and the scheduler frees them.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Held {
-    pub req: ReqId,
+    pub(crate) req: ReqId,
     /// Its last store was refused for lack of room and is offered again at the next step.
-    pub waiting: bool,
+    pub(crate) waiting: bool,
 }
 
 impl OffloadingState {

@@ -21,7 +21,7 @@ use crate::system::rules::HostLru;
 #[derive(Clone, Debug, Default)]
 pub struct RefOrder {
     /// Eviction order, first = next victim (with the 0.33 rank; unused by the other policies).
-    pub list: Vec<(Key, Rank)>,
+    pub(crate) list: Vec<(Key, Rank)>,
     /// Trace replay: the same sequence, indexed (`list` stays empty). Not used by the checker.
     indexed: Side<Indexed>,
 }

@@ -32,66 +32,66 @@ use std::collections::BTreeMap;
 /// `yield_req_data`), the store cursor (`num_stored_blocks`), its pending store events.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct StoreRequestState {
-    pub mirror: Vec<BlockId>,
-    pub cursor: u32,
+    pub(crate) mirror: Vec<BlockId>,
+    pub(crate) cursor: u32,
     /// `store_events`, ascending.
-    pub events: Vec<u32>,
-    pub finished: bool,
+    pub(crate) events: Vec<u32>,
+    pub(crate) finished: bool,
 }
 
 /// `_pending_cpu_hits[req]`: the CPU hit blocks a lookup pinned, its hit length and the local
 /// prefix (`num_computed_tokens`) it was resolved against.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct PendingHit {
-    pub blocks: Vec<BlockId>,
-    pub hit: u32,
-    pub num_computed: u32,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) hit: u32,
+    pub(crate) num_computed: u32,
 }
 
 /// `LoadRequestState` with its `TransferMeta` (CPU block i is copied into GPU block i).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LoadRequestState {
-    pub gpu: Vec<BlockId>,
-    pub cpu: Vec<BlockId>,
+    pub(crate) gpu: Vec<BlockId>,
+    pub(crate) cpu: Vec<BlockId>,
     /// `load_event`: set by `build_connector_meta`.
-    pub event: Option<u32>,
-    pub finished: bool,
+    pub(crate) event: Option<u32>,
+    pub(crate) finished: bool,
 }
 
 /// Everything SimpleCPU keeps per request.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct SimpleCpuReq {
-    pub store: Option<StoreRequestState>,
-    pub pending: Option<PendingHit>,
-    pub load: Option<LoadRequestState>,
+    pub(crate) store: Option<StoreRequestState>,
+    pub(crate) pending: Option<PendingHit>,
+    pub(crate) load: Option<LoadRequestState>,
     /// Coverage ghost: blocks computed in the current run while the CPU pool lacked their
     /// hash, not yet handled by an eager scan.
-    pub owed: BitSet,
+    pub(crate) owed: BitSet,
 }
 
 /// A store's blocks (`TransferMeta`): GPU block i is copied into CPU block i.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Transfer {
-    pub gpu: Vec<BlockId>,
-    pub cpu: Vec<BlockId>,
+    pub(crate) gpu: Vec<BlockId>,
+    pub(crate) cpu: Vec<BlockId>,
     /// The GPU blocks' hashes when the store was prepared (0.24 stamps these on the CPU
     /// blocks; also what source-freshness expects the copy to read).
-    pub hashes: Vec<BlockHash>,
+    pub(crate) hashes: Vec<BlockHash>,
     /// Whose blocks these are (display only: vLLM's finish-time transfers carry no request).
-    pub req: ReqId,
+    pub(crate) req: ReqId,
 }
 
 /// A store event: all stores of one step (`_store_event_to_blocks` + `_store_event_to_reqs`),
 /// and where the worker is with its copy.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct StoreEvent {
-    pub id: u32,
-    pub parts: Vec<Transfer>,
+    pub(crate) id: u32,
+    pub(crate) parts: Vec<Transfer>,
     /// Requests whose `store_events` hold this event (not the finish-time stores' owners).
-    pub reqs: Vec<ReqId>,
-    pub phase: Phase,
+    pub(crate) reqs: Vec<ReqId>,
+    pub(crate) phase: Phase,
     /// What the copy read, per GPU source block in order (taken when it was launched).
-    pub snapshot: Vec<ContentTag>,
+    pub(crate) snapshot: Vec<ContentTag>,
 }
 
 impl StoreEvent {
@@ -109,11 +109,11 @@ impl StoreEvent {
 /// A load event: all loads of one step (`_load_event_to_reqs`), with the worker's copy list.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LoadEvent {
-    pub id: u32,
-    pub reqs: Vec<ReqId>,
-    pub gpu: Vec<BlockId>,
-    pub cpu: Vec<BlockId>,
-    pub phase: Phase,
+    pub(crate) id: u32,
+    pub(crate) reqs: Vec<ReqId>,
+    pub(crate) gpu: Vec<BlockId>,
+    pub(crate) cpu: Vec<BlockId>,
+    pub(crate) phase: Phase,
 }
 
 /// SimpleCPU's scheduler-side state, its CPU pool, and the worker's view of its events.
@@ -121,20 +121,20 @@ pub struct LoadEvent {
 pub struct SimpleCpuState {
     /// `cpu_block_pool`.
     pub cpu: GpuPool,
-    pub reqs: Vec<SimpleCpuReq>,
+    pub(crate) reqs: Vec<SimpleCpuReq>,
     /// Store events not yet processed, ascending id.
-    pub stores: Vec<StoreEvent>,
+    pub(crate) stores: Vec<StoreEvent>,
     /// Load events not yet processed, ascending id.
-    pub loads: Vec<LoadEvent>,
+    pub(crate) loads: Vec<LoadEvent>,
     /// `_in_flight_store_gpu_blocks`, ascending.
-    pub in_flight: Vec<BlockId>,
+    pub(crate) in_flight: Vec<BlockId>,
     /// `_pending_finished_stores`: finish-time stores, emitted with the next store event.
-    pub pending_finished: Vec<Transfer>,
-    pub next_store: u32,
-    pub next_load: u32,
+    pub(crate) pending_finished: Vec<Transfer>,
+    pub(crate) next_store: u32,
+    pub(crate) next_load: u32,
     /// Ghost (eviction-order): the CPU pool's free blocks in the order the policy names,
     /// FIFO by release, kept apart from the pool's own linked list.
-    pub fifo: Vec<BlockId>,
+    pub(crate) fifo: Vec<BlockId>,
 }
 
 impl SimpleCpuState {
