@@ -32,7 +32,7 @@ pub enum EvictionPolicy {
     /// `LRUCachePolicy` (which LRU: the profile's rule `host_lru`).
     #[default]
     Lru,
-    /// `ARCCachePolicy` (`system/host_arc.rs`).
+    /// `ARCCachePolicy` (`system/connector/offloading/host_arc.rs`).
     Arc,
 }
 

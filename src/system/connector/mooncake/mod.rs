@@ -16,7 +16,7 @@
 //! block into a save job that pins (touches) the request's whole current block table until
 //! the worker reports the job done; pins are then released tail first. Loads are always
 //! asynchronous (`load_async`; vLLM's worker asserts it). The worker side is in
-//! `mooncake_worker.rs`.
+//! `worker.rs`.
 //!
 //! prime-rl's clamp (router replay, RE C3) wraps `get_num_new_matched_tokens`: past its limit
 //! it drops the LoadSpec (limit 0) or rewrites `kvpool_cached_tokens` and clears the tail

@@ -1,7 +1,7 @@
 //! SimpleCPUOffloadConnector, scheduler side (vLLM `v1/simple_kv_offload/manager.py:
 //! SimpleCPUOffloadScheduler`, 0.33 rules, eager mode): state, lookup, load preparation,
 //! finish handling and completion processing. The eager store selection is in
-//! `simple_cpu_store.rs`, the worker side in `simple_cpu_worker.rs`.
+//! `build_meta.rs`, the worker side in `worker.rs`.
 //!
 //! The host tier *is* a second vLLM `BlockPool` (one CPU block per GPU block, its own null
 //! block 0), modelled by [`GpuPool`] with `Medium::Cpu`. A CPU block is registered in the
