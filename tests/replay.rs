@@ -433,11 +433,11 @@ fn bad_replay_models_exit_2() {
 mod representations {
     //! The replay-only representations (hash maps, the rank queue, the indexed eviction-order
     //! reference, memoised prefix lookups) behave exactly like the checker's.
+    use kvmc::system::collections::rank_queue::RankQueue;
     use kvmc::system::events::Events;
     use kvmc::system::ghost::Ghost;
     use kvmc::system::gpu_pool::GpuPool;
     use kvmc::system::host_tier::{HostTier, ReqAccess};
-    use kvmc::system::rank_queue::RankQueue;
     use kvmc::system::rules::HostLru;
     use kvmc::system::types::BlockHash;
     use proptest::prelude::*;

@@ -10,7 +10,7 @@ pub mod validate;
 use crate::error::{KvmcError, Result};
 use crate::props::{self, Kind};
 use crate::scope::{Arrivals, Faults, Scope};
-use crate::system::connector::simple_cpu_worker::LOAD_EVENT;
+use crate::system::connector::simple_cpu::worker::LOAD_EVENT;
 use crate::system::engine::StepInput;
 use crate::system::types::Status;
 use crate::system::workload::{next_turn_spec, EndKind, TurnInput};

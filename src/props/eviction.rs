@@ -1,7 +1,7 @@
 //! `eviction-order`: the host tier's victim is the one its policy names, checked inside
 //! transitions against a reference order kept as ghost state beside the implementation
-//! (OffloadingConnector: `system/host_order.rs`, per LRU policy; SimpleCPU: the FIFO-by-release
-//! list in `connector/simple_cpu.rs`). Both raise `Breach::EvictionOrder`.
+//! (OffloadingConnector: `system/connector/offloading/reference_order.rs`, per LRU policy; SimpleCPU: the FIFO-by-release
+//! list in `connector/simple_cpu/`). Both raise `Breach::EvictionOrder`.
 
 use crate::system::ghost::Breach;
 use crate::system::{Engine, System};

@@ -1,6 +1,6 @@
 //! Host-tier properties (OC §9.4, SimpleCPU §4): integrity of what is stored, and accounting.
 
-use crate::system::connector::{OcState, ScState};
+use crate::system::connector::{OffloadingState, SimpleCpuState};
 use crate::system::ghost::Breach;
 use crate::system::host_arc::ArcLists;
 use crate::system::host_tier::{HostEntry, Key};
@@ -44,7 +44,7 @@ pub fn entry_intact(k: &Key, en: &HostEntry, b: u32, bpc: u32, wl: &Workload) ->
 
 /// SimpleCPU: every CPU block registered in the CPU pool's cached map under a hash holds
 /// exactly that prefix's KV.
-fn integrity_simple_cpu(b: u32, sc: &ScState) -> bool {
+fn integrity_simple_cpu(b: u32, sc: &SimpleCpuState) -> bool {
     sc.cpu.cached().all(|(h, blocks)| {
         blocks
             .iter()
@@ -118,7 +118,7 @@ pub fn engine_accounting(e: &Engine, rules: &Rules) -> bool {
 }
 
 /// A pinned key is pinned once per in-flight load that names it.
-pub fn pins_match(oc: &OcState, k: &Key, e: &HostEntry) -> bool {
+pub fn pins_match(oc: &OffloadingState, k: &Key, e: &HostEntry) -> bool {
     let loads = oc.jobs.iter().filter(|j| !j.is_store() && j.keys.contains(k)).count() as i32;
     loads == e.ref_cnt
 }
@@ -127,7 +127,7 @@ pub fn pins_match(oc: &OcState, k: &Key, e: &HostEntry) -> bool {
 /// has no duplicates and its length is the free count, every reference belongs to a lookup
 /// pin, a load or a store not yet processed, the null block is never used, and the pool never
 /// holds more than its blocks.
-fn accounting_simple_cpu(rules: &Rules, sc: &ScState) -> bool {
+fn accounting_simple_cpu(rules: &Rules, sc: &SimpleCpuState) -> bool {
     let p = &sc.cpu;
     let n = p.num_blocks() as usize;
     let mut holders = vec![0u32; n];

@@ -33,10 +33,10 @@
 use super::pool_checks::{self, PoolCounts};
 use super::reached::Reached;
 use crate::props::{g1, host, PropId, Source};
+use crate::system::collections::side::FastMap;
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::Breach;
 use crate::system::host_tier::Key;
-use crate::system::side::FastMap;
 use crate::system::types::{BlockHash, BlockId, ContentTag, JobId, NULL_BLOCK};
 use crate::system::{Engine, Rules, Workload};
 use std::collections::{BTreeMap, BTreeSet};

@@ -16,7 +16,7 @@
 //! map gained or lost and for the blocks whose content changed ([`cpu_integrity`]), as
 //! g1-cache-sound is for G1.
 
-use crate::system::connector::simple_cpu::ScState;
+use crate::system::connector::simple_cpu::SimpleCpuState;
 use crate::system::gpu_pool::GpuPool;
 use crate::system::types::{BlockHash, BlockId, ContentTag, NULL_BLOCK};
 
@@ -173,7 +173,7 @@ impl PoolCounts {
 /// SimpleCPU's host-integrity over the CPU pool's logged pairs and content changes. Returns
 /// what is wrong, if anything, and how many pairs were examined.
 pub fn cpu_integrity(
-    sc: &ScState,
+    sc: &SimpleCpuState,
     b: u32,
     cached: &[(BlockHash, BlockId)],
     content: &[BlockId],

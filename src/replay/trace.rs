@@ -18,7 +18,7 @@
 //! naming the file and line (exit 2), and nothing is written.
 
 use crate::error::{KvmcError, Result};
-use crate::system::side::FastMap;
+use crate::system::collections::side::FastMap;
 use crate::system::types::Token;
 use serde::Deserialize;
 use std::collections::HashMap;

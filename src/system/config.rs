@@ -32,7 +32,7 @@ pub enum EvictionPolicy {
     /// `LRUCachePolicy` (which LRU: the profile's rule `host_lru`).
     #[default]
     Lru,
-    /// `ARCCachePolicy` (`system/host_arc.rs`).
+    /// `ARCCachePolicy` (`system/connector/offloading/host_arc.rs`).
     Arc,
 }
 
@@ -94,7 +94,7 @@ pub enum ConnectorKind {
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct RowsConfig {
     /// Row-store capacity in objects (vLLM's default: one per GPU block).
-    pub store_objects: u32,
+    pub(crate) store_objects: u32,
 }
 
 /// One engine instance's configuration.

@@ -310,7 +310,7 @@ pub fn render(sys: &System, e: &Engine) -> String {
 }
 
 /// SimpleCPU's CPU pool, per-request state and events.
-fn render_simple_cpu(s: &mut String, sys: &System, sc: &crate::system::connector::ScState) {
+fn render_simple_cpu(s: &mut String, sys: &System, sc: &crate::system::connector::SimpleCpuState) {
     let wl = &sys.workload;
     let _ = writeln!(
         s,
@@ -382,7 +382,7 @@ fn render_simple_cpu(s: &mut String, sys: &System, sc: &crate::system::connector
 }
 
 /// The Mooncake pool, the connector's per-request state and its jobs.
-fn render_mooncake(s: &mut String, sys: &System, mc: &crate::system::connector::McState) {
+fn render_mooncake(s: &mut String, sys: &System, mc: &crate::system::connector::MooncakeState) {
     let wl = &sys.workload;
     let pool: Vec<String> = mc
         .pool

@@ -4,22 +4,20 @@
 //! An engine moves only through the inputs below. The model checker chooses them
 //! nondeterministically; trace replay and conformance take them from a trace or a log.
 
+use super::collections::side::{ReadCache, Side};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
-use super::connector::{
-    mooncake_worker as mc_worker, simple_cpu_worker as sc_worker, worker as conn_worker, Connector, StepScratch,
-};
+use super::connector::{Connector, RequestRef, StepScratch, WorkerCtx};
 use super::events::{Event, Events};
 use super::expert_rows::AuxState;
 use super::ghost::{Breach, Ghost, Mark};
 use super::gpu_pool::GpuPool;
+use super::model_runner::WorkerOut;
 use super::request::{Queue, ReqState};
 use super::rules::Rules;
-use super::side::{ReadCache, Side};
 use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
-use super::worker::WorkerOut;
 use super::workload::Workload;
-use super::{scheduler, scheduler_output, worker};
+use super::{model_runner, scheduler, scheduler_output};
 
 /// What every transition reads and never changes.
 #[derive(Clone, Copy)]
@@ -71,8 +69,8 @@ pub struct Engine {
 /// A batch in flight: what was scheduled and what the worker reported for it.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Batch {
-    pub out: SchedOut,
-    pub wout: WorkerOut,
+    pub(crate) out: SchedOut,
+    pub(crate) wout: WorkerOut,
 }
 
 /// The environment's choices for one engine step.
@@ -127,15 +125,7 @@ impl Engine {
     pub fn enable_replay_aids(&mut self) {
         self.pool.enable_log();
         self.reads = Side(Some(Box::default()));
-        if let Some(oc) = self.conn.offloading_mut() {
-            oc.host.enable_log();
-        }
-        if let Some(sc) = self.conn.simple_cpu_mut() {
-            sc.cpu.enable_log();
-        }
-        if let Some(mc) = self.conn.mooncake_mut() {
-            mc.log = Side(Some(Box::default()));
-        }
+        self.conn.enable_replay_aids();
     }
 
     /// Trace replay: one more request slot (a pending request of `wl`'s new last slot).
@@ -237,14 +227,13 @@ impl Engine {
     /// NIXL P/D: the consumer reads finished request `r`'s blocks from the producer's host
     /// buffer and notifies it (the producer frees them at its next step).
     pub fn consumer_read(&mut self, ctx: Ctx, r: ReqId, ev: &mut Events) {
-        let spec = ctx.wl.spec(r, self.reqs[r as usize].turn);
-        let nx = self.conn.nixl_mut().expect("consumer reads need connector = \"nixl\"");
-        nx.consumer_read(r, spec, ctx.wl, ctx.cfg.block_size, &mut self.ghost, ev);
+        let q = RequestRef { id: r, state: &self.reqs[r as usize], spec: ctx.wl.spec(r, self.reqs[r as usize].turn) };
+        self.conn.consumer_read(q, &mut WorkerCtx { ctx, pool: &mut self.pool, ghost: &mut self.ghost, ev });
     }
 
     /// Requests whose blocks the consumer may read now (NIXL P/D).
     pub fn consumer_readable(&self) -> Vec<ReqId> {
-        self.conn.nixl().map_or(Vec::new(), |nx| nx.readable().collect())
+        self.conn.consumer_readable()
     }
 
     /// The job a handler completes next: the oldest submitted job of that direction.
@@ -255,26 +244,15 @@ impl Engine {
     /// The worker finished copying `job` of direction `d` (the scheduler learns it at the
     /// next step).
     pub fn transfer_done(&mut self, ctx: Ctx, d: Direction, job: JobId, ev: &mut Events) {
-        match &mut self.conn {
-            Connector::Offloading(oc) => conn_worker::complete(oc, &mut self.pool, ctx, job, None, &mut self.ghost, ev),
-            Connector::SimpleCpu(sc) => sc_worker::complete(sc, &mut self.pool, d, job, ev),
-            Connector::Mooncake(mc) => mc_worker::complete(mc, &mut self.pool, ctx, d, job, None, &mut self.ghost, ev),
-            Connector::None | Connector::Nixl(_) => panic!("transfers need a connector with transfer jobs"),
-        }
+        let mut cx = WorkerCtx { ctx, pool: &mut self.pool, ghost: &mut self.ghost, ev };
+        self.conn.complete_transfer(d, job, None, &mut cx);
     }
 
     /// A load failed: blocks from index `first_bad` of its destination were not written.
     pub fn transfer_failed(&mut self, ctx: Ctx, job: JobId, first_bad: u32, ev: &mut Events) {
         self.ghost.mark(Mark::LoadFailure);
-        match &mut self.conn {
-            Connector::Offloading(oc) => {
-                conn_worker::complete(oc, &mut self.pool, ctx, job, Some(first_bad), &mut self.ghost, ev)
-            }
-            Connector::Mooncake(mc) => {
-                mc_worker::complete(mc, &mut self.pool, ctx, Direction::Load, job, Some(first_bad), &mut self.ghost, ev)
-            }
-            _ => panic!("only the OffloadingConnector and the Mooncake store report load failures"),
-        }
+        let mut cx = WorkerCtx { ctx, pool: &mut self.pool, ghost: &mut self.ghost, ev };
+        self.conn.complete_transfer(Direction::Load, job, Some(first_bad), &mut cx);
     }
 
     /// The engine is gone: the rows worker raised (rows-present) or the scheduler's connector
@@ -317,7 +295,7 @@ impl Engine {
         if self.is_dead() {
             return Batch { out, wout: WorkerOut::default() }; // schedule() raised
         }
-        let wout = worker::execute(self, ctx, &out, &scratch, input, ev);
+        let wout = model_runner::execute(self, ctx, &out, &scratch, input, ev);
         Batch { out, wout }
     }
 

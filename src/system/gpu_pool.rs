@@ -9,9 +9,9 @@
 //! block keeps its hash while it sits in the free queue; the hash is dropped only when the
 //! slot is handed out again (`get_new_blocks`).
 
+use super::collections::side::{KeyMap, KeyMapIter, PoolLog, Side};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
-use super::side::{KeyMap, KeyMapIter, PoolLog, Side};
 use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
 
 const NIL: u32 = u32::MAX;
@@ -434,7 +434,9 @@ impl GpuPool {
         if let Some(l) = self.log.get_mut() {
             // Hashes are chained, so two sequences of equal length that end in the same hash
             // are the same sequence (the prefix cache itself relies on that).
-            let same = |m: &super::side::HitMemo| m.hashes.len() == query.len() && m.hashes.last() == query.last();
+            let same = |m: &super::collections::side::HitMemo| {
+                m.hashes.len() == query.len() && m.hashes.last() == query.last()
+            };
             if let Some(i) = l.hit_memo.iter().position(|m| m.valid && same(m)) {
                 let m = l.hit_memo.remove(i);
                 let out = m.result.clone();

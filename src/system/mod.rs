@@ -2,6 +2,7 @@
 //! OffloadingConnector, SimpleCPUOffloadConnector or MooncakeStoreConnector, host tier or shared pool), following vLLM 0.33.0. All three drivers (the checker,
 //! replay, conformance) run exactly this code.
 
+pub mod collections;
 pub mod config;
 pub mod connector;
 pub mod display;
@@ -10,21 +11,18 @@ pub mod events;
 pub mod expert_rows;
 pub mod ghost;
 pub mod gpu_pool;
-pub mod host_arc;
-pub mod host_order;
-pub mod host_tier;
 pub mod input;
 pub mod kv_manager;
-pub mod pos_map;
-pub mod rank_queue;
+pub mod model_runner;
 pub mod request;
 pub mod rules;
 pub mod scheduler;
 pub mod scheduler_output;
-pub mod side;
 pub mod types;
-pub mod worker;
 pub mod workload;
+
+/// The OffloadingConnector's host tier (G2) and its ARC policy, at their old paths.
+pub use connector::offloading::{host_arc, host_tier};
 
 pub use config::{
     ConnectorConfig, ConnectorKind, EngineConfig, EvictionPolicy, KvRole, LoadFailurePolicy, MooncakeConfig,

@@ -3,7 +3,7 @@
 //! when a block is missing), then waiting requests (KV-holding ones first) with the prefix
 //! lookup, the connector's answer and `allocate_slots`; no admission in a step that preempted.
 
-use super::connector::{ConnCtx, Connector, SchedOut, Scheduled, StepScratch};
+use super::connector::{ConnCtx, Connector, HookCtx, RequestRef, SchedOut, Scheduled, StepScratch};
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::expert_rows::scheduler as rows_sched;
@@ -23,14 +23,15 @@ pub(crate) fn kv_ctx<'a>(ctx: &Ctx<'a>, r: ReqId, turn: u8) -> KvCtx<'a> {
 }
 
 pub(crate) fn conn_ctx<'a>(ctx: &Ctx<'a>) -> ConnCtx<'a> {
-    let (bpc, prompt_only, budget) = ctx
+    let (blocks_per_chunk, prompt_only, budget) = ctx
         .cfg
         .offload()
         .map_or((1, true, 0), |o| (o.blocks_per_chunk, o.offload_prompt_only, o.sync_load_budget_tokens));
     ConnCtx {
         rules: ctx.rules,
+        wl: ctx.wl,
         block_size: ctx.cfg.block_size,
-        bpc,
+        blocks_per_chunk,
         offload_prompt_only: prompt_only,
         sync_budget: if ctx.rules.sync_loads { budget } else { 0 },
         caching: ctx.cfg.enable_prefix_caching,
@@ -134,7 +135,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let cfg = ctx.cfg;
     let mut budget = cfg.max_num_batched_tokens;
     let eligible = e.running.len() + e.waiting.len() + e.kv_holding.len();
-    let lpt = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
+    let long_prefill_threshold = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
     let mut out = SchedOut {
         finished: std::mem::take(&mut e.finished_since),
         scheduled: Vec::with_capacity(ctx.cfg.max_num_seqs as usize),
@@ -157,8 +158,8 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             continue;
         }
         let mut n = (q.num_tokens(k.spec) + u32::from(q.placeholders)).saturating_sub(q.num_computed);
-        if lpt > 0 && lpt < n {
-            n = lpt;
+        if long_prefill_threshold > 0 && long_prefill_threshold < n {
+            n = long_prefill_threshold;
         }
         n = n.min(budget).min(cfg.max_model_len.saturating_sub(q.num_computed + 1));
         if n == 0 {
@@ -208,10 +209,11 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
 
     // Phase B: waiting requests, only if nothing was preempted.
     if out.preempted.is_empty() || !ctx.rules.no_admission_after_preempt {
-        schedule_waiting(e, ctx, &mut budget, lpt, &mut out, scratch, ev);
+        schedule_waiting(e, ctx, &mut budget, long_prefill_threshold, &mut out, scratch, ev);
     }
 
-    e.conn.build_connector_meta(&out, &e.reqs, ctx.wl, &mut e.pool, &conn_ctx(&ctx), scratch, &mut e.ghost, ev);
+    let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
+    e.conn.build_connector_meta(&out, &e.reqs, scratch, &mut cx);
     if let Some(a) = e.aux.as_mut() {
         let reqs = &e.reqs;
         let sched = out
@@ -273,7 +275,7 @@ fn schedule_waiting(
     e: &mut Engine,
     ctx: Ctx,
     budget: &mut u32,
-    lpt: u32,
+    long_prefill_threshold: u32,
     out: &mut SchedOut,
     scratch: &mut StepScratch,
     ev: &mut Events,
@@ -354,14 +356,11 @@ fn schedule_waiting(
             // mutation trims the connector's answer afterwards.
             let in_core = ctx.rules.aux_clamp_in_core;
             let (x, mut la) = e.conn.get_num_new_matched_tokens(
-                r,
-                &e.reqs[r as usize],
-                k.spec,
+                RequestRef { id: r, state: &e.reqs[r as usize], spec: k.spec },
                 l,
                 if in_core { None } else { max_new },
-                &cc,
                 scratch,
-                &mut e.ghost,
+                &mut HookCtx { c: cc, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev },
             );
             let mut x = x;
             if let (Some(limit), Some(ext)) = (max_new.filter(|_| in_core), x) {
@@ -371,11 +370,7 @@ fn schedule_waiting(
             if let (Some(_), Some(ext)) = (max_new, x) {
                 // prime-rl's clamp: report the external hit it gave up.
                 let q = &e.reqs[r as usize];
-                let full = match &e.conn {
-                    Connector::Offloading(oc) => oc.peek_unbounded_hit(r, nt, k.spec, &cc),
-                    Connector::Mooncake(mc) => Some(mc.peek_unbounded_hit(q, k.spec, l, &cc)),
-                    _ => None,
-                };
+                let full = e.conn.peek_unbounded_hit(RequestRef { id: r, state: q, spec: k.spec }, l, nt, &cc);
                 if let Some(full) = full.filter(|&f| f > ext) {
                     e.ghost.mark(Mark::RowsCut);
                     ev.emit(|| Event::RowsCut { req: r, from: l + full, to: l + ext });
@@ -424,8 +419,8 @@ fn schedule_waiting(
             0
         } else {
             let mut n = nt - num_computed;
-            if lpt > 0 && lpt < n {
-                n = lpt;
+            if long_prefill_threshold > 0 && long_prefill_threshold < n {
+                n = long_prefill_threshold;
             }
             n.min(*budget)
         };
@@ -457,15 +452,10 @@ fn schedule_waiting(
             break;
         }
         e.conn.update_state_after_alloc(
-            r,
-            &e.reqs[r as usize],
-            k.spec,
-            &mut e.pool,
+            RequestRef { id: r, state: &e.reqs[r as usize], spec: k.spec },
             ext,
-            &cc,
             scratch,
-            &mut e.ghost,
-            ev,
+            &mut HookCtx { c: cc, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev },
         );
         if ext > 0 && e.aux.is_some() {
             rows_sched::mark_loaded(&mut e.pool, &e.reqs[r as usize], local, ext, cfg.block_size);

@@ -4,14 +4,14 @@
 //! tokens and stops, then error finishes, then connector completions and finished loads.
 
 use super::config::LoadFailurePolicy;
-use super::connector::SchedOut;
+use super::connector::{HookCtx, RequestRef, SchedOut};
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Mark};
 use super::kv_manager;
+use super::model_runner::WorkerOut;
 use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
-use super::worker::WorkerOut;
 
 use std::collections::BTreeSet;
 
@@ -103,7 +103,8 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         finish_requests(e, ctx, &failed, FinishReason::Error, ev);
     }
     // _update_from_kv_xfer_finished: connector first, then finished loads.
-    e.conn.update_connector_output(&w, &e.reqs, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
+    let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
+    e.conn.update_connector_output(&w, &e.reqs, &mut cx);
     for &r in &w.finished_sending {
         if e.reqs[r as usize].status.is_finished() {
             free_blocks(e, ctx, r, ev);
@@ -287,11 +288,11 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
     let q = &mut e.reqs[r as usize];
     let keep_end = q.num_tokens(ctx.wl.spec(r, q.turn)) - 1;
     assert!(keep_end >= q.num_computed, "a session resumes from its materialized frontier");
-    if let Some(st) = e.conn.offloading().and_then(|oc| oc.reqs[r as usize].as_ref()) {
-        // vLLM keeps offload keys it already derived; none may cover the dropped token.
-        let tpc = conn_ctx(&ctx).tpc();
-        assert!(st.num_keys * tpc <= keep_end, "model gap: an offload key covers a session's dropped token");
-    }
+    // vLLM keeps offload keys it already derived; none may cover the dropped token.
+    assert!(
+        e.conn.keyed_tokens(r, &conn_ctx(&ctx)) <= keep_end,
+        "model gap: an offload key covers a session's dropped token"
+    );
     q.turn += 1;
     q.num_output = 0;
     q.status = Status::Waiting;
@@ -338,8 +339,10 @@ fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events
     if let Some(a) = e.aux.as_mut() {
         a.sched.request_finished(r, spec, &e.reqs[r as usize], &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size);
     }
-    let delay_free =
-        e.conn.request_finished(r, &e.reqs[r as usize], spec, &mut e.pool, &conn_ctx(&ctx), &mut e.ghost, ev);
+    let q = RequestRef { id: r, state: &e.reqs[r as usize], spec };
+    let delay_free = e
+        .conn
+        .request_finished(q, &mut HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev });
     e.reqs[r as usize].inflight_prefill = false;
     e.finished_since.push(r);
     if !delay && !delay_free {

@@ -179,20 +179,20 @@ pub fn chain_hashes_many(seqs: &[&[Token]], block_size: u32) -> Vec<Vec<BlockHas
 /// What the registry knows about a block hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockInfo {
-    pub parent: BlockHash,
+    pub(crate) parent: BlockHash,
     /// "A.1": block 1 of the first request (in workload order) that has this prefix.
-    pub label: String,
-    pub index: u32,
+    pub(crate) label: String,
+    pub(crate) index: u32,
 }
 
 /// One further input chunk of a streaming-input session (`StreamingUpdate`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct TurnInput {
     /// The new prompt tokens.
-    pub input: Vec<Token>,
+    pub(crate) input: Vec<Token>,
     /// The tokens the model samples in this turn.
-    pub output: Vec<Token>,
-    pub end: EndKind,
+    pub(crate) output: Vec<Token>,
+    pub(crate) end: EndKind,
 }
 
 /// The spec of the next turn of a session whose current turn is `prev` and which sampled

@@ -6,362 +6,192 @@
 //! dispatches each hook to the connector the engine runs (OffloadingConnector,
 //! SimpleCPUOffloadConnector, MooncakeStoreConnector or NixlConnector's producer side).
 
+pub mod hooks;
 pub mod mooncake;
-pub mod mooncake_worker;
 pub mod nixl;
 pub mod offloading;
-mod offloading_store;
 pub mod simple_cpu;
-mod simple_cpu_store;
-pub mod simple_cpu_worker;
-pub mod worker;
 
 use super::config::{ConnectorConfig, EngineConfig, MooncakeConfig};
 use super::engine::Direction;
 use super::events::Events;
 use super::ghost::Ghost;
-use super::gpu_pool::GpuPool;
+use super::model_runner::WorkerOut;
 use super::request::ReqState;
 use super::rules::Rules;
 use super::types::{BlockId, JobId, ReqId};
-use super::worker::WorkerOut;
-use super::workload::{RequestSpec, Workload};
+use super::workload::Workload;
 use std::collections::BTreeSet;
 
-pub use mooncake::McState;
-pub use nixl::NxState;
-pub use offloading::{Job, JobKind, OcReq, OcState, Phase};
-pub use simple_cpu::ScState;
+pub use super::collections::bit_set::BitSet;
+pub use hooks::{HookCtx, KvConnector, NoConnector, RequestRef, WorkerCtx, WorkerStep};
+
+pub use mooncake::MooncakeState;
+pub use nixl::NixlState;
+pub use offloading::{Job, JobKind, OffloadingReq, OffloadingState, Phase};
+pub use simple_cpu::SimpleCpuState;
 
 /// Which connector an engine runs, with its state.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Connector {
     None,
-    Offloading(Box<OcState>),
-    SimpleCpu(Box<ScState>),
-    Mooncake(Box<McState>),
-    Nixl(Box<NxState>),
+    Offloading(Box<OffloadingState>),
+    SimpleCpu(Box<SimpleCpuState>),
+    Mooncake(Box<MooncakeState>),
+    Nixl(Box<NixlState>),
 }
 
 impl Connector {
     pub fn new(cfg: &EngineConfig, num_reqs: usize, rules: &Rules) -> Self {
         match &cfg.connector {
             ConnectorConfig::None => Connector::None,
-            ConnectorConfig::Offloading(o) => Connector::Offloading(Box::new(OcState::new(num_reqs, o, rules))),
-            ConnectorConfig::SimpleCpu(s) => Connector::SimpleCpu(Box::new(ScState::new(num_reqs, s.cpu_blocks))),
-            ConnectorConfig::Mooncake(m) => Connector::Mooncake(Box::new(McState::new(num_reqs, m, cfg.block_size))),
-            ConnectorConfig::Nixl => Connector::Nixl(Box::new(NxState::new(cfg.num_gpu_blocks))),
+            ConnectorConfig::Offloading(o) => Connector::Offloading(Box::new(OffloadingState::new(num_reqs, o, rules))),
+            ConnectorConfig::SimpleCpu(s) => {
+                Connector::SimpleCpu(Box::new(SimpleCpuState::new(num_reqs, s.cpu_blocks)))
+            }
+            ConnectorConfig::Mooncake(m) => {
+                Connector::Mooncake(Box::new(MooncakeState::new(num_reqs, m, cfg.block_size)))
+            }
+            ConnectorConfig::Nixl => Connector::Nixl(Box::new(NixlState::new(cfg.num_gpu_blocks))),
         }
     }
-    pub fn nixl(&self) -> Option<&NxState> {
+    pub fn nixl(&self) -> Option<&NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),
             _ => None,
         }
     }
-    pub fn nixl_mut(&mut self) -> Option<&mut NxState> {
+    pub fn nixl_mut(&mut self) -> Option<&mut NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),
             _ => None,
         }
     }
-    pub fn mooncake(&self) -> Option<&McState> {
+    pub fn mooncake(&self) -> Option<&MooncakeState> {
         match self {
             Connector::Mooncake(s) => Some(s),
             _ => None,
         }
     }
-    pub fn mooncake_mut(&mut self) -> Option<&mut McState> {
+    pub fn mooncake_mut(&mut self) -> Option<&mut MooncakeState> {
         match self {
             Connector::Mooncake(s) => Some(s),
             _ => None,
         }
     }
-    pub fn offloading(&self) -> Option<&OcState> {
+    pub fn offloading(&self) -> Option<&OffloadingState> {
         match self {
             Connector::Offloading(s) => Some(s),
             _ => None,
         }
     }
-    pub fn offloading_mut(&mut self) -> Option<&mut OcState> {
+    pub fn offloading_mut(&mut self) -> Option<&mut OffloadingState> {
         match self {
             Connector::Offloading(s) => Some(s),
             _ => None,
         }
     }
-    pub fn simple_cpu(&self) -> Option<&ScState> {
+    pub fn simple_cpu(&self) -> Option<&SimpleCpuState> {
         match self {
             Connector::SimpleCpu(s) => Some(s),
             _ => None,
         }
     }
-    pub fn simple_cpu_mut(&mut self) -> Option<&mut ScState> {
+    pub fn simple_cpu_mut(&mut self) -> Option<&mut SimpleCpuState> {
         match self {
             Connector::SimpleCpu(s) => Some(s),
             _ => None,
-        }
-    }
-    /// `has_pending_push_work`.
-    pub fn has_pending_work(&self) -> bool {
-        match self {
-            // NIXL's has_pending_push_work is False (its held blocks keep the engine stepping).
-            Connector::None | Connector::Nixl(_) => false,
-            Connector::Offloading(s) => s.has_pending_work(),
-            Connector::SimpleCpu(s) => s.has_pending_work(),
-            Connector::Mooncake(s) => s.has_pending_work(),
-        }
-    }
-
-    /// Trace replay: room for one more request slot.
-    pub fn add_slot(&mut self) {
-        match self {
-            Connector::None | Connector::Nixl(_) => {}
-            Connector::Offloading(s) => s.reqs.push(None),
-            Connector::SimpleCpu(s) => s.reqs.push(Default::default()),
-            Connector::Mooncake(s) => s.reqs.push(Default::default()),
-        }
-    }
-
-    /// Trace replay: the connector keeps nothing for slot `r` and no job of its names it.
-    pub fn slot_idle(&self, r: ReqId) -> bool {
-        let i = r as usize;
-        match self {
-            Connector::None => true,
-            // Not replayed (the replay driver refuses NIXL models).
-            Connector::Nixl(_) => false,
-            Connector::Offloading(oc) => {
-                oc.reqs[i].is_none() && oc.jobs.iter().all(|j| j.req != r) && oc.held.iter().all(|h| h.req != r)
-            }
-            Connector::SimpleCpu(sc) => {
-                let q = &sc.reqs[i];
-                q.store.is_none()
-                    && q.pending.is_none()
-                    && q.load.is_none()
-                    && sc.stores.iter().all(|e| !e.reqs.contains(&r) && e.parts.iter().all(|t| t.req != r))
-                    && sc.loads.iter().all(|e| !e.reqs.contains(&r))
-                    && sc.pending_finished.iter().all(|t| t.req != r)
-            }
-            Connector::Mooncake(mc) => {
-                mc.reqs[i] == Default::default()
-                    && mc.unfinished.iter().all(|(x, _)| *x != r)
-                    && mc.saves.iter().all(|j| j.req != r)
-                    && mc.loads.iter().all(|j| j.req != r)
-            }
-        }
-    }
-
-    /// Trace replay: idle slot `r` starts afresh (ghost records included).
-    pub fn reset_slot(&mut self, r: ReqId) {
-        let i = r as usize;
-        match self {
-            Connector::SimpleCpu(s) => s.reqs[i] = Default::default(),
-            Connector::Mooncake(s) => s.reqs[i] = Default::default(),
-            Connector::None | Connector::Nixl(_) | Connector::Offloading(_) => {}
-        }
-    }
-
-    /// `on_new_request` (only the OffloadingConnector keeps state from arrival on).
-    pub fn on_new_request(&mut self, r: ReqId) {
-        if let Connector::Offloading(oc) = self {
-            oc.on_new_request(r);
-        }
-    }
-
-    /// `get_num_new_matched_tokens(req, num_local)`: `(None, _)` asks the scheduler to retry.
-    #[allow(clippy::too_many_arguments)]
-    pub fn get_num_new_matched_tokens(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        num_local: u32,
-        max_new: Option<u32>,
-        c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-    ) -> (Option<u32>, bool) {
-        match self {
-            // NIXL's producer requests (do_remote_decode) load nothing.
-            Connector::None | Connector::Nixl(_) => (Some(0), false),
-            // `max_new`: prime-rl's load limit. It wraps `_max_loadable_tokens` of the
-            // OffloadingConnector and `get_num_new_matched_tokens` of the Mooncake store;
-            // SimpleCPU is not wrapped.
-            Connector::Offloading(oc) => {
-                oc.get_num_new_matched_tokens(r, req, spec, num_local, max_new, c, scratch, ghost)
-            }
-            Connector::SimpleCpu(sc) => sc.get_num_new_matched_tokens(r, req, spec, num_local, c, ghost),
-            Connector::Mooncake(mc) => mc.get_num_new_matched_tokens(r, req, spec, num_local, max_new, c),
-        }
-    }
-
-    /// `update_state_after_alloc(req, blocks, num_external)`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_state_after_alloc(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &mut GpuPool,
-        num_external: u32,
-        c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        match self {
-            Connector::None => {}
-            Connector::Offloading(oc) => {
-                oc.update_state_after_alloc(r, req, spec, pool, num_external, c, scratch, ghost, ev)
-            }
-            Connector::SimpleCpu(sc) => sc.update_state_after_alloc(r, req, pool, num_external, c, ghost, ev),
-            Connector::Mooncake(mc) => mc.update_state_after_alloc(r, req, &spec.name, num_external, ghost, ev),
-            Connector::Nixl(nx) => nx.update_state_after_alloc(r),
-        }
-    }
-
-    /// `build_connector_meta(scheduler_output)`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
-        &mut self,
-        out: &SchedOut,
-        reqs: &[ReqState],
-        wl: &Workload,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        match self {
-            Connector::None => {}
-            Connector::Offloading(oc) => oc.build_connector_meta(out, reqs, wl, pool, c, scratch, ghost, ev),
-            Connector::SimpleCpu(sc) => sc.build_connector_meta(out, reqs, wl, pool, c, ghost, ev),
-            Connector::Mooncake(mc) => mc.build_connector_meta(out, reqs, wl, pool, c, ev),
-            Connector::Nixl(nx) => nx.build_connector_meta(out, reqs, wl, c, scratch),
-        }
-    }
-
-    /// `request_finished` / `request_finished_all_groups`, before the blocks are freed.
-    /// Returns `delay_free_blocks`: the blocks stay held until the worker reports the request
-    /// in `finished_sending`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn request_finished(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) -> bool {
-        match self {
-            // MooncakeStoreConnector returns (False, None) and keeps its state until the id
-            // comes back in `finished_req_ids`.
-            Connector::None | Connector::Mooncake(_) => {}
-            Connector::Offloading(oc) => return oc.request_finished(r, req, spec, c),
-            Connector::SimpleCpu(sc) => sc.request_finished(r, req, spec, pool, c, ghost, ev),
-            Connector::Nixl(nx) => return nx.request_finished(r, req),
-        }
-        false
-    }
-
-    /// `update_connector_output(kv_connector_output)`.
-    pub fn update_connector_output(
-        &mut self,
-        w: &WorkerOut,
-        reqs: &[ReqState],
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
-        match self {
-            Connector::None | Connector::Nixl(_) => {}
-            Connector::Offloading(oc) => oc.update_connector_output(&w.completed, reqs, c, ghost, ev),
-            Connector::SimpleCpu(sc) => {
-                sc.update_connector_output(&w.completed, &w.finished_recving, pool, c, ghost, ev)
-            }
-            Connector::Mooncake(mc) => mc.update_connector_output(&w.completed, pool, ghost, ev),
-        }
-    }
-
-    /// The transfer a worker stream completes next (the oldest launched one of `d`).
-    pub fn next_transfer(&self, d: Direction) -> Option<JobId> {
-        match self {
-            Connector::None | Connector::Nixl(_) => None,
-            Connector::Offloading(oc) => oc
-                .jobs
-                .iter()
-                .filter(|j| j.phase == Phase::Submitted && (j.is_store() == (d == Direction::Store)))
-                .map(|j| j.id)
-                .min(),
-            Connector::SimpleCpu(sc) => simple_cpu_worker::next_transfer(sc, d),
-            Connector::Mooncake(mc) => mooncake_worker::next_transfer(mc, d),
-        }
-    }
-
-    /// GPU blocks an unfinished load is still filling (no forward may touch them).
-    pub fn loading_blocks(&self) -> BTreeSet<BlockId> {
-        match self {
-            Connector::None | Connector::Nixl(_) => BTreeSet::new(),
-            Connector::Offloading(oc) => oc
-                .jobs
-                .iter()
-                .filter(|j| !j.is_store() && !matches!(j.phase, Phase::Done | Phase::Failed | Phase::Reported))
-                .flat_map(|j| j.blocks.iter().copied())
-                .collect(),
-            Connector::SimpleCpu(sc) => sc.loading_blocks().into_iter().collect(),
-            Connector::Mooncake(mc) => mc.loading_blocks().into_iter().collect(),
-        }
-    }
-
-    /// References the connector holds on GPU blocks (one entry per reference).
-    pub fn gpu_pins(&self, rules: &Rules) -> Vec<BlockId> {
-        match self {
-            Connector::SimpleCpu(sc) => sc.gpu_pins(rules),
-            Connector::Mooncake(mc) => mc.gpu_pins(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// Renumber ids densely (model checker only). `outside`: ids in in-flight worker reports.
-    pub fn canonicalize<'a>(&mut self, outside: impl Iterator<Item = &'a mut JobId>) {
-        match self {
-            Connector::None | Connector::Nixl(_) => {}
-            Connector::Offloading(oc) => oc.canonicalize(outside),
-            Connector::SimpleCpu(sc) => sc.canonicalize(outside),
-            Connector::Mooncake(mc) => mc.canonicalize(outside),
-        }
-    }
-
-    /// The GPU blocks of a queued load job (how many blocks a failure may start at).
-    pub fn load_job_blocks(&self, id: JobId) -> u32 {
-        match self {
-            Connector::Offloading(oc) => oc.job(id).map_or(0, |j| j.blocks.len() as u32),
-            Connector::Mooncake(mc) => mc.loads.iter().find(|j| j.id == id).map_or(0, |j| j.blocks.len() as u32),
-            _ => 0,
         }
     }
 }
 
+// The one place that dispatches: every hook of [`KvConnector`] as a method of [`Connector`],
+// forwarded to the state of the connector the engine runs (no connector: the trait's defaults). Hooks taking `&mut self`
+// first, then those taking `&self`; each written without its receiver.
+macro_rules! forward_hooks {
+    (
+        mut: $( fn $name:ident $(<$lt:lifetime>)? ($($arg:ident : $ty:ty),*) $(-> $ret:ty)? ; )*
+        ref: $( fn $rname:ident ($($rarg:ident : $rty:ty),*) $(-> $rret:ty)? ; )*
+    ) => {
+        impl Connector {
+            $(
+                #[inline]
+                pub fn $name $(<$lt>)? (&mut self, $($arg: $ty),*) $(-> $ret)? {
+                    match self {
+                        Connector::None => KvConnector::$name(&mut NoConnector, $($arg),*),
+                        Connector::Offloading(s) => KvConnector::$name(&mut **s, $($arg),*),
+                        Connector::SimpleCpu(s) => KvConnector::$name(&mut **s, $($arg),*),
+                        Connector::Mooncake(s) => KvConnector::$name(&mut **s, $($arg),*),
+                        Connector::Nixl(s) => KvConnector::$name(&mut **s, $($arg),*),
+                    }
+                }
+            )*
+            $(
+                #[inline]
+                pub fn $rname(&self, $($rarg: $rty),*) $(-> $rret)? {
+                    match self {
+                        Connector::None => KvConnector::$rname(&NoConnector, $($rarg),*),
+                        Connector::Offloading(s) => KvConnector::$rname(&**s, $($rarg),*),
+                        Connector::SimpleCpu(s) => KvConnector::$rname(&**s, $($rarg),*),
+                        Connector::Mooncake(s) => KvConnector::$rname(&**s, $($rarg),*),
+                        Connector::Nixl(s) => KvConnector::$rname(&**s, $($rarg),*),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+forward_hooks! {
+    mut:
+    fn on_new_request(r: ReqId);
+    fn get_num_new_matched_tokens(q: RequestRef, num_local: u32, max_new: Option<u32>, scratch: &mut StepScratch, cx: &mut HookCtx) -> (Option<u32>, bool);
+    fn update_state_after_alloc(q: RequestRef, num_external: u32, scratch: &mut StepScratch, cx: &mut HookCtx);
+    fn build_connector_meta(out: &SchedOut, reqs: &[ReqState], scratch: &mut StepScratch, cx: &mut HookCtx);
+    fn request_finished(q: RequestRef, cx: &mut HookCtx) -> bool;
+    fn update_connector_output(w: &WorkerOut, reqs: &[ReqState], cx: &mut HookCtx);
+    fn worker_before_forward(s: WorkerStep, cx: &mut WorkerCtx) -> BTreeSet<BlockId>;
+    fn forward_write(block: BlockId, ghost: &mut Ghost, ev: &mut Events);
+    fn worker_after_forward(s: WorkerStep, cx: &mut WorkerCtx) -> WorkerOut;
+    fn worker_end_step(s: WorkerStep, w: &mut WorkerOut, cx: &mut WorkerCtx);
+    fn complete_transfer(d: Direction, job: JobId, fail: Option<u32>, cx: &mut WorkerCtx);
+    fn canonicalize<'a>(outside: impl Iterator<Item = &'a mut JobId>);
+    fn enable_replay_aids();
+    fn add_slot();
+    fn reset_slot(r: ReqId);
+    fn consumer_read(q: RequestRef, cx: &mut WorkerCtx);
+    ref:
+    fn peek_unbounded_hit(q: RequestRef, num_local: u32, num_tokens: u32, c: &ConnCtx) -> Option<u32>;
+    fn has_pending_work() -> bool;
+    fn keyed_tokens(r: ReqId, c: &ConnCtx) -> u32;
+    fn forward_watch(room: usize) -> Option<BitSet>;
+    fn next_transfer(d: Direction) -> Option<JobId>;
+    fn loading_blocks() -> BTreeSet<BlockId>;
+    fn gpu_pins(rules: &Rules) -> Vec<BlockId>;
+    fn load_job_blocks(id: JobId) -> u32;
+    fn slot_idle(r: ReqId) -> bool;
+    fn consumer_readable() -> Vec<ReqId>;
+}
+
 /// Connector settings and rules, borrowed for one call.
+#[derive(Clone, Copy)]
 pub struct ConnCtx<'a> {
-    pub rules: &'a Rules,
-    pub block_size: u32,
-    pub bpc: u32,
-    pub offload_prompt_only: bool,
-    pub sync_budget: u32,
+    pub(crate) rules: &'a Rules,
+    pub(crate) wl: &'a Workload,
+    pub(crate) block_size: u32,
+    pub(crate) blocks_per_chunk: u32,
+    pub(crate) offload_prompt_only: bool,
+    pub(crate) sync_budget: u32,
     /// GPU prefix caching on (`_chunks_being_loaded` is only kept then).
-    pub caching: bool,
+    pub(crate) caching: bool,
     /// The Mooncake store's settings (with `connector = "mooncake"`).
-    pub mooncake: Option<&'a MooncakeConfig>,
+    pub(crate) mooncake: Option<&'a MooncakeConfig>,
 }
 
 impl ConnCtx<'_> {
     /// Tokens per chunk.
-    pub fn tpc(&self) -> u32 {
-        self.block_size * self.bpc
+    pub fn tokens_per_chunk(&self) -> u32 {
+        self.block_size * self.blocks_per_chunk
     }
 }
 
@@ -411,62 +241,14 @@ impl SchedOut {
 #[derive(Clone, Debug, Default)]
 pub struct StepScratch {
     /// Blocks handed to scheduled requests this step.
-    pub allocated: BitSet,
-    pub load_jobs: Vec<JobId>,
-    pub store_jobs: Vec<JobId>,
-    pub sync_loads: Vec<ReqId>,
-    pub sync_used: u32,
-    pub flush: BTreeSet<JobId>,
+    pub(crate) allocated: BitSet,
+    pub(crate) load_jobs: Vec<JobId>,
+    pub(crate) store_jobs: Vec<JobId>,
+    pub(crate) sync_loads: Vec<ReqId>,
+    pub(crate) sync_used: u32,
+    pub(crate) flush: BTreeSet<JobId>,
     /// Router replay: this step's `AuxOutputConnectorMetadata`.
-    pub aux: Option<crate::system::expert_rows::AuxMeta>,
+    pub(crate) aux: Option<crate::system::expert_rows::AuxMeta>,
     /// NIXL host-buffer mode: this step's `reqs_to_save` (request, block ids to copy).
-    pub nixl_save: Vec<(ReqId, Vec<BlockId>)>,
-}
-
-/// A small growable bit set with a canonical representation (no trailing zero words).
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct BitSet(Vec<u64>);
-
-impl BitSet {
-    /// An empty set with room for members below `n` (no regrowth while it fills).
-    pub fn with_room(n: usize) -> Self {
-        BitSet(Vec::with_capacity(n.div_ceil(64)))
-    }
-    pub fn insert(&mut self, i: u32) {
-        let w = (i / 64) as usize;
-        if self.0.len() <= w {
-            self.0.resize(w + 1, 0);
-        }
-        self.0[w] |= 1 << (i % 64);
-    }
-    pub fn remove(&mut self, i: u32) {
-        let w = (i / 64) as usize;
-        if w < self.0.len() {
-            self.0[w] &= !(1 << (i % 64));
-            while self.0.last() == Some(&0) {
-                self.0.pop();
-            }
-        }
-    }
-    pub fn extend(&mut self, items: impl IntoIterator<Item = u32>) {
-        for i in items {
-            self.insert(i);
-        }
-    }
-    pub fn contains(&self, i: u32) -> bool {
-        let w = (i / 64) as usize;
-        w < self.0.len() && self.0[w] & (1 << (i % 64)) != 0
-    }
-    pub fn any(&self) -> bool {
-        !self.0.is_empty()
-    }
-    pub fn clear(&mut self) {
-        self.0.clear();
-    }
-    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
-        self.0
-            .iter()
-            .enumerate()
-            .flat_map(|(w, &bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w as u32 * 64 + b))
-    }
+    pub(crate) nixl_save: Vec<(ReqId, Vec<BlockId>)>,
 }

@@ -3,19 +3,19 @@
 //!
 //! A row is what the MoE router chose for one *forwarded* position; positions covered by a
 //! prefix hit or an external load are not forwarded, so their rows can only come from the
-//! per-instance row store (`store`), keyed by block hash. The worker (`worker`) captures,
+//! per-instance row store (`row_store`), keyed by block hash. The worker (`worker`) captures,
 //! publishes and emits rows; the scheduler side (`scheduler`) decides each request's emit
 //! start, sends block hashes as keys, retains rows (0.33) and gates or clamps hits so that no
 //! request needs rows the store lacks. The frontend concatenates each request's emitted rows
 //! (`RowsRecord`), which rows-exact and start-anchored check at finish.
 
+pub mod row_store;
 pub mod scheduler;
-pub mod store;
 pub mod worker;
 
 use crate::system::types::ReqId;
+pub use row_store::RowStore;
 pub use scheduler::{AuxMeta, AuxSched};
-pub use store::RowStore;
 pub use worker::{Crash, Forwarded, RowsOutput, WorkerReq};
 
 /// The rows a request's client has received so far (`routed_experts_chunks`).
@@ -55,19 +55,19 @@ impl RowsRecord {
 /// Everything router replay adds to one engine.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct AuxState {
-    pub sched: AuxSched,
-    pub store: RowStore,
-    pub workers: Vec<Option<WorkerReq>>,
-    pub rows: Vec<RowsRecord>,
+    pub(crate) sched: AuxSched,
+    pub(crate) row_store: RowStore,
+    pub(crate) workers: Vec<Option<WorkerReq>>,
+    pub(crate) rows: Vec<RowsRecord>,
     /// The engine died (BlockObjectStoreError or a buffer assertion).
-    pub dead: bool,
+    pub(crate) dead: bool,
 }
 
 impl AuxState {
     pub fn new(num_reqs: usize, store_objects: u32, capacity_blocks: u32, evicts_live: bool) -> Self {
         AuxState {
             sched: AuxSched::new(num_reqs, capacity_blocks),
-            store: RowStore::new(store_objects, evicts_live),
+            row_store: RowStore::new(store_objects, evicts_live),
             workers: vec![None; num_reqs],
             rows: vec![RowsRecord::default(); num_reqs],
             dead: false,

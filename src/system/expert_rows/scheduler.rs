@@ -15,13 +15,13 @@ use crate::system::workload::RequestSpec;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AuxMeta {
     /// Emit start per scheduled request.
-    pub requests: Vec<(ReqId, u32)>,
+    pub(crate) requests: Vec<(ReqId, u32)>,
     /// Newly keyed block hashes per request.
-    pub hashes: Vec<(ReqId, Vec<BlockHash>)>,
+    pub(crate) hashes: Vec<(ReqId, Vec<BlockHash>)>,
     /// Terminal events (finished or preempted since the last metadata).
-    pub finished: Vec<ReqId>,
-    pub retained: Vec<BlockHash>,
-    pub released: Vec<BlockHash>,
+    pub(crate) finished: Vec<ReqId>,
+    pub(crate) retained: Vec<BlockHash>,
+    pub(crate) released: Vec<BlockHash>,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -31,7 +31,7 @@ pub struct AuxSched {
     /// `_finished_requests`: terminal events with their last new hashes.
     finished: Vec<(ReqId, Vec<BlockHash>)>,
     /// 0.33 `_kv_cached`: blocks whose rows the scheduler retains, least recently used first.
-    pub kv_cached: Vec<BlockHash>,
+    pub(crate) kv_cached: Vec<BlockHash>,
     /// 0.33 `_loading`: blocks a request is loading (never released meanwhile).
     loading: Vec<(ReqId, Vec<BlockHash>)>,
     capacity: u32,
@@ -271,5 +271,5 @@ pub fn begin_step(aux: &mut AuxState, meta: &AuxMeta, b: u32) {
             release.extend(st.keys.iter().rev().copied());
         }
     }
-    aux.store.put(&publish, &retain, &release);
+    aux.row_store.put(&publish, &retain, &release);
 }

@@ -10,23 +10,23 @@
 //! step's rows when `emit_cursor >= c`, otherwise read back (*materialized*) from the store
 //! and the tail — a missing key is `BlockObjectStoreError` and the engine dies.
 
-use super::store::RowStore;
+use super::row_store::RowStore;
 use crate::system::types::{BlockHash, ReqId};
 
 /// `_WorkerRequestState` plus the request's buffer tail.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct WorkerReq {
     /// `aux_output_keys`: block hashes sent so far, block 0 first.
-    pub keys: Vec<BlockHash>,
+    pub(crate) keys: Vec<BlockHash>,
     /// `pending_blocks`: starts of completed blocks not yet keyed.
-    pub pending: Vec<u32>,
-    pub capture_cursor: Option<u32>,
-    pub emit_cursor: u32,
+    pub(crate) pending: Vec<u32>,
+    pub(crate) capture_cursor: Option<u32>,
+    pub(crate) emit_cursor: u32,
     /// The buffer's incomplete block: (block start, rows held).
-    pub tail: Option<(u32, u32)>,
+    pub(crate) tail: Option<(u32, u32)>,
     /// prime-rl `skip_remote_prefill_partial_block`: rows before this position are neither
     /// buffered nor published.
-    pub buffer_start: Option<u32>,
+    pub(crate) buffer_start: Option<u32>,
 }
 
 /// Why the engine died.
@@ -41,11 +41,11 @@ pub enum Crash {
 /// One request's rows in one step: positions `[start, end)` (end = the step's token end).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct RowsOutput {
-    pub req: ReqId,
-    pub start: u32,
-    pub end: u32,
+    pub(crate) req: ReqId,
+    pub(crate) start: u32,
+    pub(crate) end: u32,
     /// Some rows were read back from the store.
-    pub from_store: bool,
+    pub(crate) from_store: bool,
 }
 
 impl WorkerReq {
@@ -112,10 +112,10 @@ impl WorkerReq {
 
 /// One request's forward in this step.
 pub struct Forwarded {
-    pub req: ReqId,
-    pub token_start: u32,
-    pub n: u32,
-    pub samples: bool,
+    pub(crate) req: ReqId,
+    pub(crate) token_start: u32,
+    pub(crate) n: u32,
+    pub(crate) samples: bool,
 }
 
 /// `_commit_output` for one synchronous step: capture every request's rows, publish the full

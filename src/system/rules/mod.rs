@@ -74,11 +74,11 @@ pub struct Profile {
 
 /// A named switch set applied on top of a profile.
 pub struct Variant {
-    pub name: &'static str,
-    pub summary: &'static str,
+    pub(crate) name: &'static str,
+    pub(crate) summary: &'static str,
     /// The upstream change that fixed it, or "mutation".
-    pub upstream: &'static str,
-    pub apply: fn(&mut Rules),
+    pub(crate) upstream: &'static str,
+    pub(crate) apply: fn(&mut Rules),
 }
 
 fn vllm_033() -> Rules {

@@ -16,7 +16,7 @@
 //! block into a save job that pins (touches) the request's whole current block table until
 //! the worker reports the job done; pins are then released tail first. Loads are always
 //! asynchronous (`load_async`; vLLM's worker asserts it). The worker side is in
-//! `mooncake_worker.rs`.
+//! `worker.rs`.
 //!
 //! prime-rl's clamp (router replay, RE C3) wraps `get_num_new_matched_tokens`: past its limit
 //! it drops the LoadSpec (limit 0) or rewrites `kvpool_cached_tokens` and clears the tail
@@ -27,28 +27,30 @@
 //! pool lost shows up as a load failure), `reset_cache`, KV events, 0.24's store (it delayed
 //! the request's free instead of pinning blocks).
 
-use super::super::config::{KvRole, MooncakeConfig};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::side::Side;
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::workload::{RequestSpec, Workload};
-use super::{ConnCtx, Phase, SchedOut};
+mod hooks;
+pub mod worker;
+
+use crate::system::collections::side::Side;
+use crate::system::config::{KvRole, MooncakeConfig};
+use crate::system::connector::{ConnCtx, HookCtx, Phase, RequestRef, SchedOut};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Mark};
+use crate::system::request::ReqState;
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
+use crate::system::workload::{RequestSpec, Workload};
 use std::collections::BTreeMap;
 
 /// `LoadSpec` (data.py) for one request.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LoadSpec {
     /// `vllm_cached_tokens`: the local hit the lookup was resolved against.
-    pub vllm_cached: u32,
+    pub(crate) vllm_cached: u32,
     /// `kvpool_cached_tokens`: the pool hit (absolute); the load covers `[vllm_cached, this)`.
-    pub kvpool_cached: u32,
-    pub can_load: bool,
+    pub(crate) kvpool_cached: u32,
+    pub(crate) can_load: bool,
     /// `tail_key_boundaries` (one group): the token boundary whose hash keys the last loaded
     /// block; it equals the hit without fine-grained hash hits. prime-rl's clamp clears it.
-    pub tail_key: Option<u32>,
+    pub(crate) tail_key: Option<u32>,
 }
 
 /// `RequestTracker`, the fields that decide saves (its block-id mirror is not kept: save jobs
@@ -56,82 +58,82 @@ pub struct LoadSpec {
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Tracker {
     /// `token_len`: tokens computed once this step's forward is done.
-    pub token_len: u32,
+    pub(crate) token_len: u32,
     /// `num_saved_tokens`: where the next save starts.
-    pub num_saved: u32,
+    pub(crate) num_saved: u32,
     /// `prefill_end_tokens`: the prefill range at the tracker's creation.
-    pub prefill_end: u32,
+    pub(crate) prefill_end: u32,
 }
 
 /// The sending thread's ledger for one request (`stored_requests[r]`, `_saved_offset[r]`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Ledger {
     /// Save jobs of this request still queued or running, ascending.
-    pub live: Vec<JobId>,
+    pub(crate) live: Vec<JobId>,
     /// `_saved_offset`: tokens actually put so far (the next put resumes here).
-    pub saved_offset: u32,
+    pub(crate) saved_offset: u32,
 }
 
 /// Everything the connector keeps per request.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct McReq {
+pub struct MooncakeReq {
     /// `load_specs[r]`.
-    pub load_spec: Option<LoadSpec>,
+    pub(crate) load_spec: Option<LoadSpec>,
     /// `_request_trackers[r]` (a preempted request's tracker is reset: the same as none here).
-    pub tracker: Option<Tracker>,
+    pub(crate) tracker: Option<Tracker>,
     /// Worker side: the sending thread's ledger (None = no entry).
-    pub ledger: Option<Ledger>,
+    pub(crate) ledger: Option<Ledger>,
     /// Worker side: `finished_store_req` (finished; its ledger retires once its jobs drain).
-    pub closing: bool,
+    pub(crate) closing: bool,
 }
 
 /// A save (put) job: `ReqMeta` with `can_save` and its `store_job_id`.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct SaveJob {
-    pub id: JobId,
-    pub req: ReqId,
+    pub(crate) id: JobId,
+    pub(crate) req: ReqId,
     /// `token_len_chunk`: save full blocks below this.
-    pub token_len: u32,
+    pub(crate) token_len: u32,
     /// The request's current block table when the job was built.
-    pub blocks: Vec<BlockId>,
+    pub(crate) blocks: Vec<BlockId>,
     /// The request's block hashes below `token_len` (`ReqMeta.block_hashes`).
-    pub hashes: Vec<BlockHash>,
+    pub(crate) hashes: Vec<BlockHash>,
     /// `_pinned_saves[id]`: the distinct non-null blocks of that table, referenced until the
     /// worker reports the job.
-    pub pinned: Vec<BlockId>,
-    pub phase: Phase,
+    pub(crate) pinned: Vec<BlockId>,
+    pub(crate) phase: Phase,
 }
 
 /// A load job: `ReqMeta` with a `can_load` LoadSpec.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LoadJob {
-    pub id: JobId,
-    pub req: ReqId,
-    pub keys: Vec<BlockHash>,
+    pub(crate) id: JobId,
+    pub(crate) req: ReqId,
+    pub(crate) keys: Vec<BlockHash>,
     /// GPU destination blocks, one per key.
-    pub blocks: Vec<BlockId>,
-    pub phase: Phase,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) phase: Phase,
     /// Index (into `blocks`) of the first block whose get failed.
-    pub invalid_from: Option<u32>,
+    pub(crate) invalid_from: Option<u32>,
 }
 
 /// The connector's state, the shared pool, and the worker's threads.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct McState {
+pub struct MooncakeState {
     /// The Mooncake pool: key (block hash) -> the KV put under it.
-    pub pool: BTreeMap<BlockHash, ContentTag>,
-    pub reqs: Vec<McReq>,
+    pub(crate) pool: BTreeMap<BlockHash, ContentTag>,
+    pub(crate) reqs: Vec<MooncakeReq>,
     /// `_unfinished_requests` in dict order: requests `update_state_after_alloc` saw, with the
     /// block ids it got when the request had external tokens (else none).
-    pub unfinished: Vec<(ReqId, Vec<BlockId>)>,
+    pub(crate) unfinished: Vec<(ReqId, Vec<BlockId>)>,
     /// Save jobs not yet reported, ascending id (the sending thread's queue order).
-    pub saves: Vec<SaveJob>,
+    pub(crate) saves: Vec<SaveJob>,
     /// Load jobs not yet reported, ascending id (the receiving thread's queue order).
-    pub loads: Vec<LoadJob>,
-    pub next_save: JobId,
-    pub next_load: JobId,
+    pub(crate) loads: Vec<LoadJob>,
+    pub(crate) next_save: JobId,
+    pub(crate) next_load: JobId,
     /// Trace replay's change log: keys put into the pool (not state; off in the checker).
-    pub log: Side<Vec<BlockHash>>,
+    pub(crate) log: Side<Vec<BlockHash>>,
 }
 
 /// What `build_connector_meta` decided for one request (`ReqMeta`).
@@ -142,11 +144,11 @@ struct Meta {
     load: Option<LoadSpec>,
 }
 
-impl McState {
+impl MooncakeState {
     pub fn new(num_reqs: usize, cfg: &MooncakeConfig, block_size: u32) -> Self {
-        McState {
+        MooncakeState {
             pool: cfg.preload.iter().map(|h| (*h, ContentTag::full(*h, block_size))).collect(),
-            reqs: vec![McReq::default(); num_reqs],
+            reqs: vec![MooncakeReq::default(); num_reqs],
             unfinished: Vec::new(),
             saves: Vec::new(),
             loads: Vec::new(),
@@ -200,22 +202,22 @@ impl McState {
 
     /// The external hit the connector reports without prime-rl's clamp (for reporting what
     /// the clamp gave up).
-    pub fn peek_unbounded_hit(&self, req: &ReqState, spec: &RequestSpec, num_computed: u32, c: &ConnCtx) -> u32 {
+    pub(super) fn peek_unbounded_hit(&self, q: RequestRef, num_computed: u32, c: &ConnCtx) -> u32 {
+        let (req, spec) = (q.state, q.spec);
         c.mooncake.map_or(0, |cfg| self.matched(req, spec, num_computed, cfg, c.block_size).0)
     }
 
     /// `get_num_new_matched_tokens(req, num_computed)`; with `limit` (router replay under
     /// prime-rl: `_routed_experts_load_limit`) the call goes through prime-rl's wrapper
     /// (`monkey_patch_clamp_kv_offload_loads_for_routed_experts`, RE C3).
-    pub fn get_num_new_matched_tokens(
+    pub(super) fn get_num_new_matched_tokens(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
+        q: RequestRef,
         num_computed: u32,
         limit: Option<u32>,
         c: &ConnCtx,
     ) -> (Option<u32>, bool) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
         let Some(cfg) = c.mooncake else { return (Some(0), false) };
         let (need, hit) = self.matched(req, spec, num_computed, cfg, c.block_size);
         if need == 0 {
@@ -244,16 +246,9 @@ impl McState {
     }
 
     /// `update_state_after_alloc(req, blocks, num_external)`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_state_after_alloc(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        name: &str,
-        num_external: u32,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_state_after_alloc(&mut self, q: RequestRef, num_external: u32, cx: &mut HookCtx) {
+        let (r, req, name) = (q.id, q.state, &q.spec.name);
+        let (ghost, ev) = (&mut *cx.ghost, &mut *cx.ev);
         let blocks = if num_external > 0 { req.table.clone() } else { Vec::new() };
         match self.unfinished.iter_mut().find(|(x, _)| *x == r) {
             Some(e) => e.1 = blocks, // a dict keeps an existing key's position
@@ -285,16 +280,9 @@ impl McState {
 
     /// `build_connector_meta(scheduler_output)`: forget finished and preempted requests, track
     /// new and running ones, issue save jobs (pinning their blocks) and pending load jobs.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
-        &mut self,
-        out: &SchedOut,
-        reqs: &[ReqState],
-        wl: &Workload,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ev: &mut Events,
-    ) {
+    pub(super) fn build_connector_meta(&mut self, out: &SchedOut, reqs: &[ReqState], cx: &mut HookCtx) {
+        let (c, pool, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ev);
+        let wl = c.wl;
         let cfg = c.mooncake.expect("Mooncake settings");
         let b = c.block_size;
         let is_consumer = cfg.kv_role == KvRole::Consumer;
@@ -423,13 +411,8 @@ impl McState {
     }
 
     /// `update_connector_output`: drop the pins of save jobs the worker finished, tail first.
-    pub fn update_connector_output(
-        &mut self,
-        completed: &[JobId],
-        pool: &mut GpuPool,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_connector_output(&mut self, completed: &[JobId], cx: &mut HookCtx) {
+        let (pool, ghost, ev) = (&mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         for &id in completed {
             let Some(pos) = self.saves.iter().position(|j| j.id == id) else {
                 continue; // vLLM: a job that referenced nothing (or an unknown one) is skipped

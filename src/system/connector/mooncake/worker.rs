@@ -13,18 +13,18 @@
 //!   (`_close_ended_store_requests`), report finished loads (with the blocks that failed) and
 //!   the save jobs done (`build_connector_worker_meta`'s `completed_saves`).
 
-use super::super::engine::{Ctx, Direction, StepInput};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::types::{BadKind, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::worker::WorkerOut;
-use super::mooncake::{Ledger, McState};
-use super::{Phase, SchedOut};
+use super::{Ledger, MooncakeState};
+use crate::system::connector::{Phase, SchedOut, WorkerCtx};
+use crate::system::engine::{Ctx, Direction, StepInput};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::model_runner::WorkerOut;
+use crate::system::types::{BadKind, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use std::collections::BTreeSet;
 
 /// The job a thread runs next: the oldest queued one of that direction.
-pub fn next_transfer(mc: &McState, d: Direction) -> Option<JobId> {
+pub fn next_transfer(mc: &MooncakeState, d: Direction) -> Option<JobId> {
     match d {
         Direction::Store => mc.saves.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).min(),
         Direction::Load => mc.loads.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).min(),
@@ -32,17 +32,8 @@ pub fn next_transfer(mc: &McState, d: Direction) -> Option<JobId> {
 }
 
 /// A thread runs job `id` (`fail`: a load whose gets fail from that block on).
-#[allow(clippy::too_many_arguments)]
-pub fn complete(
-    mc: &mut McState,
-    pool: &mut GpuPool,
-    ctx: Ctx,
-    d: Direction,
-    id: JobId,
-    fail: Option<u32>,
-    ghost: &mut Ghost,
-    ev: &mut Events,
-) {
+pub fn complete(mc: &mut MooncakeState, d: Direction, id: JobId, fail: Option<u32>, cx: &mut WorkerCtx) {
+    let (pool, ctx, ghost, ev) = (&mut *cx.pool, cx.ctx, &mut *cx.ghost, &mut *cx.ev);
     match d {
         Direction::Store => put(mc, pool, ctx, id, ghost, ev),
         Direction::Load => get(mc, pool, id, fail, ev),
@@ -51,7 +42,7 @@ pub fn complete(
 
 /// `KVCacheStoreSendingThread._handle_request`: put the request's full blocks from its saved
 /// offset up to the job's end that the pool lacks, reading the GPU blocks now.
-fn put(mc: &mut McState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
+fn put(mc: &mut MooncakeState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
     let b = ctx.cfg.block_size;
     let pos = mc.saves.iter().position(|j| j.id == id).expect("queued save job");
     let job = mc.saves[pos].clone();
@@ -105,7 +96,7 @@ fn put(mc: &mut McState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost,
 
 /// `KVCacheStoreRecvingThread._handle_request`: copy each key's KV from the pool into its GPU
 /// block; from `fail` on the gets fail and those blocks are reported invalid.
-fn get(mc: &mut McState, pool: &mut GpuPool, id: JobId, fail: Option<u32>, ev: &mut Events) {
+fn get(mc: &mut MooncakeState, pool: &mut GpuPool, id: JobId, fail: Option<u32>, ev: &mut Events) {
     let pos = mc.loads.iter().position(|j| j.id == id).expect("queued load job");
     let first_bad = fail.unwrap_or(u32::MAX);
     let job = mc.loads[pos].clone();
@@ -130,15 +121,7 @@ fn get(mc: &mut McState, pool: &mut GpuPool, id: JobId, fail: Option<u32>, ev: &
 
 /// The worker's hooks after the forward: queue the step's loads and saves, let the jobs the
 /// environment chose run within the step, retire ledgers, report.
-pub fn after_forward(
-    mc: &mut McState,
-    pool: &mut GpuPool,
-    ctx: Ctx,
-    out: &SchedOut,
-    input: &StepInput,
-    ghost: &mut Ghost,
-    ev: &mut Events,
-) -> WorkerOut {
+pub fn after_forward(mc: &mut MooncakeState, out: &SchedOut, input: &StepInput, cx: &mut WorkerCtx) -> WorkerOut {
     // start_load_kv
     for j in mc.loads.iter_mut().filter(|j| j.phase == Phase::Built) {
         j.phase = Phase::Submitted;
@@ -154,8 +137,8 @@ pub fn after_forward(
     if input.drain {
         for d in [Direction::Load, Direction::Store] {
             while let Some(id) = next_transfer(mc, d) {
-                ghost.mark(Mark::Drained);
-                complete(mc, pool, ctx, d, id, None, ghost, ev);
+                cx.ghost.mark(Mark::Drained);
+                complete(mc, d, id, None, cx);
             }
         }
     }

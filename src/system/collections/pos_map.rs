@@ -1,7 +1,7 @@
 //! A request's seen offload keys by end-token position (`ReqAccess::seen`, the host tier's
 //! per-request access record): a sorted vector standing in for a `BTreeMap<u32, Key>`.
 
-use super::host_tier::Key;
+use crate::system::types::BlockHash as Key;
 
 /// A map from end-token position to key, as a vector sorted by position: positions mostly
 /// arrive in increasing order, so an insert is usually a push. Compares and hashes exactly as

@@ -28,15 +28,15 @@
 //! manager's calls go to the ARC lists (`prepare_store`: `on_store_miss`, `insert`, `evict`;
 //! `touch` under 0.24; `on_request_finished` under 0.32+).
 
-use super::events::{Event, Events};
-use super::ghost::{Breach, Ghost, Mark};
 use super::host_arc::ArcLists;
-use super::host_order::{RefOrder, RefPlace};
-use super::pos_map::PosMap;
-use super::rank_queue::{first_n, RankSet};
-use super::rules::HostLru;
-use super::side::{HostLog, KeyMap, KeyMapIter, Side};
-use super::types::{BlockHash, ContentTag, Contents};
+use super::reference_order::{RefOrder, RefPlace};
+use crate::system::collections::pos_map::PosMap;
+use crate::system::collections::rank_queue::{first_n, RankSet};
+use crate::system::collections::side::{HostLog, KeyMap, KeyMapIter, Side};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::rules::HostLru;
+use crate::system::types::{BlockHash, ContentTag, Contents};
 use std::collections::BTreeSet;
 
 /// An offload key (`make_offload_key`): the block hash of the chunk's last block (one group).
@@ -331,8 +331,10 @@ impl HostTier {
         let mut recorded_absent: Vec<bool> = Vec::with_capacity(keys.len());
         // The offer's own keys may not be evicted for it; only resident keys can be picked,
         // so only those are listed.
-        let mut protected: std::collections::HashSet<Key, std::hash::BuildHasherDefault<super::side::WordHasher>> =
-            Default::default();
+        let mut protected: std::collections::HashSet<
+            Key,
+            std::hash::BuildHasherDefault<crate::system::collections::side::WordHasher>,
+        > = Default::default();
         for &(k, p) in keys {
             match self.entries.get(&k).map(|e| e.ref_cnt) {
                 None => {

@@ -1,7 +1,7 @@
 //! SimpleCPUOffloadConnector, scheduler side (vLLM `v1/simple_kv_offload/manager.py:
 //! SimpleCPUOffloadScheduler`, 0.33 rules, eager mode): state, lookup, load preparation,
 //! finish handling and completion processing. The eager store selection is in
-//! `simple_cpu_store.rs`, the worker side in `simple_cpu_worker.rs`.
+//! `build_meta.rs`, the worker side in `worker.rs`.
 //!
 //! The host tier *is* a second vLLM `BlockPool` (one CPU block per GPU block, its own null
 //! block 0), modelled by [`GpuPool`] with `Medium::Cpu`. A CPU block is registered in the
@@ -16,80 +16,82 @@
 //! sliding window null blocks, fine-grained hash blocks and the prompt partial tail),
 //! `reset()`, world size > 1 (store events count one worker report), KV events payloads.
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::rules::Rules;
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::workload::RequestSpec;
-use super::{BitSet, ConnCtx, Phase};
+mod build_meta;
+mod hooks;
+pub mod worker;
+
+use crate::system::connector::{BitSet, HookCtx, Phase, RequestRef};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::rules::Rules;
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use std::collections::BTreeMap;
 
 /// `StoreRequestState` (eager mode): the mirror of the request's block table (from
 /// `yield_req_data`), the store cursor (`num_stored_blocks`), its pending store events.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct ScStore {
-    pub mirror: Vec<BlockId>,
-    pub cursor: u32,
+pub struct StoreRequestState {
+    pub(crate) mirror: Vec<BlockId>,
+    pub(crate) cursor: u32,
     /// `store_events`, ascending.
-    pub events: Vec<u32>,
-    pub finished: bool,
+    pub(crate) events: Vec<u32>,
+    pub(crate) finished: bool,
 }
 
 /// `_pending_cpu_hits[req]`: the CPU hit blocks a lookup pinned, its hit length and the local
 /// prefix (`num_computed_tokens`) it was resolved against.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct PendingHit {
-    pub blocks: Vec<BlockId>,
-    pub hit: u32,
-    pub num_computed: u32,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) hit: u32,
+    pub(crate) num_computed: u32,
 }
 
 /// `LoadRequestState` with its `TransferMeta` (CPU block i is copied into GPU block i).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct ScLoad {
-    pub gpu: Vec<BlockId>,
-    pub cpu: Vec<BlockId>,
+pub struct LoadRequestState {
+    pub(crate) gpu: Vec<BlockId>,
+    pub(crate) cpu: Vec<BlockId>,
     /// `load_event`: set by `build_connector_meta`.
-    pub event: Option<u32>,
-    pub finished: bool,
+    pub(crate) event: Option<u32>,
+    pub(crate) finished: bool,
 }
 
 /// Everything SimpleCPU keeps per request.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct ScReq {
-    pub store: Option<ScStore>,
-    pub pending: Option<PendingHit>,
-    pub load: Option<ScLoad>,
+pub struct SimpleCpuReq {
+    pub(crate) store: Option<StoreRequestState>,
+    pub(crate) pending: Option<PendingHit>,
+    pub(crate) load: Option<LoadRequestState>,
     /// Coverage ghost: blocks computed in the current run while the CPU pool lacked their
     /// hash, not yet handled by an eager scan.
-    pub owed: BitSet,
+    pub(crate) owed: BitSet,
 }
 
 /// A store's blocks (`TransferMeta`): GPU block i is copied into CPU block i.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Transfer {
-    pub gpu: Vec<BlockId>,
-    pub cpu: Vec<BlockId>,
+    pub(crate) gpu: Vec<BlockId>,
+    pub(crate) cpu: Vec<BlockId>,
     /// The GPU blocks' hashes when the store was prepared (0.24 stamps these on the CPU
     /// blocks; also what source-freshness expects the copy to read).
-    pub hashes: Vec<BlockHash>,
+    pub(crate) hashes: Vec<BlockHash>,
     /// Whose blocks these are (display only: vLLM's finish-time transfers carry no request).
-    pub req: ReqId,
+    pub(crate) req: ReqId,
 }
 
 /// A store event: all stores of one step (`_store_event_to_blocks` + `_store_event_to_reqs`),
 /// and where the worker is with its copy.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct StoreEvent {
-    pub id: u32,
-    pub parts: Vec<Transfer>,
+    pub(crate) id: u32,
+    pub(crate) parts: Vec<Transfer>,
     /// Requests whose `store_events` hold this event (not the finish-time stores' owners).
-    pub reqs: Vec<ReqId>,
-    pub phase: Phase,
+    pub(crate) reqs: Vec<ReqId>,
+    pub(crate) phase: Phase,
     /// What the copy read, per GPU source block in order (taken when it was launched).
-    pub snapshot: Vec<ContentTag>,
+    pub(crate) snapshot: Vec<ContentTag>,
 }
 
 impl StoreEvent {
@@ -107,39 +109,39 @@ impl StoreEvent {
 /// A load event: all loads of one step (`_load_event_to_reqs`), with the worker's copy list.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LoadEvent {
-    pub id: u32,
-    pub reqs: Vec<ReqId>,
-    pub gpu: Vec<BlockId>,
-    pub cpu: Vec<BlockId>,
-    pub phase: Phase,
+    pub(crate) id: u32,
+    pub(crate) reqs: Vec<ReqId>,
+    pub(crate) gpu: Vec<BlockId>,
+    pub(crate) cpu: Vec<BlockId>,
+    pub(crate) phase: Phase,
 }
 
 /// SimpleCPU's scheduler-side state, its CPU pool, and the worker's view of its events.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct ScState {
+pub struct SimpleCpuState {
     /// `cpu_block_pool`.
     pub cpu: GpuPool,
-    pub reqs: Vec<ScReq>,
+    pub(crate) reqs: Vec<SimpleCpuReq>,
     /// Store events not yet processed, ascending id.
-    pub stores: Vec<StoreEvent>,
+    pub(crate) stores: Vec<StoreEvent>,
     /// Load events not yet processed, ascending id.
-    pub loads: Vec<LoadEvent>,
+    pub(crate) loads: Vec<LoadEvent>,
     /// `_in_flight_store_gpu_blocks`, ascending.
-    pub in_flight: Vec<BlockId>,
+    pub(crate) in_flight: Vec<BlockId>,
     /// `_pending_finished_stores`: finish-time stores, emitted with the next store event.
-    pub pending_finished: Vec<Transfer>,
-    pub next_store: u32,
-    pub next_load: u32,
+    pub(crate) pending_finished: Vec<Transfer>,
+    pub(crate) next_store: u32,
+    pub(crate) next_load: u32,
     /// Ghost (eviction-order): the CPU pool's free blocks in the order the policy names,
     /// FIFO by release, kept apart from the pool's own linked list.
-    pub fifo: Vec<BlockId>,
+    pub(crate) fifo: Vec<BlockId>,
 }
 
-impl ScState {
+impl SimpleCpuState {
     pub fn new(num_reqs: usize, cpu_blocks: u32) -> Self {
-        ScState {
+        SimpleCpuState {
             cpu: GpuPool::new_cpu(cpu_blocks),
-            reqs: vec![ScReq::default(); num_reqs],
+            reqs: vec![SimpleCpuReq::default(); num_reqs],
             stores: Vec::new(),
             loads: Vec::new(),
             in_flight: Vec::new(),
@@ -233,16 +235,14 @@ impl ScState {
 
     /// `get_num_new_matched_tokens(req, num_computed)`: consecutive CPU hits past the local
     /// prefix, pinned until `update_state_after_alloc`; always an async load.
-    #[allow(clippy::too_many_arguments)]
-    pub fn get_num_new_matched_tokens(
+    pub(super) fn get_num_new_matched_tokens(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
+        q: RequestRef,
         num_local: u32,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
+        cx: &mut HookCtx,
     ) -> (Option<u32>, bool) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, ghost) = (&cx.c, &mut *cx.ghost);
         if let Some(stale) = self.reqs[r as usize].pending.take() {
             // A pin held since an earlier step (the request failed admission).
             ghost.mark(Mark::StalePinDropped);
@@ -280,20 +280,12 @@ impl ScState {
 
     /// `update_state_after_alloc(req, blocks, num_external)`: register the request's store
     /// state; turn the lookup pin into a load (CPU and GPU blocks pinned until it completes).
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_state_after_alloc(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        pool: &mut GpuPool,
-        num_external: u32,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_state_after_alloc(&mut self, q: RequestRef, num_external: u32, cx: &mut HookCtx) {
+        let (r, req) = (q.id, q.state);
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         let q = &mut self.reqs[r as usize];
         if q.store.is_none() {
-            q.store = Some(ScStore::default());
+            q.store = Some(StoreRequestState::default());
         }
         let pending = q.pending.take();
         let Some(p) = pending else {
@@ -322,29 +314,22 @@ impl ScState {
             });
         }
         ghost.mark(Mark::HostHit);
-        self.reqs[r as usize].load = Some(ScLoad { gpu, cpu, event: None, finished: false });
+        self.reqs[r as usize].load = Some(LoadRequestState { gpu, cpu, event: None, finished: false });
     }
 
     /// `request_finished_all_groups(req, block_ids)`: queue the finish-time store (0.32+),
     /// check store coverage, then `request_finished`: release the lookup pin, defer or clean up
     /// load and store state. Blocks are never held back (returns False in vLLM).
-    #[allow(clippy::too_many_arguments)]
-    pub fn request_finished(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn request_finished(&mut self, q: RequestRef, cx: &mut HookCtx) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         if c.rules.scpu_finish_flush {
             // The scheduler hands over the table clipped to the computed tokens
             // (get_block_ids_for_computed_tokens).
             let n = (cdiv(req.num_computed, c.block_size) as usize).min(req.table.len());
             let table = req.table[..n].to_vec();
-            self.queue_finished_store(r, req, spec, &table, pool, c, ghost, ev);
+            let mut cx = HookCtx { c: *c, pool: &mut *pool, ghost: &mut *ghost, ev: &mut *ev };
+            self.queue_finished_store(q, &table, &mut cx);
         }
         self.check_coverage(r, spec, ghost, ev);
         if let Some(p) = self.reqs[r as usize].pending.take() {
@@ -388,16 +373,8 @@ impl ScState {
 
     /// `update_connector_output`: finished loads (by request), then store events reported
     /// complete by the worker.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_connector_output(
-        &mut self,
-        completed: &[JobId],
-        recving: &[ReqId],
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_connector_output(&mut self, completed: &[JobId], recving: &[ReqId], cx: &mut HookCtx) {
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         for &r in recving {
             if let Some(job) = self.reqs[r as usize].load.as_ref().and_then(|l| l.event) {
                 ev.emit(|| Event::HostLoadDone { req: r, job });

@@ -7,15 +7,12 @@
 //! read (per layer), so a request may read a block another request writes in the same pass.
 //! A request that reads wrong KV writes wrong KV (taint), and so does anyone who reads that.
 
-use super::connector::mooncake_worker as mc_conn;
-use super::connector::simple_cpu_worker as sc_conn;
-use super::connector::worker as conn;
-use super::connector::{BitSet, Connector, JobKind, Phase, SchedOut, StepScratch};
+use super::collections::side::FastMap;
+use super::connector::{BitSet, SchedOut, StepScratch, WorkerCtx, WorkerStep};
 use super::engine::{Ctx, Engine, StepInput};
 use super::events::{Event, Events};
 use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOutput};
 use super::ghost::Breach;
-use super::side::FastMap;
 use super::types::{cdiv, fold_token_iter, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,13 +20,13 @@ use std::collections::{BTreeMap, BTreeSet};
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WorkerOut {
-    pub completed: Vec<JobId>,
-    pub finished_recving: Vec<ReqId>,
-    pub invalid_blocks: BTreeSet<BlockId>,
+    pub(crate) completed: Vec<JobId>,
+    pub(crate) finished_recving: Vec<ReqId>,
+    pub(crate) invalid_blocks: BTreeSet<BlockId>,
     /// `finished_sending`: requests whose delayed blocks the consumer is done with (NIXL).
-    pub finished_sending: Vec<ReqId>,
+    pub(crate) finished_sending: Vec<ReqId>,
     /// Router replay: the rows each request emitted (`aux_output_connector_output`).
-    pub rows: Vec<RowsOutput>,
+    pub(crate) rows: Vec<RowsOutput>,
 }
 
 /// Run the worker side of one step.
@@ -41,32 +38,19 @@ pub fn execute(
     input: &StepInput,
     ev: &mut Events,
 ) -> WorkerOut {
-    let mut invalid = BTreeSet::new();
-    let has_sync = e.conn.offloading().is_some_and(|oc| {
-        scratch.load_jobs.iter().any(|&id| oc.job(id).is_some_and(|j| matches!(j.kind, JobKind::Load { sync: true })))
-    });
-    if let Some(oc) = e.conn.offloading_mut() {
-        conn::handle_preemptions(oc, &mut e.pool, ctx, scratch, &mut e.ghost, ev);
-        if has_sync {
-            invalid = conn::start_load_kv(oc, &mut e.pool, ctx, scratch, Some(input), &mut e.ghost, ev);
-        }
-    }
+    let invalid = {
+        let s = WorkerStep { out, scratch, input, reqs: &e.reqs };
+        let mut cx = WorkerCtx { ctx, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
+        e.conn.worker_before_forward(s, &mut cx)
+    };
     if let (Some(a), Some(meta)) = (e.aux.as_mut(), scratch.aux.as_ref()) {
         rows_sched::begin_step(a, meta, ctx.cfg.block_size);
     }
-    if let Some(sc) = e.conn.simple_cpu_mut() {
-        sc_conn::handle_preemptions(sc, &mut e.pool, !out.preempted.is_empty(), &mut e.ghost, ev);
-    }
     forward(e, ctx, out, &invalid, ev);
-    let mut w = match &mut e.conn {
-        Connector::SimpleCpu(sc) => sc_conn::after_forward(sc, &mut e.pool, ctx, input, &mut e.ghost, ev),
-        Connector::Mooncake(mc) => mc_conn::after_forward(mc, &mut e.pool, ctx, out, input, &mut e.ghost, ev),
-        Connector::Nixl(nx) => {
-            // wait_for_save (host-buffer copies), then get_finished.
-            nx.save_kv_to_host(&e.pool, &e.reqs, ctx.wl, ctx.cfg.block_size, scratch, &mut e.ghost, ev);
-            WorkerOut { finished_sending: nx.get_finished(), ..WorkerOut::default() }
-        }
-        _ => WorkerOut::default(),
+    let mut w = {
+        let s = WorkerStep { out, scratch, input, reqs: &e.reqs };
+        let mut cx = WorkerCtx { ctx, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
+        e.conn.worker_after_forward(s, &mut cx)
     };
     if let Some(a) = e.aux.as_mut() {
         let steps: Vec<Forwarded> = out
@@ -77,7 +61,7 @@ pub fn execute(
             .collect();
         match expert_rows::worker::commit_output(
             &mut a.workers,
-            &mut a.store,
+            &mut a.row_store,
             &steps,
             ctx.cfg.block_size,
             ctx.rules.aux_partial_skip,
@@ -106,47 +90,9 @@ pub fn execute(
             }
         }
     }
-    if let Some(oc) = e.conn.offloading_mut() {
-        if !has_sync {
-            conn::start_load_kv(oc, &mut e.pool, ctx, scratch, None, &mut e.ghost, ev);
-        }
-        conn::wait_for_save(oc, scratch);
-        // Copies that finish while this step runs are reported by this step's get_finished.
-        let now: Vec<JobId> = if input.drain || input.drain_stores {
-            oc.jobs
-                .iter()
-                .filter(|j| j.phase == Phase::Submitted && (input.drain || j.is_store()))
-                .map(|j| j.id)
-                .collect()
-        } else {
-            input
-                .complete
-                .iter()
-                .copied()
-                .filter(|&id| oc.job(id).is_some_and(|j| j.phase == Phase::Submitted))
-                .collect()
-        };
-        for id in now {
-            e.ghost.mark(super::ghost::Mark::Drained);
-            conn::complete(oc, &mut e.pool, ctx, id, None, &mut e.ghost, ev);
-        }
-        let named = input.fail_blocks.iter().filter_map(|(id, bad)| {
-            let j = oc.job(*id)?;
-            Some((*id, j.blocks.iter().position(|b| bad.contains(b)).unwrap_or(j.blocks.len()) as u32))
-        });
-        let fails: Vec<(JobId, u32)> = input.fail.iter().copied().chain(named).collect();
-        for &(id, first_bad) in &fails {
-            if oc.job(id).is_some_and(|j| j.phase == Phase::Submitted) {
-                e.ghost.mark(super::ghost::Mark::LoadFailure);
-                conn::complete(oc, &mut e.pool, ctx, id, Some(first_bad), &mut e.ghost, ev);
-            }
-        }
-        let (completed, recving, inv) = conn::get_finished(oc);
-        w.completed = completed;
-        w.finished_recving = recving;
-        w.invalid_blocks = inv;
-        w.finished_sending = oc.finished_sending();
-    }
+    let s = WorkerStep { out, scratch, input, reqs: &e.reqs };
+    let mut cx = WorkerCtx { ctx, pool: &mut e.pool, ghost: &mut e.ghost, ev };
+    e.conn.worker_end_step(s, &mut w, &mut cx);
     w
 }
 
@@ -285,12 +231,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     // Blocks that submitted store copies still read (a write to one tears that copy).
-    let mut store_sources = BitSet::with_room(room);
-    if let Some(oc) = e.conn.offloading() {
-        for j in oc.jobs.iter().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
-            store_sources.extend(j.blocks.iter().copied());
-        }
-    }
+    let watched = e.conn.forward_watch(room);
     for w in &writes {
         let tag = if bad.contains_key(&w.req) { ContentTag::Bad(BadKind::Tainted) } else { w.tag };
         e.pool.set_content(w.block, tag);
@@ -302,30 +243,8 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                 detail: format!("{name} writes block {blk} while a load is still writing it"),
             });
         }
-        if let Connector::SimpleCpu(sc) = &mut e.conn {
-            sc_conn::forward_write(sc, w.block, &mut e.ghost, ev);
-        }
-        if !store_sources.contains(w.block) {
-            continue;
-        }
-        if let Some(oc) = e.conn.offloading_mut() {
-            for j in oc.jobs.iter_mut().filter(|j| j.is_store() && j.phase == Phase::Submitted) {
-                for (idx, &src) in j.blocks.iter().enumerate() {
-                    if src == w.block {
-                        j.snapshot[idx] = ContentTag::Bad(BadKind::Torn);
-                        j.torn = true;
-                        e.ghost.breach(Breach::StaleSource);
-                        let id = j.id;
-                        ev.emit(|| Event::Violation {
-                            property: "source-freshness",
-                            detail: format!(
-                                "block {} is overwritten while store job {id} is still copying it",
-                                w.block
-                            ),
-                        });
-                    }
-                }
-            }
+        if watched.as_ref().is_none_or(|set| set.contains(w.block)) {
+            e.conn.forward_write(w.block, &mut e.ghost, ev);
         }
     }
     read_cache_record(e, out, &bad, b);

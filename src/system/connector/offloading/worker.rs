@@ -10,36 +10,36 @@
 //! blocks as they are when it is submitted; a forward pass that writes a source block before
 //! the copy is done tears it.
 
-use super::super::engine::{Ctx, StepInput};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost};
-use super::super::gpu_pool::GpuPool;
-use super::super::types::{BadKind, BlockHash, BlockId, ContentTag, JobId, ReqId};
-use super::{JobKind, OcState, Phase, StepScratch};
+use crate::system::connector::{JobKind, OffloadingState, Phase, StepScratch};
+use crate::system::engine::{Ctx, StepInput};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, JobId, ReqId};
 use std::collections::BTreeSet;
 
 /// Submit a store: take the copy's snapshot and check that every source block holds its
 /// chunk's final KV (source-freshness).
-fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
+fn submit_store(oc: &mut OffloadingState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut Ghost, ev: &mut Events) {
     let b = ctx.cfg.block_size;
-    let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    let blocks_per_chunk = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     let job = oc.job_mut(id).expect("submitted job exists");
     job.phase = Phase::Submitted;
     job.snapshot = job.blocks.iter().map(|&blk| pool.content[blk as usize]).collect();
     let mut stale = Vec::new();
     for (i, key) in job.keys.iter().enumerate() {
         // The chunk's block hashes, oldest first (`Workload::chain_ending_at` without allocating).
-        let mut want: smallvec::SmallVec<[BlockHash; 4]> = ctx.wl.chain_back(*key, bpc).collect();
-        let known = want.len() == bpc as usize;
+        let mut want: smallvec::SmallVec<[BlockHash; 4]> = ctx.wl.chain_back(*key, blocks_per_chunk).collect();
+        let known = want.len() == blocks_per_chunk as usize;
         want.reverse();
-        for j in 0..bpc as usize {
-            let got = job.snapshot.get(i * bpc as usize + j).copied();
+        for j in 0..blocks_per_chunk as usize {
+            let got = job.snapshot.get(i * blocks_per_chunk as usize + j).copied();
             let ok = match got {
                 Some(g) if known => g == ContentTag::full(want[j], b),
                 _ => false,
             };
             if !ok {
-                stale.push((ctx.wl.label(*key), job.blocks.get(i * bpc as usize + j).copied()));
+                stale.push((ctx.wl.label(*key), job.blocks.get(i * blocks_per_chunk as usize + j).copied()));
             }
         }
     }
@@ -54,7 +54,7 @@ fn submit_store(oc: &mut OcState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &m
 
 /// The copy of `id` finished (`fail`: a load whose blocks from that index were not written).
 pub fn complete(
-    oc: &mut OcState,
+    oc: &mut OffloadingState,
     pool: &mut GpuPool,
     ctx: Ctx,
     id: JobId,
@@ -62,14 +62,15 @@ pub fn complete(
     ghost: &mut Ghost,
     ev: &mut Events,
 ) {
-    let bpc = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    let blocks_per_chunk = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     let at = oc.jobs.iter().position(|j| j.id == id).expect("completed job exists");
     match oc.jobs[at].kind {
         JobKind::Store => {
             let (job, host) = (&mut oc.jobs[at], &mut oc.host);
             host.warm(job.keys.iter());
             for (i, key) in job.keys.iter().enumerate() {
-                let content = &job.snapshot[i * bpc as usize..((i + 1) * bpc as usize).min(job.snapshot.len())];
+                let content = &job.snapshot
+                    [i * blocks_per_chunk as usize..((i + 1) * blocks_per_chunk as usize).min(job.snapshot.len())];
                 host.write_content(key, content);
             }
             job.phase = Phase::Done;
@@ -84,9 +85,9 @@ pub fn complete(
                     ContentTag::Bad(BadKind::LoadFailed)
                 } else {
                     let pos = job.block_offset + j;
-                    let key = job.keys.get((pos / bpc) as usize);
+                    let key = job.keys.get((pos / blocks_per_chunk) as usize);
                     key.and_then(|k| oc.host.content_of(k))
-                        .and_then(|c| c.get((pos % bpc) as usize).copied())
+                        .and_then(|c| c.get((pos % blocks_per_chunk) as usize).copied())
                         .unwrap_or(ContentTag::Empty)
                 };
                 pool.set_content(blk, tag);
@@ -109,7 +110,7 @@ pub fn complete(
 /// `handle_preemptions`: queue this step's flushed stores, submit every queued store, wait
 /// for the flushed jobs (and, handlers being FIFO, for every store submitted before them).
 pub fn handle_preemptions(
-    oc: &mut OcState,
+    oc: &mut OffloadingState,
     pool: &mut GpuPool,
     ctx: Ctx,
     scratch: &StepScratch,
@@ -133,7 +134,7 @@ pub fn handle_preemptions(
         .filter(|&&id| oc.job(id).is_some_and(|j| j.is_store() && j.phase == Phase::Submitted))
         .max()
     {
-        ghost.mark(super::super::ghost::Mark::Flush);
+        ghost.mark(crate::system::ghost::Mark::Flush);
         let upto: Vec<JobId> = oc
             .jobs
             .iter()
@@ -150,7 +151,7 @@ pub fn handle_preemptions(
 /// `start_load_kv`: submit this step's loads; sync loads land now. Returns the blocks a
 /// failed sync load left invalid.
 pub fn start_load_kv(
-    oc: &mut OcState,
+    oc: &mut OffloadingState,
     pool: &mut GpuPool,
     ctx: Ctx,
     scratch: &StepScratch,
@@ -182,7 +183,7 @@ pub fn start_load_kv(
 }
 
 /// `wait_for_save`: this step's remaining stores are queued for submission next step.
-pub fn wait_for_save(oc: &mut OcState, scratch: &StepScratch) {
+pub fn wait_for_save(oc: &mut OffloadingState, scratch: &StepScratch) {
     for &id in &scratch.store_jobs {
         if let Some(j) = oc.job_mut(id) {
             if j.phase == Phase::Built {
@@ -194,7 +195,7 @@ pub fn wait_for_save(oc: &mut OcState, scratch: &StepScratch) {
 
 /// `get_finished` + `get_block_ids_with_load_errors`: what the worker reports this step
 /// (each completion once: reported jobs leave the worker's queues).
-pub fn get_finished(oc: &mut OcState) -> (Vec<JobId>, Vec<ReqId>, BTreeSet<BlockId>) {
+pub fn get_finished(oc: &mut OffloadingState) -> (Vec<JobId>, Vec<ReqId>, BTreeSet<BlockId>) {
     let finished = |p: Phase| matches!(p, Phase::Done | Phase::Failed);
     let mut completed = Vec::new();
     let mut recving = Vec::new();

@@ -8,42 +8,48 @@
 //! store: a store that still has to read a freed block is *flushed* (copied before the
 //! block's next writer runs).
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::host_tier::{HostTier, Key, Lookup, ReqAccess};
-use super::super::request::ReqState;
-use super::super::rules::{HostLru, Rules};
-use super::super::side::{SideVal, WordHasher};
-use super::super::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
-use super::super::workload::RequestSpec;
-use super::{BitSet, ConnCtx, StepScratch};
+mod build_meta;
+mod hooks;
+pub mod host_arc;
+pub mod host_tier;
+pub mod reference_order;
+pub mod worker;
+
+use crate::system::collections::side::{SideVal, WordHasher};
+use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
+use crate::system::connector::{BitSet, ConnCtx, HookCtx, RequestRef, StepScratch};
+use crate::system::events::Event;
+use crate::system::ghost::{Breach, Mark};
+use crate::system::request::ReqState;
+use crate::system::rules::{HostLru, Rules};
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
+use crate::system::workload::RequestSpec;
 use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
-pub struct OcReq {
+pub struct OffloadingReq {
     /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
-    pub num_keys: u32,
+    pub(crate) num_keys: u32,
     /// The mirror table (`block_ids`).
-    pub mirror: Vec<BlockId>,
+    pub(crate) mirror: Vec<BlockId>,
     /// Replay: the mirror's first `.0` blocks equalled the block table when `.1` tables had
     /// been taken (`PoolLog::table_takes`); the mirror-table check then compares the rest.
-    pub mirror_ok: SideVal<(u32, u64)>,
+    pub(crate) mirror_ok: SideVal<(u32, u64)>,
     /// The store cursor (`next_stored_chunk_idx`).
-    pub cursor: u32,
+    pub(crate) cursor: u32,
     /// In-flight job ids, ascending.
-    pub transfer_jobs: Vec<JobId>,
-    pub finished_signaled: bool,
+    pub(crate) transfer_jobs: Vec<JobId>,
+    pub(crate) finished_signaled: bool,
     /// `num_locally_computed_tokens` at the last lookup.
-    pub num_local: u32,
+    pub(crate) num_local: u32,
     /// The manager's request context (LRU request rank, keys seen).
-    pub access: ReqAccess,
+    pub(crate) access: ReqAccess,
     /// Coverage ghost: chunks computed in the current run and not yet offered.
-    pub owed: BitSet,
+    pub(crate) owed: BitSet,
     /// final-store-kept ghost: chunks the host tier refused (no room) at the request's latest
     /// store visit.
-    pub refused: BitSet,
+    pub(crate) refused: BitSet,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -71,22 +77,22 @@ pub enum Phase {
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Job {
-    pub id: JobId,
-    pub req: ReqId,
-    pub kind: JobKind,
-    pub keys: Vec<Key>,
+    pub(crate) id: JobId,
+    pub(crate) req: ReqId,
+    pub(crate) kind: JobKind,
+    pub(crate) keys: Vec<Key>,
     /// Store: GPU source blocks; load: GPU destination blocks.
-    pub blocks: Vec<BlockId>,
-    pub slots: Vec<u32>,
-    pub phase: Phase,
+    pub(crate) blocks: Vec<BlockId>,
+    pub(crate) slots: Vec<u32>,
+    pub(crate) phase: Phase,
     /// Store: what the copy read, per source block (taken when the copy was ordered).
-    pub snapshot: Vec<ContentTag>,
+    pub(crate) snapshot: Vec<ContentTag>,
     /// Store: a source block was written while the copy ran.
-    pub torn: bool,
+    pub(crate) torn: bool,
     /// Load: index (into `blocks`) of the first block that failed to load.
-    pub invalid_from: Option<u32>,
+    pub(crate) invalid_from: Option<u32>,
     /// Load: position of the first destination block inside its chunk (`block_indices`).
-    pub block_offset: u32,
+    pub(crate) block_offset: u32,
 }
 
 impl Job {
@@ -100,17 +106,17 @@ impl Job {
 
 /// The connector's scheduler-side state plus its host tier.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct OcState {
-    pub reqs: Vec<Option<OcReq>>,
+pub struct OffloadingState {
+    pub(crate) reqs: Vec<Option<OffloadingReq>>,
     /// Jobs not yet completed, ascending id.
-    pub jobs: Vec<Job>,
-    pub next_job: JobId,
+    pub(crate) jobs: Vec<Job>,
+    pub(crate) next_job: JobId,
     /// `_block_id_to_pending_jobs`: GPU blocks a finished request's stores still read.
-    pub fences: BTreeMap<BlockId, Vec<JobId>>,
-    pub host: HostTier,
+    pub(crate) fences: BTreeMap<BlockId, Vec<JobId>>,
+    pub(crate) host: HostTier,
     /// fix-final-store: finished requests whose blocks the connector holds until their last
     /// store lands, in finish order.
-    pub held: Vec<Held>,
+    pub(crate) held: Vec<Held>,
 }
 
 /// fix-final-store (`final_store_waits`): a finished request whose blocks the connector keeps
@@ -118,18 +124,18 @@ pub struct OcState {
 /// copied; the worker then reports it in `finished_sending` and the scheduler frees them.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Held {
-    pub req: ReqId,
+    pub(crate) req: ReqId,
     /// Its last store was refused for lack of room and is offered again at the next step.
-    pub waiting: bool,
+    pub(crate) waiting: bool,
 }
 
-impl OcState {
+impl OffloadingState {
     pub fn new(num_reqs: usize, o: &crate::system::config::OffloadConfig, rules: &Rules) -> Self {
         let mut host = HostTier::with_policy(o.host_chunks, rules.host_lru, rules.evict_mru);
         if o.eviction_policy == crate::system::config::EvictionPolicy::Arc {
             host.use_arc(rules.arc_t1_fallback, rules.arc_ghost_trim);
         }
-        OcState {
+        OffloadingState {
             reqs: vec![None; num_reqs],
             jobs: Vec::new(),
             next_job: 0,
@@ -140,7 +146,7 @@ impl OcState {
     }
 
     /// The request's offload keys so far, in chunk order.
-    pub(super) fn keys_of(st: &OcReq, spec: &RequestSpec, c: &ConnCtx) -> Vec<Key> {
+    pub(super) fn keys_of(st: &OffloadingReq, spec: &RequestSpec, c: &ConnCtx) -> Vec<Key> {
         (0..st.num_keys).map(|ci| key_of(spec, ci, c)).collect()
     }
 
@@ -164,27 +170,25 @@ impl OcState {
 
     /// `on_new_request`.
     pub fn on_new_request(&mut self, r: ReqId) {
-        self.reqs[r as usize] = Some(OcReq::default());
+        self.reqs[r as usize] = Some(OffloadingReq::default());
     }
 
-    pub(super) fn update_offload_keys(st: &mut OcReq, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
-        let n = req.block_hashes(spec, c.block_size).len() as u32 / c.bpc;
+    pub(super) fn update_offload_keys(st: &mut OffloadingReq, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) {
+        let n = req.block_hashes(spec, c.block_size).len() as u32 / c.blocks_per_chunk;
         st.num_keys = st.num_keys.max(n);
     }
 
     /// `get_num_new_matched_tokens(req, num_local)`: `(None, _)` asks the scheduler to retry.
-    #[allow(clippy::too_many_arguments)]
-    pub fn get_num_new_matched_tokens(
+    pub(super) fn get_num_new_matched_tokens(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
+        q: RequestRef,
         num_local: u32,
         max_new: Option<u32>,
-        c: &ConnCtx,
         scratch: &mut StepScratch,
-        ghost: &mut Ghost,
+        cx: &mut HookCtx,
     ) -> (Option<u32>, bool) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, ghost) = (&cx.c, &mut *cx.ghost);
         let rules = c.rules;
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
         // Restarting at token 0: the mirror is rebuilt from the full table at admission
@@ -234,7 +238,14 @@ impl OcState {
 
     /// What the last lookup of `r` would have found without `max_num_new_tokens` (no side
     /// effects; for reporting what a clamp gave up).
-    pub fn peek_unbounded_hit(&self, r: ReqId, num_tokens: u32, spec: &RequestSpec, c: &ConnCtx) -> Option<u32> {
+    pub(super) fn peek_unbounded_hit(
+        &self,
+        q: RequestRef,
+        _num_local: u32,
+        num_tokens: u32,
+        c: &ConnCtx,
+    ) -> Option<u32> {
+        let (r, spec) = (q.id, q.spec);
         let st = self.reqs[r as usize].as_ref()?;
         self.lookup_complete_chunks(st, num_tokens, None, spec, c)
     }
@@ -243,20 +254,21 @@ impl OcState {
     /// `max_new` is `max_num_new_tokens` (`_max_loadable_tokens`, which prime-rl's clamp wraps).
     fn lookup_complete_chunks(
         &self,
-        st: &OcReq,
+        st: &OffloadingReq,
         num_tokens: u32,
         max_new: Option<u32>,
         spec: &RequestSpec,
         c: &ConnCtx,
     ) -> Option<u32> {
-        let tpc = c.tpc();
+        let tokens_per_chunk = c.tokens_per_chunk();
         let local = st.num_local;
-        let max_hit = num_tokens.min(local.saturating_add(max_new.unwrap_or(u32::MAX))).min(st.num_keys * tpc);
-        if max_hit < local + tpc {
+        let max_hit =
+            num_tokens.min(local.saturating_add(max_new.unwrap_or(u32::MAX))).min(st.num_keys * tokens_per_chunk);
+        if max_hit < local + tokens_per_chunk {
             return Some(0);
         }
-        let num_chunks = cdiv(max_hit, tpc).min(st.num_keys);
-        let start = local / tpc;
+        let num_chunks = cdiv(max_hit, tokens_per_chunk).min(st.num_keys);
+        let start = local / tokens_per_chunk;
         let mut hits = 0;
         let mut defer = false;
         for ci in start..num_chunks {
@@ -275,16 +287,16 @@ impl OcState {
         }
         let mut max_hit = max_hit;
         if !defer {
-            max_hit = max_hit.min(tpc * (start + hits));
+            max_hit = max_hit.min(tokens_per_chunk * (start + hits));
         }
-        if max_hit < local + tpc {
+        if max_hit < local + tokens_per_chunk {
             return Some(0);
         }
         if defer {
             return None;
         }
         let hit = max_hit - local;
-        let end = cdiv(local + hit, tpc);
+        let end = cdiv(local + hit, tokens_per_chunk);
         if c.caching && self.jobs.iter().any(|j| j.is_async_load()) {
             let loading = self.being_loaded();
             if (start..end).any(|ci| loading.contains(&key_of(spec, ci, c))) {
@@ -295,25 +307,21 @@ impl OcState {
     }
 
     /// `update_state_after_alloc(req, blocks, num_external)`: prepare the load.
-    #[allow(clippy::too_many_arguments)]
-    pub fn update_state_after_alloc(
+    pub(super) fn update_state_after_alloc(
         &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &GpuPool,
+        q: RequestRef,
         num_external: u32,
-        c: &ConnCtx,
         scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
+        cx: &mut HookCtx,
     ) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (c, pool, ghost, ev) = (&cx.c, &*cx.pool, &mut *cx.ghost, &mut *cx.ev);
         scratch.allocated.extend(req.table.iter().copied().filter(|&b| b != NULL_BLOCK));
         if num_external == 0 {
             return;
         }
         let sync = scratch.sync_loads.contains(&r);
-        let (b, bpc, tpc) = (c.block_size, c.bpc, c.tpc());
+        let (b, blocks_per_chunk, tokens_per_chunk) = (c.block_size, c.blocks_per_chunk, c.tokens_per_chunk());
         let st = self.reqs[r as usize].as_ref().expect("tracked request");
         let num_local = st.num_local;
         let num_cached = num_local + num_external;
@@ -325,11 +333,11 @@ impl OcState {
                 blk != NULL_BLOCK && (sync || pool.hash[blk as usize].is_none())
             })
             .unwrap_or(num_gpu_blocks);
-        let num_chunks = cdiv(num_cached, tpc);
+        let num_chunks = cdiv(num_cached, tokens_per_chunk);
         let mut keys: Vec<(Key, u32)> = Vec::new();
         if num_gpu_blocks > load_start {
-            for ci in load_start / bpc..num_chunks {
-                keys.push((key_of(spec, ci, c), (ci + 1) * tpc));
+            for ci in load_start / blocks_per_chunk..num_chunks {
+                keys.push((key_of(spec, ci, c), (ci + 1) * tokens_per_chunk));
             }
         }
         let dst: Vec<BlockId> = req.table[load_start as usize..num_gpu_blocks as usize].to_vec();
@@ -377,7 +385,7 @@ impl OcState {
             snapshot: Vec::new(),
             torn: false,
             invalid_from: None,
-            block_offset: load_start % bpc,
+            block_offset: load_start % blocks_per_chunk,
         });
         scratch.load_jobs.push(id);
     }
@@ -386,7 +394,8 @@ impl OcState {
     /// Returns `delay_free_blocks`: vLLM's OffloadingConnector never delays (it fences
     /// instead); under fix-final-store a request whose finish-time store has chunks to offer
     /// keeps its blocks until that store is settled and copied.
-    pub fn request_finished(&mut self, r: ReqId, req: &ReqState, spec: &RequestSpec, c: &ConnCtx) -> bool {
+    pub(super) fn request_finished(&mut self, q: RequestRef, c: &ConnCtx) -> bool {
+        let (r, req, spec) = (q.id, q.state, q.spec);
         let Some(st) = self.reqs[r as usize].as_mut() else {
             return false;
         };
@@ -426,14 +435,8 @@ impl OcState {
     }
 
     /// `update_connector_output`: apply the worker's reported completions.
-    pub fn update_connector_output(
-        &mut self,
-        completed: &[JobId],
-        reqs: &[ReqState],
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn update_connector_output(&mut self, completed: &[JobId], reqs: &[ReqState], cx: &mut HookCtx) {
+        let (c, ghost, ev) = (&cx.c, &mut *cx.ghost, &mut *cx.ev);
         for &id in completed {
             let Some(pos) = self.jobs.iter().position(|j| j.id == id) else {
                 ghost.breach(Breach::BadCompletion);
@@ -501,5 +504,5 @@ impl OcState {
 
 /// The offload key of chunk `ci` of `spec`: the hash of the chunk's last block.
 pub fn key_of(spec: &RequestSpec, ci: u32, c: &ConnCtx) -> BlockHash {
-    spec.hashes[((ci + 1) * c.bpc - 1) as usize]
+    spec.hashes[((ci + 1) * c.blocks_per_chunk - 1) as usize]
 }

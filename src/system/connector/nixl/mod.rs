@@ -42,42 +42,44 @@
 //! heterogeneous TP and block-size mapping, hybrid (SWA, Mamba) groups and the prefill
 //! backoff, bidirectional transfer, async scheduling, streaming sessions.
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::types::{cdiv, BlockId, ContentTag, FinishReason, ReqId, Status};
-use super::super::worker::tag_serves;
-use super::super::workload::{RequestSpec, Workload};
-use super::{ConnCtx, SchedOut, StepScratch};
+mod hooks;
+
+use crate::system::connector::{ConnCtx, SchedOut, StepScratch};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::model_runner::tag_serves;
+use crate::system::request::ReqState;
+use crate::system::types::{cdiv, BlockId, ContentTag, FinishReason, ReqId, Status};
+use crate::system::workload::{RequestSpec, Workload};
 
 /// A finished request whose blocks wait for the consumer (`_reqs_need_send`).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Send {
-    pub req: ReqId,
+    pub(crate) req: ReqId,
     /// `remote_block_ids`: the request's block table when it finished.
-    pub blocks: Vec<BlockId>,
+    pub(crate) blocks: Vec<BlockId>,
     /// `remote_num_tokens`: `num_computed_tokens` when it finished.
-    pub tokens: u32,
+    pub(crate) tokens: u32,
     /// The consumer read the blocks and notified the producer (reported in the next
     /// `finished_sending`).
-    pub read: bool,
+    pub(crate) read: bool,
 }
 
 /// The connector's state and the worker's host transfer buffer.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct NxState {
+pub struct NixlState {
     /// `host_xfer_buffers`: what each GPU block id's host slot holds.
-    pub host: Vec<ContentTag>,
+    pub(crate) host: Vec<ContentTag>,
     /// `_reqs_need_save`, ascending.
-    pub need_save: Vec<ReqId>,
+    pub(crate) need_save: Vec<ReqId>,
     /// Finished requests holding their blocks for the consumer, in finish order.
-    pub sending: Vec<Send>,
+    pub(crate) sending: Vec<Send>,
 }
 
-impl NxState {
+impl NixlState {
     pub fn new(num_gpu_blocks: u32) -> Self {
-        NxState { host: vec![ContentTag::Empty; num_gpu_blocks as usize], need_save: Vec::new(), sending: Vec::new() }
+        NixlState { host: vec![ContentTag::Empty; num_gpu_blocks as usize], need_save: Vec::new(), sending: Vec::new() }
     }
 
     /// `update_state_after_alloc`: a producer request in host-buffer mode needs saving.

@@ -11,7 +11,9 @@
 //! Removed entries inside a deque are tombstones, trimmed at the ends and compacted when they
 //! outnumber live entries.
 
-use super::host_tier::Rank;
+/// An eviction rank: (major, minor), smaller evicted first.
+pub type Rank = (u64, i64);
+
 use std::collections::VecDeque;
 
 #[derive(Clone, Debug)]

@@ -5,8 +5,7 @@
 //! nothing whatever it holds, and the model checker never turns it on (`Side(None)`), so
 //! state identity and state counts are untouched.
 
-use super::host_tier::Key;
-use super::types::{BlockHash, BlockId};
+use crate::system::types::{BlockHash, BlockHash as Key, BlockId};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
@@ -103,36 +102,36 @@ impl<T> Side<T> {
 #[derive(Clone, Debug, Default)]
 pub struct PoolLog {
     /// Blocks whose reference count or free-queue membership changed.
-    pub blocks: Vec<BlockId>,
+    pub(crate) blocks: Vec<BlockId>,
     /// Blocks whose content changed.
-    pub content: Vec<BlockId>,
+    pub(crate) content: Vec<BlockId>,
     /// (hash, block) pairs added to or removed from the cached map.
-    pub cached: Vec<(BlockHash, BlockId)>,
+    pub(crate) cached: Vec<(BlockHash, BlockId)>,
     /// Per block: how many requests' verified read prefixes ([`ReadCache`]) contain it.
-    pub verified_by: Vec<u16>,
+    pub(crate) verified_by: Vec<u16>,
     /// A block inside some verified prefix got new content: every verified prefix is void.
-    pub stale: bool,
+    pub(crate) stale: bool,
     /// A block inside some verified prefix left a block table (tables change only by
     /// appending or by being taken whole): the prefixes must be compared with their tables.
-    pub recheck: bool,
+    pub(crate) recheck: bool,
     /// Blocks that gained a holder (a block table, a deferred free), and blocks that lost one.
-    pub table_added: Vec<BlockId>,
-    pub table_removed: Vec<BlockId>,
+    pub(crate) table_added: Vec<BlockId>,
+    pub(crate) table_removed: Vec<BlockId>,
     /// Recent prefix lookups (`find_longest_cache_hit`), most recent first.
-    pub hit_memo: Vec<HitMemo>,
+    pub(crate) hit_memo: Vec<HitMemo>,
     /// Block tables taken whole so far (any request's): a table not taken since it was last
     /// compared has only grown since.
-    pub table_takes: u64,
+    pub(crate) table_takes: u64,
 }
 
 /// A remembered prefix lookup. It stays right until the cached map changes the blocks listed
 /// under one of the hashes it read (the hits and the first miss): `watch`.
 #[derive(Clone, Debug, Default)]
 pub struct HitMemo {
-    pub hashes: Vec<BlockHash>,
-    pub result: Vec<BlockId>,
-    pub watch: FastMap<BlockHash, ()>,
-    pub valid: bool,
+    pub(crate) hashes: Vec<BlockHash>,
+    pub(crate) result: Vec<BlockId>,
+    pub(crate) watch: FastMap<BlockHash, ()>,
+    pub(crate) valid: bool,
 }
 
 impl PoolLog {
@@ -151,9 +150,9 @@ impl PoolLog {
 #[derive(Clone, Debug, Default)]
 pub struct HostLog {
     /// Every change of a key's reference count: (key, before, after), None = not resident.
-    pub moves: Vec<(Key, Option<i32>, Option<i32>)>,
+    pub(crate) moves: Vec<(Key, Option<i32>, Option<i32>)>,
     /// Keys whose content was written or that became ready.
-    pub written: Vec<Key>,
+    pub(crate) written: Vec<Key>,
 }
 
 /// The forward pass's read cache: per request slot, the leading blocks of its table that a
@@ -161,7 +160,7 @@ pub struct HostLog {
 /// (no write, no load landed on any of them: `PoolLog::verified_by` / `stale` watch that).
 #[derive(Clone, Debug, Default)]
 pub struct ReadCache {
-    pub verified: Vec<Vec<BlockId>>,
+    pub(crate) verified: Vec<Vec<BlockId>>,
 }
 
 /// A map that is a `BTreeMap` in the checker (ordered, hashed exactly as a `BTreeMap`) and a

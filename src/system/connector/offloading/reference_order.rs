@@ -14,14 +14,14 @@
 //! eviction-order fails when the host tier picked others.
 
 use super::host_tier::{Key, Rank};
-use super::rank_queue::{first_n, RankQueue};
-use super::rules::HostLru;
-use super::side::Side;
+use crate::system::collections::rank_queue::{first_n, RankQueue};
+use crate::system::collections::side::Side;
+use crate::system::rules::HostLru;
 
 #[derive(Clone, Debug, Default)]
 pub struct RefOrder {
     /// Eviction order, first = next victim (with the 0.33 rank; unused by the other policies).
-    pub list: Vec<(Key, Rank)>,
+    pub(crate) list: Vec<(Key, Rank)>,
     /// Trace replay: the same sequence, indexed (`list` stays empty). Not used by the checker.
     indexed: Side<Indexed>,
 }

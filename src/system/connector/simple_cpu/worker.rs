@@ -13,14 +13,14 @@
 //! they are when it is launched; a forward that writes a source block before the copy is
 //! done tears it.
 
-use super::super::engine::{Ctx, Direction, StepInput};
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::types::{BadKind, BlockId, ContentTag, JobId, ReqId};
-use super::super::worker::WorkerOut;
-use super::simple_cpu::ScState;
-use super::Phase;
+use super::SimpleCpuState;
+use crate::system::connector::Phase;
+use crate::system::engine::{Ctx, Direction, StepInput};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::model_runner::WorkerOut;
+use crate::system::types::{BadKind, BlockId, ContentTag, JobId, ReqId};
 use std::collections::BTreeSet;
 
 /// `StepInput::complete` names store events by id and load events by `id | LOAD_EVENT`
@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 pub const LOAD_EVENT: JobId = 1 << 31;
 
 /// The event a stream completes next: the oldest launched one of that direction.
-pub fn next_transfer(sc: &ScState, d: Direction) -> Option<JobId> {
+pub fn next_transfer(sc: &SimpleCpuState, d: Direction) -> Option<JobId> {
     match d {
         Direction::Store => sc.stores.iter().filter(|e| e.phase == Phase::Submitted).map(|e| e.id).min(),
         Direction::Load => sc.loads.iter().filter(|e| e.phase == Phase::Submitted).map(|e| e.id).min(),
@@ -37,7 +37,7 @@ pub fn next_transfer(sc: &ScState, d: Direction) -> Option<JobId> {
 
 /// The copy of event `id` finished: a store's snapshot lands in its CPU blocks, a load's CPU
 /// blocks (as they are now) land in its GPU blocks.
-pub fn complete(sc: &mut ScState, pool: &mut GpuPool, d: Direction, id: JobId, ev: &mut Events) {
+pub fn complete(sc: &mut SimpleCpuState, pool: &mut GpuPool, d: Direction, id: JobId, ev: &mut Events) {
     match d {
         Direction::Store => {
             let e = sc.stores.iter_mut().find(|e| e.id == id).expect("completed store event exists");
@@ -62,7 +62,13 @@ pub fn complete(sc: &mut ScState, pool: &mut GpuPool, d: Direction, id: JobId, e
 }
 
 /// `handle_preemptions`: with `need_flush`, every launched transfer finishes now.
-pub fn handle_preemptions(sc: &mut ScState, pool: &mut GpuPool, need_flush: bool, ghost: &mut Ghost, ev: &mut Events) {
+pub fn handle_preemptions(
+    sc: &mut SimpleCpuState,
+    pool: &mut GpuPool,
+    need_flush: bool,
+    ghost: &mut Ghost,
+    ev: &mut Events,
+) {
     if !need_flush {
         return;
     }
@@ -76,7 +82,7 @@ pub fn handle_preemptions(sc: &mut ScState, pool: &mut GpuPool, need_flush: bool
 }
 
 /// `start_load_kv`: launch this step's load event.
-pub fn start_load_kv(sc: &mut ScState) {
+pub fn start_load_kv(sc: &mut SimpleCpuState) {
     for e in sc.loads.iter_mut().filter(|e| e.phase == Phase::Built) {
         e.phase = Phase::Submitted;
     }
@@ -84,7 +90,7 @@ pub fn start_load_kv(sc: &mut ScState) {
 
 /// `wait_for_save`: launch this step's store event; its copy reads the sources now, and each
 /// must hold the KV of the hash it was selected under (source-freshness).
-pub fn wait_for_save(sc: &mut ScState, pool: &GpuPool, ctx: Ctx, ghost: &mut Ghost, ev: &mut Events) {
+pub fn wait_for_save(sc: &mut SimpleCpuState, pool: &GpuPool, ctx: Ctx, ghost: &mut Ghost, ev: &mut Events) {
     let b = ctx.cfg.block_size;
     for e in sc.stores.iter_mut().filter(|e| e.phase == Phase::Built) {
         e.phase = Phase::Submitted;
@@ -108,7 +114,7 @@ pub fn wait_for_save(sc: &mut ScState, pool: &GpuPool, ctx: Ctx, ghost: &mut Gho
 }
 
 /// The forward pass wrote `block`: a store still copying it is torn.
-pub fn forward_write(sc: &mut ScState, block: BlockId, ghost: &mut Ghost, ev: &mut Events) {
+pub fn forward_write(sc: &mut SimpleCpuState, block: BlockId, ghost: &mut Ghost, ev: &mut Events) {
     for e in sc.stores.iter_mut().filter(|e| e.phase == Phase::Submitted) {
         let gpu: Vec<BlockId> = e.gpu().collect();
         for (i, g) in gpu.into_iter().enumerate() {
@@ -127,7 +133,7 @@ pub fn forward_write(sc: &mut ScState, block: BlockId, ghost: &mut Ghost, ev: &m
 
 /// `get_finished` + `build_connector_worker_meta`: completed store events and the requests
 /// whose loads completed; each is reported once.
-pub fn get_finished(sc: &mut ScState) -> (Vec<JobId>, Vec<ReqId>) {
+pub fn get_finished(sc: &mut SimpleCpuState) -> (Vec<JobId>, Vec<ReqId>) {
     let mut recving = Vec::new();
     for e in sc.loads.iter_mut().filter(|e| e.phase == Phase::Done) {
         e.phase = Phase::Reported;
@@ -144,7 +150,7 @@ pub fn get_finished(sc: &mut ScState) -> (Vec<JobId>, Vec<ReqId>) {
 /// The worker's hooks after the forward: launch the step's loads and stores, let the copies
 /// the environment chose finish within the step, report.
 pub fn after_forward(
-    sc: &mut ScState,
+    sc: &mut SimpleCpuState,
     pool: &mut GpuPool,
     ctx: Ctx,
     input: &StepInput,

@@ -11,14 +11,14 @@
 //! blocks as the CPU pool has free (a partial store: the rest is retried at the request's
 //! next scheduled step). All stores of one step form one store event.
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::request::ReqState;
-use super::super::types::{BlockHash, BlockId, ReqId, NULL_BLOCK};
-use super::super::workload::{RequestSpec, Workload};
-use super::simple_cpu::{LoadEvent, ScState, StoreEvent, Transfer};
-use super::{ConnCtx, Phase, SchedOut};
+use super::{LoadEvent, SimpleCpuState, StoreEvent, Transfer};
+use crate::system::connector::{ConnCtx, HookCtx, Phase, RequestRef, SchedOut};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::gpu_pool::GpuPool;
+use crate::system::request::ReqState;
+use crate::system::types::{BlockHash, BlockId, ReqId, NULL_BLOCK};
+use crate::system::workload::RequestSpec;
 
 /// What one eager scan chose.
 #[derive(Default)]
@@ -31,20 +31,12 @@ struct Selection {
     capped: Option<(u32, u32)>,
 }
 
-impl ScState {
+impl SimpleCpuState {
     /// `build_connector_meta`: this step's store event (eager selection plus the finish-time
     /// stores queued since the last step) and load event.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
-        &mut self,
-        out: &SchedOut,
-        reqs: &[ReqState],
-        wl: &Workload,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn build_connector_meta(&mut self, out: &SchedOut, reqs: &[ReqState], cx: &mut HookCtx) {
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
+        let wl = c.wl;
         let b = c.block_size;
         let spec_of = |r: ReqId| wl.spec(r, reqs[r as usize].turn);
         // Coverage ghost: blocks whose last token this step computes are owed a store.
@@ -102,9 +94,11 @@ impl ScState {
                 continue;
             }
             let (cursor, mirror) = (st.cursor, st.mirror.clone());
-            let sel = self.select(r, cursor, &mirror, &reqs[r as usize], spec_of(r), pool, c, ghost);
+            let q = RequestRef { id: r, state: &reqs[r as usize], spec: spec_of(r) };
+            let sel = self.select(q, cursor, &mirror, pool, c, ghost);
             if !sel.gpu.is_empty() {
-                parts.push(self.prepare_transfer(r, sel.gpu, sel.hashes, pool, c, ghost, ev));
+                let mut cx = HookCtx { c: *c, pool: &mut *pool, ghost: &mut *ghost, ev: &mut *ev };
+                parts.push(self.prepare_transfer(r, sel.gpu, sel.hashes, &mut cx));
                 event_reqs.push(r);
             }
             self.reqs[r as usize].store.as_mut().expect("tracked").cursor += sel.advanced;
@@ -167,17 +161,8 @@ impl ScState {
     }
 
     /// Allocate CPU destinations for `gpu`, pin the sources, mark them in flight.
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_transfer(
-        &mut self,
-        r: ReqId,
-        gpu: Vec<BlockId>,
-        hashes: Vec<BlockHash>,
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) -> Transfer {
+    fn prepare_transfer(&mut self, r: ReqId, gpu: Vec<BlockId>, hashes: Vec<BlockHash>, cx: &mut HookCtx) -> Transfer {
+        let (pool, c, ghost, ev) = (&mut *cx.pool, &cx.c, &mut *cx.ghost, &mut *cx.ev);
         let cpu = self.cpu_alloc(gpu.len() as u32, ghost, ev);
         for &g in &gpu {
             if let Err(i) = self.in_flight.binary_search(&g) {
@@ -197,18 +182,16 @@ impl ScState {
 
     /// `_select_eager_blocks_to_store` over `ids` (the mirror, or the real table at finish)
     /// from `cursor`: confirmed blocks, classified by `_classify_store_candidate`.
-    #[allow(clippy::too_many_arguments)]
     fn select(
         &mut self,
-        r: ReqId,
+        q: RequestRef,
         cursor: u32,
         ids: &[BlockId],
-        req: &ReqState,
-        spec: &RequestSpec,
         pool: &GpuPool,
         c: &ConnCtx,
         ghost: &mut Ghost,
     ) -> Selection {
+        let (r, req, spec) = (q.id, q.state, q.spec);
         let b = c.block_size;
         // KV written by earlier steps' forwards (this step's blocks are stored next step).
         let confirmed = req.num_computed.saturating_sub(u32::from(req.placeholders));
@@ -268,22 +251,13 @@ impl ScState {
     /// `_queue_finished_eager_store`: confirmed blocks above the cursor of the table the
     /// scheduler hands over, limited by the CPU free count; CPU blocks are allocated and GPU
     /// blocks pinned now, the transfer rides on the next store event.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn queue_finished_store(
-        &mut self,
-        r: ReqId,
-        req: &ReqState,
-        spec: &RequestSpec,
-        table: &[BlockId],
-        pool: &mut GpuPool,
-        c: &ConnCtx,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    pub(super) fn queue_finished_store(&mut self, q: RequestRef, table: &[BlockId], cx: &mut HookCtx) {
+        let (r, spec) = (q.id, q.spec);
+        let (pool, c, ghost, ev) = (&mut *cx.pool, &cx.c, &mut *cx.ghost, &mut *cx.ev);
         let Some(st) = self.reqs[r as usize].store.as_ref() else {
             return;
         };
-        let sel = self.select(r, st.cursor, table, req, spec, pool, c, ghost);
+        let sel = self.select(q, st.cursor, table, pool, c, ghost);
         let mut refused = Vec::new();
         if let Some((from, to)) = sel.capped {
             // No room for these (every CPU block pinned or being written): a capacity loss,
@@ -297,7 +271,8 @@ impl ScState {
         }
         if !sel.gpu.is_empty() {
             ghost.mark(Mark::FinishStore);
-            let t = self.prepare_transfer(r, sel.gpu, sel.hashes, pool, c, ghost, ev);
+            let mut cx = HookCtx { c: *c, pool: &mut *pool, ghost: &mut *ghost, ev: &mut *ev };
+            let t = self.prepare_transfer(r, sel.gpu, sel.hashes, &mut cx);
             self.pending_finished.push(t);
         }
         let lost: Vec<BlockHash> = refused.into_iter().filter(|h| !self.present_or_storing(h)).collect();

@@ -6,31 +6,27 @@
 //! cursor up to the last complete chunk the request has computed (or will have computed once
 //! this step's forward pass runs).
 
-use super::super::events::{Event, Events};
-use super::super::ghost::{Breach, Ghost, Mark};
-use super::super::gpu_pool::GpuPool;
-use super::super::host_tier::Key;
-use super::super::request::ReqState;
-use super::super::rules::{FinishWatermark, HostLru};
-use super::super::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
-use super::super::workload::{RequestSpec, Workload};
-use super::offloading::{key_of, Job, JobKind, OcReq, OcState, Phase};
-use super::{ConnCtx, SchedOut, StepScratch};
+use super::{key_of, Job, JobKind, OffloadingReq, OffloadingState, Phase};
+use crate::system::connector::offloading::host_tier::Key;
+use crate::system::connector::{ConnCtx, HookCtx, RequestRef, SchedOut, StepScratch};
+use crate::system::events::{Event, Events};
+use crate::system::ghost::{Breach, Ghost, Mark};
+use crate::system::request::ReqState;
+use crate::system::rules::{FinishWatermark, HostLru};
+use crate::system::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
+use crate::system::workload::RequestSpec;
 
-impl OcState {
+impl OffloadingState {
     /// `build_connector_meta`: mirror updates, flushes, store jobs, finish signals.
-    #[allow(clippy::too_many_arguments)]
-    pub fn build_connector_meta(
+    pub(super) fn build_connector_meta(
         &mut self,
         out: &SchedOut,
         reqs: &[ReqState],
-        wl: &Workload,
-        pool: &GpuPool,
-        c: &ConnCtx,
         scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
+        cx: &mut HookCtx,
     ) {
+        let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
+        let wl = c.wl;
         // _update_req_states
         for s in &out.scheduled {
             let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");
@@ -87,7 +83,7 @@ impl OcState {
             }
         }
         // Coverage ghost: chunks whose last token this step computes are owed a store offer.
-        let tpc = c.tpc();
+        let tokens_per_chunk = c.tokens_per_chunk();
         for s in &out.scheduled {
             let spec = wl.spec(s.req, reqs[s.req as usize].turn);
             let mut end = s.start + s.tokens;
@@ -95,7 +91,7 @@ impl OcState {
                 end = end.min(spec.prompt_len);
             }
             // Only chunks the host tier lacks create a duty to store them.
-            for ci in s.start / tpc..end / tpc {
+            for ci in s.start / tokens_per_chunk..end / tokens_per_chunk {
                 if !self.host.contains(&key_of(spec, ci, c)) {
                     self.chunks_computed(s.req, ci, ci + 1);
                 }
@@ -113,16 +109,12 @@ impl OcState {
             .chain(retries.iter().map(|&f| (f, None)))
             .collect();
         for (r, scheduled) in visits {
+            let q = RequestRef { id: r, state: &reqs[r as usize], spec: wl.spec(r, reqs[r as usize].turn) };
             self.build_store_job(
-                r,
+                q,
                 scheduled,
-                &reqs[r as usize],
-                wl.spec(r, reqs[r as usize].turn),
-                pool,
-                c,
                 scratch,
-                ghost,
-                ev,
+                &mut HookCtx { c: *c, pool: &mut *pool, ghost: &mut *ghost, ev: &mut *ev },
             );
         }
         if !scratch.flush.is_empty() {
@@ -163,13 +155,13 @@ impl OcState {
     /// chunk, skipping chunks with a null block), and the chunk count up to the watermark.
     #[inline(always)]
     pub(super) fn store_candidates(
-        st: &OcReq,
+        st: &OffloadingReq,
         req: &ReqState,
         spec: &RequestSpec,
         scheduled: Option<u32>,
         c: &ConnCtx,
     ) -> (Vec<(Key, u32)>, Vec<u32>, u32) {
-        let (bpc, tpc) = (c.bpc, c.tpc());
+        let (blocks_per_chunk, tokens_per_chunk) = (c.blocks_per_chunk, c.tokens_per_chunk());
         let num_tokens = req.num_tokens(spec);
         let watermark = match (req.status, scheduled) {
             (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
@@ -185,39 +177,29 @@ impl OcState {
         if c.offload_prompt_only {
             offloadable = offloadable.min(spec.prompt_len);
         }
-        let storable = (offloadable / tpc).min(st.mirror.len() as u32 / bpc).min(st.num_keys);
+        let storable = (offloadable / tokens_per_chunk).min(st.mirror.len() as u32 / blocks_per_chunk).min(st.num_keys);
         let start = st.cursor;
         let n = storable.saturating_sub(start) as usize;
         let mut cands: Vec<(Key, u32)> = Vec::with_capacity(n);
         let mut cand_chunks: Vec<u32> = Vec::with_capacity(n);
         for ci in start..storable {
-            let blocks = &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize];
+            let blocks = &st.mirror[(ci * blocks_per_chunk) as usize..((ci + 1) * blocks_per_chunk) as usize];
             if blocks.contains(&NULL_BLOCK) {
                 continue;
             }
-            cands.push((key_of(spec, ci, c), (ci + 1) * tpc));
+            cands.push((key_of(spec, ci, c), (ci + 1) * tokens_per_chunk));
             cand_chunks.push(ci);
         }
         (cands, cand_chunks, storable)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn build_store_job(
-        &mut self,
-        r: ReqId,
-        scheduled: Option<u32>,
-        req: &ReqState,
-        spec: &RequestSpec,
-        pool: &GpuPool,
-        c: &ConnCtx,
-        scratch: &mut StepScratch,
-        ghost: &mut Ghost,
-        ev: &mut Events,
-    ) {
+    fn build_store_job(&mut self, q: RequestRef, scheduled: Option<u32>, scratch: &mut StepScratch, cx: &mut HookCtx) {
+        let (r, req, spec) = (q.id, q.state, q.spec);
+        let (pool, c, ghost, ev) = (&*cx.pool, &cx.c, &mut *cx.ghost, &mut *cx.ev);
         let Some(st) = self.reqs[r as usize].as_ref() else {
             return;
         };
-        let bpc = c.bpc;
+        let blocks_per_chunk = c.blocks_per_chunk;
         let finished = req.status.is_finished();
         let (cands, cand_chunks, storable) = Self::store_candidates(st, req, spec, scheduled, c);
         let st = self.reqs[r as usize].as_mut().unwrap();
@@ -253,12 +235,12 @@ impl OcState {
             return;
         }
         // The stored keys are the offered ones the host tier lacked, in offer order: walk both.
-        let mut src = Vec::with_capacity(out.keys_to_store.len() * bpc as usize);
+        let mut src = Vec::with_capacity(out.keys_to_store.len() * blocks_per_chunk as usize);
         let mut next = out.keys_to_store.iter().peekable();
         for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
             if next.peek() == Some(&k) {
                 next.next();
-                match &st.mirror[(ci * bpc) as usize..((ci + 1) * bpc) as usize] {
+                match &st.mirror[(ci * blocks_per_chunk) as usize..((ci + 1) * blocks_per_chunk) as usize] {
                     // One block per chunk (the common case): a push, not a slice copy.
                     [only] => src.push(*only),
                     blocks => src.extend_from_slice(blocks),

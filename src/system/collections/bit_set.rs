@@ -1,0 +1,50 @@
+//! A small growable bit set with a canonical representation: state-friendly (Eq, Hash by
+//! its members) and cheap to test.
+
+/// A small growable bit set with a canonical representation (no trailing zero words).
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct BitSet(Vec<u64>);
+
+impl BitSet {
+    /// An empty set with room for members below `n` (no regrowth while it fills).
+    pub fn with_room(n: usize) -> Self {
+        BitSet(Vec::with_capacity(n.div_ceil(64)))
+    }
+    pub fn insert(&mut self, i: u32) {
+        let w = (i / 64) as usize;
+        if self.0.len() <= w {
+            self.0.resize(w + 1, 0);
+        }
+        self.0[w] |= 1 << (i % 64);
+    }
+    pub fn remove(&mut self, i: u32) {
+        let w = (i / 64) as usize;
+        if w < self.0.len() {
+            self.0[w] &= !(1 << (i % 64));
+            while self.0.last() == Some(&0) {
+                self.0.pop();
+            }
+        }
+    }
+    pub fn extend(&mut self, items: impl IntoIterator<Item = u32>) {
+        for i in items {
+            self.insert(i);
+        }
+    }
+    pub fn contains(&self, i: u32) -> bool {
+        let w = (i / 64) as usize;
+        w < self.0.len() && self.0[w] & (1 << (i % 64)) != 0
+    }
+    pub fn any(&self) -> bool {
+        !self.0.is_empty()
+    }
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w as u32 * 64 + b))
+    }
+}
