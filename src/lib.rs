@@ -10,3 +10,4 @@ pub mod report;
 pub mod search;
 pub mod stop;
 pub mod system;
+pub mod workload;
