@@ -117,13 +117,21 @@ fn bad_workload_tables_exit_2_with_file_and_line() {
         assert!(err.contains(&format!("b{i}.toml:{line}")) && err.contains(says), "{table}: {err}");
     }
     // Requests and a workload table together.
-    let p = write(&d, "both.toml", &format!("{BASE}[workload]\nrequests = 1\n\n[[request]]\nname = \"A\"\nprompt = \"a\"\noutput = \"b\"\n"));
+    let p = write(
+        &d,
+        "both.toml",
+        &format!("{BASE}[workload]\nrequests = 1\n\n[[request]]\nname = \"A\"\nprompt = \"a\"\noutput = \"b\"\n"),
+    );
     let o = kvmc(&["check", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("both.toml:16") && stderr(&o).contains("not both"), "{}", stderr(&o));
     // An error in another table names its own line (the workload table is commented out in
     // place, lines are kept).
-    let p = write(&d, "eng.toml", &format!("{}[workload]\nrequests = 1\n", BASE.replace("block_size = 2", "block_size = 99")));
+    let p = write(
+        &d,
+        "eng.toml",
+        &format!("{}[workload]\nrequests = 1\n", BASE.replace("block_size = 2", "block_size = 99")),
+    );
     let o = kvmc(&["check", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("eng.toml:6") && stderr(&o).contains("block_size"), "{}", stderr(&o));
@@ -144,7 +152,16 @@ fn a_family_runs_every_workload_through_the_gate_and_exports_its_counterexample(
     let d = tempdir("wl-fam");
     let p = family_file(&d);
     let out = d.join("cx");
-    let o = kvmc(&["check", p.to_str().unwrap(), "--property", "final-store-kept", "--property", "host-integrity", "--out", out.to_str().unwrap()]);
+    let o = kvmc(&[
+        "check",
+        p.to_str().unwrap(),
+        "--property",
+        "final-store-kept",
+        "--property",
+        "host-integrity",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
     let s = stdout(&o);
     assert!(s.contains("final-store-kept") && s.contains("violated") && s.contains("first counterexample in w"), "{s}");

@@ -205,7 +205,8 @@ fn combine(mut rows: Vec<Row>) -> Row {
 pub fn run(a: MergeArgs) -> Result<i32> {
     let mut count: Option<(usize, PathBuf)> = None;
     let mut seen: BTreeMap<usize, PathBuf> = BTreeMap::new();
-    let mut groups: Vec<((String, String, Option<String>, String), Vec<Row>)> = Vec::new();
+    type Key = (String, String, Option<String>, String);
+    let mut groups: Vec<(Key, Vec<Row>)> = Vec::new();
     for p in &a.reports {
         let text = read_text(p)?;
         let v: Value = serde_json::from_str(&text).map_err(|e| KvmcError::input(p, e.line().max(1), e.to_string()))?;

@@ -105,9 +105,13 @@ pub fn is_workload_model(text: &str) -> bool {
     toml::from_str::<toml::Table>(text).is_ok_and(|t| t.contains_key("workload"))
 }
 
+/// A loaded model: its scope (a family's first workload), its family if any, its warnings.
+pub type Loaded = (Arc<Scope>, Option<Arc<Family>>, Vec<String>);
+
 /// Load a model file: a plain scope, or (with `[workload]`) a family and its representative
 /// scope (its first workload, named after the family). `name` is the model's name.
-pub fn load_model(path: &Path, name: &str) -> Result<(Arc<Scope>, Option<Arc<Family>>, Vec<String>)> {
+
+pub fn load_model(path: &Path, name: &str) -> Result<Loaded> {
     let text = read_text(path)?;
     if !is_workload_model(&text) {
         let (mut s, w) = Scope::parse_warn(&file_stem(path), path, &text)?;
