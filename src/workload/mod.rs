@@ -110,7 +110,6 @@ pub type Loaded = (Arc<Scope>, Option<Arc<Family>>, Vec<String>);
 
 /// Load a model file: a plain scope, or (with `[workload]`) a family and its representative
 /// scope (its first workload, named after the family). `name` is the model's name.
-
 pub fn load_model(path: &Path, name: &str) -> Result<Loaded> {
     let text = read_text(path)?;
     if !is_workload_model(&text) {
