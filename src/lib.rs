@@ -60,6 +60,7 @@ pub mod search;
 pub mod stop;
 pub mod system;
 pub mod util;
+pub mod workload;
 
 pub use error::KvmcError;
 pub use props::{Kind, PropDef, PropId, REGISTRY};

@@ -25,7 +25,13 @@ fn forbidden(module: &str) -> Vec<&'static str> {
             v.extend(["cli", "report"]);
             v
         }
-        "report" => vec!["check", "cli"],
+        "report" => vec!["check", "cli", "workload"],
+        // The workload space: bounds and enumeration into scopes; the checker runs them.
+        "workload" => {
+            let mut v: Vec<&'static str> = DRIVERS.iter().flat_map(|d| d.iter().copied()).collect();
+            v.push("cli");
+            v
+        }
         "cli" => vec![],
         _ => vec!["cli"],
     };

@@ -24,3 +24,4 @@ mod search_live;
 mod simple_cpu;
 mod system;
 mod tables;
+mod workload;

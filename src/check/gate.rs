@@ -24,6 +24,9 @@ pub struct Job {
     pub checks: Vec<(String, Option<bool>)>,
     /// Guards whose examples must be found for a `holds` to count (per property).
     pub reach: BTreeMap<String, Vec<String>>,
+    /// A `[workload]` model: every workload of this run's shard is explored (`scope` is the
+    /// first, named after the family).
+    pub family: Option<Arc<crate::workload::Family>>,
 }
 
 /// The gate reads the models its specs name from `dir` (`--models`, default `./models`): the
@@ -81,11 +84,17 @@ pub use crate::system::rules::{connector_name, variant_applies_to};
 
 /// Plan the CI gate: every expectation of every spec.
 pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
-    let mut scopes: BTreeMap<String, Arc<Scope>> = BTreeMap::new();
+    plan_tier(specs, models_dir, false)
+}
+
+/// Plan the expectations of one tier: the fast gate (`deep` false) or the deep tier.
+pub fn plan_tier(specs: &[Spec], models_dir: &Path, deep: bool) -> Result<Vec<Job>> {
+    type Loaded = (Arc<Scope>, Option<Arc<crate::workload::Family>>);
+    let mut scopes: BTreeMap<String, Loaded> = BTreeMap::new();
     let mut jobs: BTreeMap<(String, Option<String>, Option<String>), Job> = BTreeMap::new();
     for spec in specs {
-        for x in &spec.expects {
-            let scope = match scopes.get(&x.model) {
+        for x in spec.expects.iter().filter(|x| x.deep == deep) {
+            let (scope, family) = match scopes.get(&x.model) {
                 Some(s) => s.clone(),
                 None => {
                     let p = models_dir.join(format!("{}.toml", x.model));
@@ -96,11 +105,10 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                             format!("no model '{}' ({} does not exist)", x.model, p.display()),
                         ));
                     }
-                    let (s, warnings) = Scope::load_warn(&p)?;
+                    let (s, f, warnings) = crate::workload::load_model(&p, &x.model)?;
                     warnings.iter().for_each(|w| eprintln!("{w}"));
-                    let s = Arc::new(s);
-                    scopes.insert(x.model.clone(), s.clone());
-                    s
+                    scopes.insert(x.model.clone(), (s.clone(), f.clone()));
+                    (s, f)
                 }
             };
             let p = props::find(&spec.property).expect("validated");
@@ -122,6 +130,7 @@ pub fn plan_specs(specs: &[Spec], models_dir: &Path) -> Result<Vec<Job>> {
                 variant: x.variant.clone(),
                 checks: Vec::new(),
                 reach: BTreeMap::new(),
+                family,
             });
             if job.checks.iter().any(|(n, _)| n == &spec.property) {
                 return Err(KvmcError::input(
@@ -168,9 +177,9 @@ pub fn plan_paths(
             eprintln!("{}: a replay model, skipped (kvmc replay TRACE --model {})", p.display(), p.display());
             continue;
         }
-        let (scope, warnings) = Scope::load_warn(p)?;
+        let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let (scope, family, warnings) = crate::workload::load_model(p, &stem)?;
         warnings.iter().for_each(|w| eprintln!("{w}"));
-        let scope = Arc::new(scope);
         if let Some(v) = variant {
             if let Err(why) = variant_applies(&scope, profile.unwrap_or(&scope.profile), v) {
                 if paths.len() == 1 {
@@ -214,6 +223,7 @@ pub fn plan_paths(
             variant: variant.map(str::to_string),
             checks,
             reach,
+            family,
         });
     }
     if let (Some(v), true, true) = (variant, skipped_variant, jobs.is_empty()) {
@@ -230,6 +240,9 @@ pub fn plan_paths(
 
 /// Run one job and turn it into rows.
 pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
+    if let Some(f) = &job.family {
+        return super::family::execute(job, f, opts);
+    }
     let mut names: Vec<&'static str> = Vec::new();
     for (p, _) in &job.checks {
         names.push(props::find(p).expect("validated").name);
@@ -282,6 +295,7 @@ pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
             seconds: r.seconds,
             cut_by: r.cut_by.clone(),
             counterexample,
+            coverage: None,
         });
     }
     Ok(rows)

@@ -3,6 +3,7 @@
 
 pub mod bfs;
 pub mod dfs;
+pub mod family;
 pub mod gate;
 pub mod run;
 pub mod simulate;

@@ -49,6 +49,10 @@ struct RawExpectations {
     #[serde(default)]
     #[allow(dead_code)]
     description: String,
+    /// `"deep"`: these expectations belong to the deep tier (`kvmc check --tier deep`), not
+    /// the fast gate.
+    #[serde(default)]
+    tier: Option<Spanned<String>>,
     /// Per property: a paragraph appended to that property's description.
     #[serde(default)]
     notes: std::collections::BTreeMap<String, String>,
@@ -97,6 +101,8 @@ pub struct Expect {
     pub bug: Option<String>,
     /// Where the expectation is written (file, line).
     pub at: (PathBuf, usize),
+    /// In the deep tier (`kvmc check --tier deep`) rather than the fast gate.
+    pub deep: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -224,6 +230,7 @@ fn parse_expect(path: &Path, text: &str, x: &RawExpect) -> Result<Expect> {
         reach: x.reach.as_deref().map(|r| parse_guards(path, text, r)).transpose()?,
         bug: x.bug.clone(),
         at: (path.to_path_buf(), at(x.model.span())),
+        deep: false,
     })
 }
 
@@ -236,6 +243,18 @@ fn parse_expectations(path: &Path, text: &str) -> Result<Additions> {
             return Err(KvmcError::input(path, 1, format!("[notes]: unknown property '{name}' (see kvmc list)")));
         }
     }
+    let deep = match &raw.tier {
+        None => false,
+        Some(t) if t.get_ref() == "fast" => false,
+        Some(t) if t.get_ref() == "deep" => true,
+        Some(t) => {
+            return Err(KvmcError::input(
+                path,
+                line_of_offset(text, t.span().start),
+                format!("tier must be \"fast\" or \"deep\", got \"{}\"", t.get_ref()),
+            ))
+        }
+    };
     let mut out = Vec::new();
     for x in &raw.expects {
         let Some(p) = &x.property else {
@@ -255,7 +274,7 @@ fn parse_expectations(path: &Path, text: &str) -> Result<Additions> {
                 ))
             }
         }
-        out.push((p.get_ref().clone(), parse_expect(path, text, x)?));
+        out.push((p.get_ref().clone(), Expect { deep, ..parse_expect(path, text, x)? }));
     }
     Ok(Additions { expects: out, notes: raw.notes.into_iter().collect() })
 }

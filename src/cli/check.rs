@@ -27,6 +27,14 @@ pub enum Format {
     Junit,
 }
 
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Tier {
+    /// The CI gate: every expectation of the fast tier.
+    Fast,
+    /// The deep tier: workload-generic scopes (`tier = "deep"` expectation files).
+    Deep,
+}
+
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum StrategyArg {
     Bfs,
@@ -81,9 +89,13 @@ pub struct CheckArgs {
     /// Write every counterexample here (JSON steps, ITF, DOT, scenario).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Run only slice I of N of the planned explorations ("I/N", 1-based).
+    /// Run only slice I of N of the planned explorations ("I/N", 1-based); a `[workload]`
+    /// model's workloads are split the same way. `kvmc merge` joins the shards' JSON reports.
     #[arg(long)]
     pub shard: Option<String>,
+    /// With no path: which expectations to run (fast: the CI gate; deep: the deep tier).
+    #[arg(long, value_enum, default_value = "fast")]
+    pub tier: Tier,
     /// Print every counterexample with its final state, not only unexpected ones.
     #[arg(long)]
     pub verbose: bool,
@@ -143,8 +155,13 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         if a.variant.is_some() || a.profile.is_some() || !a.properties.is_empty() {
             return Err(KvmcError::Usage("--variant, --profile and --property apply to explicit model paths; with no path kvmc runs the specs' expectations".into()));
         }
-        gate::plan_specs(&specs_list, &a.models)?
+        gate::plan_tier(&specs_list, &a.models, a.tier == Tier::Deep)?
     } else {
+        if a.tier == Tier::Deep {
+            return Err(KvmcError::Usage(
+                "--tier applies to the gate (no model path): it picks the specs' expectations".into(),
+            ));
+        }
         if let Some(p) = &a.profile {
             crate::system::rules::resolve(p, None).map_err(KvmcError::Usage)?;
         }
@@ -156,7 +173,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     if let Some(s) = &a.shard {
         let (i, n) = parse_shard(s)?;
         let planned = jobs.len();
-        jobs = jobs.into_iter().enumerate().filter(|(k, _)| k % n == i - 1).map(|(_, j)| j).collect();
+        jobs = crate::check::family::shard_jobs(jobs, i, n);
         if jobs.is_empty() {
             return Err(KvmcError::Usage(format!("--shard {s} selects nothing: the plan has {planned} explorations")));
         }
@@ -169,12 +186,19 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     if matches!(a.format, Format::Text) {
         out(&header(&opts, jobs.len(), width, memory_note));
     }
-    let board = Arc::new(Board::new(jobs, opts, a.format, a.verbose));
+    let shard = a.shard.as_deref().map(parse_shard).transpose()?;
+    let mut board = Board::new(jobs, opts, a.format, a.verbose);
+    board.shard = shard;
+    board.tier = if a.paths.is_empty() { Some(a.tier) } else { None };
+    let board = Arc::new(board);
     let b = board.clone();
     stop::on_overrun(move |r| b.overrun(r));
     let rows = execute_all(&board, width)?;
     if let Some(dir) = &a.out {
         let find = |r: &Row| {
+            if let Some(sc) = r.coverage.as_ref().and_then(|c| c.cx.as_ref()).and_then(|w| w.scope.clone()) {
+                return KvModel::new(sc, Some(&r.profile), r.variant.as_deref(), vec![]).ok();
+            }
             board
                 .jobs
                 .iter()
@@ -240,6 +264,10 @@ struct Board {
     /// Set by whoever prints the report first (the run, or the watchdog).
     printed: Mutex<bool>,
     bar: indicatif::ProgressBar,
+    /// `--shard I/N` (written into the JSON report for `kvmc merge`).
+    shard: Option<(usize, usize)>,
+    /// The gate's tier (None for explicit model paths).
+    tier: Option<Tier>,
 }
 
 impl Board {
@@ -258,6 +286,8 @@ impl Board {
             verbose,
             printed: Mutex::new(false),
             bar,
+            shard: None,
+            tier: None,
         }
     }
 
@@ -296,6 +326,8 @@ impl Board {
                     "timeout_seconds": self.opts.timeout.map(|t| t.as_secs_f64()),
                     "max_memory_bytes": self.opts.max_memory,
                     "interrupted": stop::interrupted(),
+                    "shard": self.shard.map(|(i, n)| serde_json::json!({"index": i, "count": n})),
+                    "tier": self.tier.map(|t| if t == Tier::Deep { "deep" } else { "fast" }),
                 });
                 out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("json")));
             }
@@ -379,6 +411,7 @@ fn incomplete_rows(job: &Job, (unique, states, depth): (usize, usize, usize), se
             seconds,
             cut_by: Some(why.clone()),
             counterexample: None,
+            coverage: None,
         })
         .collect()
 }

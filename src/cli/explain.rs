@@ -36,13 +36,19 @@ pub fn reference(specs: &[specs::Spec]) -> String {
         };
         s.push_str(&format!("Reachability guards: {reach}.\n\n"));
         s.push_str("| model | profile | variant | expected |\n|---|---|---|---|\n");
-        for x in &sp.expects {
+        for x in sp.expects.iter().filter(|x| !x.deep) {
             s.push_str(&format!(
                 "| {} | {} | {} | {} |\n",
                 x.model,
                 x.profile.clone().unwrap_or_else(|| "(model's)".into()),
                 x.variant.clone().unwrap_or_else(|| "fixed".into()),
                 if x.violated { "violated" } else { "holds" }
+            ));
+        }
+        let deep = sp.expects.iter().filter(|x| x.deep).count();
+        if deep > 0 {
+            s.push_str(&format!(
+                "\nDeep tier: {deep} more expectations on the `[workload]` models of `models/deep/` (`specs/deep-*.toml`, `kvmc check --tier deep`).\n"
             ));
         }
     }

@@ -6,6 +6,7 @@ mod conform;
 pub mod explain;
 mod explore;
 pub mod list;
+mod merge;
 pub mod replay;
 
 use crate::error::Result;
@@ -36,6 +37,8 @@ pub enum Cmd {
     Bench(bench::BenchArgs),
     /// Check event logs recorded from a real implementation against the model.
     Conform(conform::ConformArgs),
+    /// Join the JSON reports of `kvmc check --shard I/N` into one verdict table and exit code.
+    Merge(merge::MergeArgs),
     /// Run the reference implementation over a trace (Mooncake JSONL or a kvmc scenario):
     /// metrics, and every invariant checked after every action.
     Replay(replay::ReplayArgs),
@@ -58,6 +61,7 @@ impl Cli {
                 check::Format::Junit => ReportFormat::Junit,
             },
             Cmd::Replay(a) if matches!(a.format, replay::OutFormat::Json) => ReportFormat::Json,
+            Cmd::Merge(a) if matches!(a.format, merge::MergeFormat::Json) => ReportFormat::Json,
             _ => ReportFormat::Text,
         }
     }
@@ -87,5 +91,6 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Conform(a) => conform::run(a),
         Cmd::Replay(a) => replay::run(a),
+        Cmd::Merge(a) => merge::run(a),
     }
 }

@@ -2,6 +2,7 @@
 //! counterexample files.
 
 pub mod counterexample;
+pub mod coverage;
 pub mod rows;
 
 pub use rows::{Row, Status, Verdict};
@@ -47,11 +48,29 @@ pub fn text(rows: &[Row], verbose_cx: bool) -> String {
             }
         }
         s.push('\n');
+        if let Some(c) = &r.coverage {
+            let _ = writeln!(s, "{:<10} {}", "", c.line());
+        }
     }
     let show: Vec<&Row> =
         rows.iter().filter(|r| r.counterexample.is_some() && (verbose_cx || r.status() != Status::Ok)).collect();
     for r in show {
         let cx = r.counterexample.as_ref().unwrap();
+        if let Some(w) = r.coverage.as_ref().and_then(|c| c.cx.as_ref()) {
+            let _ = writeln!(
+                s,
+                "\ncounterexample: {} on {} workload {} ({}, {}), {} steps; kvmc check --out DIR writes the workload as a model file\n  workload: {}",
+                r.property,
+                r.model,
+                coverage::workload_label(w.index),
+                r.profile,
+                variant_name(r),
+                cx.steps.len(),
+                w.summary
+            );
+            s.push_str(&counterexample::to_text(cx));
+            continue;
+        }
         let _ = writeln!(
             s,
             "\ncounterexample: {} on {} ({}, {}), {} steps; explore: kvmc explore models/{}.toml{} --path {}",
@@ -102,6 +121,7 @@ pub fn json(rows: &[Row], peak_rss: Option<u64>) -> serde_json::Value {
                 "seconds": r.seconds,
                 "stopped_by": r.cut_by,
                 "counterexample": r.counterexample.as_ref().map(|c| serde_json::json!({"steps": c.steps, "path": c.path})),
+                "workloads": r.coverage.as_ref().map(|c| c.to_json()),
             })
         })
         .collect();
@@ -191,7 +211,11 @@ pub fn write_counterexamples(
         let (Some(cx), Some(m)) = (&r.counterexample, models(r)) else {
             continue;
         };
-        let stem = format!("{}__{}__{}__{}", r.model, r.profile, variant_name(r), r.property);
+        let stem = format!("{}__{}__{}__{}", r.model.replace('/', "-"), r.profile, variant_name(r), r.property);
+        if let Some(w) = r.coverage.as_ref().and_then(|c| c.cx.as_ref()) {
+            // The workload that produced it, as a model file `kvmc check` re-runs.
+            std::fs::write(dir.join(format!("{stem}.model.toml")), &w.model_text)?;
+        }
         std::fs::write(
             dir.join(format!("{stem}.json")),
             serde_json::to_string_pretty(&serde_json::json!({"steps": cx.steps, "path": cx.path}))? + "\n",

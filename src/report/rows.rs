@@ -39,6 +39,8 @@ pub struct Row {
     pub seconds: f64,
     pub cut_by: Option<String>,
     pub counterexample: Option<Counterexample>,
+    /// A `[workload]` model's row: what its workloads covered.
+    pub coverage: Option<std::sync::Arc<crate::report::coverage::Coverage>>,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]

@@ -66,6 +66,9 @@ pub(crate) struct RawScope {
     /// Trace replay's settings (read by `kvmc replay`, see crate::scope::replay).
     #[serde(default)]
     replay: Option<crate::scope::replay::RawReplay>,
+    /// Workload bounds (read by `crate::workload`, which expands them into scopes).
+    #[serde(default)]
+    workload: Option<Spanned<toml::Value>>,
 }
 
 #[derive(Deserialize)]
@@ -283,6 +286,11 @@ impl Scope {
         let bad = |sp: std::ops::Range<usize>, msg: String| KvmcError::input(path, at(sp), msg);
         let b = cfg.block_size;
         let max_model_len = cfg.max_model_len;
+        if let Some(w) = &raw.workload {
+            let msg = "a [workload] model stands for many scopes: kvmc check explores each (one scope: \
+                       kvmc check FILE --out DIR writes a counterexample's workload as a model file)";
+            return Err(bad(w.span(), msg.into()));
+        }
         if raw.requests.is_empty() {
             let msg = if raw.replay.is_some() {
                 "a scope needs at least one [[request]] (this is a replay model: kvmc replay TRACE --model FILE)"
