@@ -6,7 +6,7 @@
 pub mod eviction;
 pub mod g1;
 pub mod host;
-mod progress;
+pub mod progress;
 
 use crate::model::{KvModel, KvState};
 use crate::system::config::{ConnectorKind, EngineConfig};

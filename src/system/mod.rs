@@ -20,6 +20,7 @@ pub mod rules;
 pub mod scheduler;
 pub mod scheduler_output;
 pub mod side;
+pub mod symmetry;
 pub mod types;
 pub mod worker;
 pub mod workload;
