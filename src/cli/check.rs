@@ -143,7 +143,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     };
     if a.threads > 1 && opts.strategy != Strategy::Bfs {
         eprintln!(
-            "note: --threads {} has no effect with --strategy {}: only bfs explores on several threads; --jobs N runs N explorations in parallel",
+            "note: --threads {} has no effect with --strategy {}: it explores on one thread (only bfs uses several); --jobs N runs N explorations in parallel",
             a.threads,
             opts.strategy.as_str()
         );
