@@ -28,6 +28,7 @@ const PINNED: &[(&str, usize)] = &[
     ("mooncake-preempt", 2389),
     ("pd-chunked", 8),
     ("pd-shared", 1630),
+    ("preempt-livelock", 57),
     ("preempt-store", 37),
     ("restart-recompute", 2632),
     ("scpu-async-abort", 79),

@@ -124,3 +124,31 @@ fn renaming_same_role_requests_commutes_with_every_action() {
         assert!(checked > 1000, "{checked} transitions checked");
     }
 }
+
+/// requests-finish's livelock half: mut-preempt-oldest makes two requests restart each other
+/// forever on preempt-livelock; the counterexample is a lasso whose cycle returns to its first
+/// state, and the released rule (FCFS, the newest is preempted) holds.
+#[test]
+fn a_starving_mutation_is_found_as_a_lasso() {
+    use kvmc::check::{replay, Verdict};
+    let specs = load_dir(&root().join("specs")).expect("specs load");
+    let path = vec![root().join("models/preempt-livelock.toml")];
+    let only = vec!["requests-finish".to_string()];
+    for (variant, violated) in [(None, false), (Some("mut-preempt-oldest"), true)] {
+        let job = &plan_paths(&path, None, variant, &only, &specs).unwrap()[0];
+        let row = execute(job, &RunOpts::default()).unwrap().remove(0);
+        assert_eq!(row.verdict, if violated { Verdict::Violated } else { Verdict::Holds }, "{variant:?}");
+        if !violated {
+            continue;
+        }
+        let cx = row.counterexample.expect("a counterexample");
+        let k = cx.cycle_start.expect("a lasso, not a deadlock");
+        assert!(k < cx.actions.len());
+        let m = KvModel::new(job.scope.clone(), None, variant, vec![]).unwrap();
+        let states = replay(&m, &cx.actions).expect("the lasso replays");
+        assert_eq!(states[k].engine, states.last().unwrap().engine, "the cycle returns to its first state");
+        assert!(states.iter().all(|s| !s.engine.reqs.iter().all(|q| q.status.is_finished())));
+        // With every step it takes, some request never finishes: the engine keeps stepping.
+        assert!(cx.actions[k..].iter().all(|a| *a == kvmc::model::Action::Step));
+    }
+}
