@@ -86,6 +86,7 @@ pub fn explore(model: &KvModel, opts: &RunOpts, watch: &Watch) -> Explored {
         stopped,
         discoveries,
         undecided,
-        visited_bytes: o.visited_bytes + o.graph_bytes,
+        visited_bytes: o.visited_bytes,
+        graph_bytes: o.graph_bytes,
     }
 }

@@ -119,8 +119,10 @@ pub struct Explored {
     /// Properties the strategy cannot decide even when it is exhaustive (liveness outside
     /// `bfs`): `incomplete` unless discovered.
     pub undecided: Vec<&'static str>,
-    /// Bytes of the visited set and state graph at the end (`bfs`; 0 elsewhere).
+    /// Bytes of the visited set at the end (`bfs`; 0 elsewhere).
     pub visited_bytes: usize,
+    /// Bytes of the state graph kept for liveness (`bfs` with requests-finish; 0 elsewhere).
+    pub graph_bytes: usize,
 }
 
 /// A discovery: the actions from the initial state, and for a lasso where its cycle starts
@@ -148,7 +150,16 @@ pub fn paths_found(props: &[stateright::Property<KvModel>], found: Vec<Option<Ve
         .map(|p| p.name)
         .filter(|n| !discoveries.iter().any(|d| d.name == *n))
         .collect();
-    Explored { unique: 0, generated: 0, max_depth: 0, stopped: None, discoveries, undecided, visited_bytes: 0 }
+    Explored {
+        unique: 0,
+        generated: 0,
+        max_depth: 0,
+        stopped: None,
+        discoveries,
+        undecided,
+        visited_bytes: 0,
+        graph_bytes: 0,
+    }
 }
 
 /// The verdict on one property in one run.
@@ -191,8 +202,10 @@ pub struct RunResult {
     pub states: usize,
     pub max_depth: usize,
     pub seconds: f64,
-    /// Bytes of the visited set (and state graph) at the end (`bfs`).
+    /// Bytes of the visited set at the end (`bfs`).
     pub visited_bytes: usize,
+    /// Bytes of the state graph kept for liveness at the end (`bfs`).
+    pub graph_bytes: usize,
     /// The exploration was exhaustive (no bound, timeout or sampling cut it short).
     pub complete: bool,
     /// Why it was not, if it was not.
@@ -257,6 +270,7 @@ pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
         max_depth: o.max_depth,
         seconds,
         visited_bytes: o.visited_bytes,
+        graph_bytes: o.graph_bytes,
         complete: cut_by.is_none(),
         cut_by,
         props,

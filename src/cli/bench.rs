@@ -1,5 +1,6 @@
 //! `kvmc bench`: exhaustive exploration speed and memory, per model: unique states, states per
-//! second, visited-set bytes per state, peak memory, threads, symmetry; with `--stateright`,
+//! second, visited-set bytes per state (and the liveness graph's, apart), peak memory, threads,
+//! symmetry; with `--stateright`,
 //! stateright's own BFS and DFS on the same `Model` side by side (their time over kvmc's).
 
 use crate::check::{self, RunOpts};
@@ -144,7 +145,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         // The process's peak so far (models run one after another in this process).
         let peak = crate::check::run::peak_rss_bytes().map_or(0.0, |b| b as f64 / 1048576.0);
         println!(
-            "{:<26} {:>11} {:>11} {:>6} {:>9.3} {:>9.2} {:>11.0} {:>7.1} {:>9.1} {:>7} {:>8}{}",
+            "{:<26} {:>11} {:>11} {:>6} {:>9.3} {:>9.2} {:>11.0} {:>7.1} {:>8.1} {:>9.1} {:>7} {:>8}{}",
             scope.name,
             r.unique_states,
             r.states,
@@ -153,6 +154,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             cpu,
             r.unique_states as f64 / r.seconds.max(1e-9),
             r.visited_bytes as f64 / r.unique_states.max(1) as f64,
+            r.graph_bytes as f64 / r.unique_states.max(1) as f64,
             peak,
             threads,
             if symmetry { "on" } else { "off" },

@@ -53,7 +53,7 @@ impl Roles {
         }
         let n = wl.requests.len();
         let free =
-            |r: usize| after[r].is_none() && !after.iter().any(|a| *a == Some(r as u16)) && wl.turns[r].is_empty();
+            |r: usize| after[r].is_none() && !after.contains(&Some(r as u16)) && wl.turns[r].is_empty();
         let same = |a: usize, b: usize| {
             let (x, y) = (&wl.requests[a], &wl.requests[b]);
             x.tokens == y.tokens
