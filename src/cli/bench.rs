@@ -110,7 +110,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
     let threads = a.threads as usize;
     let symmetry = a.symmetry == crate::cli::check::OnOff::On;
     println!(
-        "{:<26} {:>11} {:>11} {:>6} {:>9} {:>9} {:>11} {:>7} {:>9} {:>7} {:>8}",
+        "{:<26} {:>11} {:>11} {:>6} {:>9} {:>9} {:>11} {:>7} {:>8} {:>9} {:>7} {:>8}",
         "model",
         "unique",
         "generated",
@@ -119,6 +119,7 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         "cpu s",
         "states/s",
         "B/state",
+        "graph B",
         "peak MiB",
         "threads",
         "symmetry"

@@ -52,8 +52,7 @@ impl Roles {
             return None;
         }
         let n = wl.requests.len();
-        let free =
-            |r: usize| after[r].is_none() && !after.contains(&Some(r as u16)) && wl.turns[r].is_empty();
+        let free = |r: usize| after[r].is_none() && !after.contains(&Some(r as u16)) && wl.turns[r].is_empty();
         let same = |a: usize, b: usize| {
             let (x, y) = (&wl.requests[a], &wl.requests[b]);
             x.tokens == y.tokens
