@@ -7,7 +7,8 @@
 //! `toy`: N counters (at most 8) each 0..=K, (K+1)^N states; every `next_state` spins SPIN
 //! rounds of integer mixing (about 1 ns each) to stand in for kvmc's model step (about 10 µs
 //! per state). `kv`: a kvmc model file with every applicable always-property (as `kvmc bench`); ENGINE is `search` or
-//! `check` (the checker's current explorer, one thread). One line: unique states, generated,
+//! `check` (`kvmc::check::run` with default options: the checker, on this same engine since
+//! issue 21, one thread, with requests-finish's liveness graph). One line: unique states, generated,
 //! depth, wall and CPU seconds, visited-set bytes per state, peak RSS.
 
 /// The binary's allocator (src/alloc.rs belongs to the binaries, not the library).

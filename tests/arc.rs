@@ -213,7 +213,7 @@ fn arc_0_24_refuses_a_store_that_fits() {
 fn arc_0_24_fallback_changes_the_model() {
     let base = crate::common::check("host-arc-024", None, None);
     let fix = crate::common::check("host-arc-024", None, Some("fix-arc-t1-fallback"));
-    assert_eq!((base.unique_states, fix.unique_states), (170, 180));
+    assert_eq!((base.unique_states, fix.unique_states), (144, 152));
 }
 
 #[test]

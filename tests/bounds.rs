@@ -99,7 +99,7 @@ fn json(o: &Output) -> serde_json::Value {
 }
 
 /// Item 3: `--threads 100000` aborted (thread spawn failed); now exit 2 naming the range.
-/// `--threads 4` says plainly that exploration is single-threaded (item 8).
+/// `--threads 4` runs the BFS on 4 threads; dfs says plainly that it runs on one (item 8).
 #[test]
 fn threads_out_of_range_exit_2_and_more_threads_say_they_have_no_effect() {
     for strategy in ["bfs", "dfs", "simulate"] {
@@ -111,10 +111,24 @@ fn threads_out_of_range_exit_2_and_more_threads_say_they_have_no_effect() {
         assert_eq!(o.status.code(), Some(2), "{strategy}: {}", stderr(&o));
         assert!(stderr(&o).contains("--threads") && stderr(&o).contains("1024"), "names the range: {}", stderr(&o));
     }
+    // The BFS honours --threads (issue 21); dfs says plainly that it runs on one thread.
     let o = kvmc(&["check", "models/restart-recompute.toml", "--threads", "4"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains("each on 4 threads"), "{}", stdout(&o));
+    assert!(!stderr(&o).contains("no effect"), "{}", stderr(&o));
+    let o = kvmc(&[
+        "check",
+        "models/restart-recompute.toml",
+        "--threads",
+        "4",
+        "--strategy",
+        "dfs",
+        "--property",
+        "g1-accounting",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("--threads 4 has no effect yet") && stderr(&o).contains("one thread"),
+        stderr(&o).contains("--threads 4 has no effect with --strategy dfs") && stderr(&o).contains("one thread"),
         "{}",
         stderr(&o)
     );

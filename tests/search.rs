@@ -118,7 +118,7 @@ where
         }
     }
     let (mut depth_max, mut stop, mut all_found) = (0, None, false);
-    while let Some((s, d)) = queue.pop_front() {
+    'states: while let Some((s, d)) = queue.pop_front() {
         depth_max = d;
         for (k, p) in props.iter().enumerate() {
             let c = (p.condition)(m, &s);
@@ -141,20 +141,23 @@ where
         }
         let mut acts = Vec::new();
         m.actions(&s, &mut acts);
-        for a in acts {
-            let Some(n) = m.next_state(&s, a.clone()) else { continue };
-            if !m.within_boundary(&n) {
-                continue;
-            }
-            generated += 1;
+        // Every successor of the source counts as generated, even if a new one past the
+        // state bound stops the run (as the search counts a source's successors at once).
+        let succs: Vec<_> = acts
+            .into_iter()
+            .filter_map(|a| m.next_state(&s, a.clone()).map(|n| (a, n)))
+            .filter(|(_, n)| m.within_boundary(n))
+            .collect();
+        generated += succs.len();
+        for (a, n) in succs {
             if !seen.contains_key(&n) {
+                if max_states.is_some_and(|b| seen.len() >= b) {
+                    stop = Some(Stop::MaxStates); // a new state past the bound
+                    break 'states;
+                }
                 seen.insert(n.clone(), Some((s.clone(), a)));
                 queue.push_back((n, d + 1));
             }
-        }
-        if max_states.is_some_and(|b| seen.len() >= b) && !queue.is_empty() {
-            stop = Some(Stop::MaxStates);
-            break;
         }
     }
     let path = |s: &M::State| {

@@ -1,50 +1,154 @@
-//! The search engine on kvmc's own model: on every exploration of the gate it finds what
-//! `kvmc check`'s explorer finds (unique states, depth, the stop decision, every discovery's
-//! path), on 1 and 2 threads. The engine is not wired into the checker yet; this is what
-//! makes wiring it a change of engine, not of results.
+//! The checker's BFS (the search engine, `crate::search`) on kvmc's own model: determinism over
+//! thread counts, and symmetry reduction's soundness. On every exploration of the gate, and on
+//! scopes whose requests share a role (bench/flagship-same2.toml, -same3), `--symmetry on` gives
+//! the same verdicts and the same counterexample depths as `--symmetry off`; and renaming
+//! same-role requests commutes with every action on every reachable state.
 
 use crate::common::root;
-use kvmc::check::gate::plan_specs;
+use kvmc::check::gate::{execute, plan_paths, plan_specs, Job};
 use kvmc::check::specs::load_dir;
-use kvmc::check::{run, RunOpts};
+use kvmc::check::RunOpts;
+use kvmc::scope::Scope;
 use kvmc::model::KvModel;
-use kvmc::props;
-use kvmc::search::{search, Discovery, End, Options, Plain};
+use kvmc::system::symmetry::{rename, Roles};
+use stateright::Model;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+
+fn jobs() -> Vec<Job> {
+    let specs = load_dir(&root().join("specs")).expect("specs load");
+    let mut jobs = plan_specs(&specs, &root().join("models")).expect("the gate plans");
+    let same: Vec<_> = [2, 3].iter().map(|n| root().join(format!("bench/flagship-same{n}.toml"))).collect();
+    jobs.extend(plan_paths(&same, None, None, &[], &specs).expect("symmetric scopes plan"));
+    jobs
+}
+
+/// (verdict, counterexample length, unique states) per row.
+fn rows(job: &Job, opts: &RunOpts) -> Vec<(String, String, Option<usize>, usize)> {
+    execute(job, opts)
+        .expect("runs")
+        .into_iter()
+        .map(|r| (r.property, r.verdict.as_str().to_string(), r.counterexample.map(|c| c.steps.len()), r.unique_states))
+        .collect()
+}
 
 #[test]
-fn every_gate_exploration_matches_the_checker() {
-    let specs = load_dir(&root().join("specs")).expect("specs load");
-    let jobs = plan_specs(&specs, &root().join("models")).expect("the gate plans");
-    assert!(jobs.len() > 50, "{} explorations", jobs.len());
-    let mut found = 0;
-    for job in &jobs {
-        let mut names: Vec<&'static str> = job.checks.iter().map(|(p, _)| props::find(p).unwrap().name).collect();
-        for g in job.reach.values().flatten() {
-            let n = props::find(g).unwrap().name;
-            if !names.contains(&n) {
-                names.push(n);
-            }
+fn symmetry_keeps_every_verdict_and_counterexample_depth() {
+    let mut reduced = 0;
+    let mut compared = 0;
+    for job in &jobs() {
+        let off = rows(job, &RunOpts::default());
+        let on = rows(job, &RunOpts { symmetry: true, ..RunOpts::default() });
+        for (a, b) in off.iter().zip(&on) {
+            let what = format!("{} {:?} {:?} {}", job.scope.name, job.profile, job.variant, a.0);
+            assert_eq!((&a.1, a.2), (&b.1, b.2), "{what}: verdict and counterexample depth");
+            assert!(b.3 <= a.3, "{what}");
+            reduced += usize::from(b.3 < a.3);
+            compared += 1;
         }
-        let defs: Vec<_> = names.iter().map(|n| props::find(n).unwrap()).collect();
-        let model = || KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), defs.clone());
-        let what = format!("{} {:?} {:?}", job.scope.name, job.profile, job.variant);
-        let want = run(model().unwrap(), &RunOpts::default());
-        let m = model().unwrap();
-        for threads in [1, 2] {
-            let o = search(&m, &Plain, &Options { threads, ..Options::default() });
-            assert_eq!((o.unique, o.max_depth), (want.unique_states, want.max_depth), "{what}, {threads} threads");
-            assert_eq!(o.end == End::Exhausted, want.complete && want.props.iter().any(|p| !p.discovered), "{what}");
-            for p in &o.properties {
-                let w = want.outcome(p.name).unwrap();
-                match &p.discovery {
-                    Discovery::Found(t) => {
-                        assert_eq!(Some(&t.actions), w.path.as_ref(), "{what}: {}", p.name);
-                        found += 1;
-                    }
-                    Discovery::Absent | Discovery::Unknown => assert!(!w.discovered, "{what}: {}", p.name),
+    }
+    assert!(compared > 268, "{compared} rows");
+    assert!(reduced >= 20, "symmetry reduced {reduced} rows: it must apply somewhere for this test to mean anything");
+}
+
+#[test]
+fn two_threads_give_the_same_rows_as_one() {
+    for job in jobs().iter().step_by(3) {
+        let full = |t| execute(job, &RunOpts { threads: t, ..RunOpts::default() }).expect("runs");
+        let (a, b) = (full(1), full(2));
+        for (x, y) in a.iter().zip(&b) {
+            let what = format!("{} {:?} {}", job.scope.name, job.variant, x.property);
+            assert_eq!(
+                (x.verdict, x.unique_states, x.states, x.max_depth),
+                (y.verdict, y.unique_states, y.states, y.max_depth),
+                "{what}"
+            );
+            assert_eq!(
+                x.counterexample.as_ref().map(|c| &c.actions),
+                y.counterexample.as_ref().map(|c| &c.actions),
+                "{what}"
+            );
+        }
+    }
+}
+
+/// Renaming two same-role requests commutes with every action: rename(next(s, a)) ==
+/// next(rename(s), rename(a)) on every reachable state (the definition of a symmetry).
+#[test]
+fn renaming_same_role_requests_commutes_with_every_action() {
+    use kvmc::model::Action;
+    for n in [2, 3] {
+        let scope = Arc::new(Scope::load(&root().join(format!("bench/flagship-same{n}.toml"))).unwrap());
+        let m = KvModel::new(scope.clone(), None, None, vec![]).unwrap();
+        let roles = Roles::new(&scope.workload, &scope.after, false, true).expect("one role");
+        let class = &roles.classes[0];
+        let mut map: Vec<u16> = (0..scope.workload.requests.len() as u16).collect();
+        map.swap(class[0] as usize, class[1] as usize);
+        let ra = |a: Action| match a {
+            Action::Arrive(r) => Action::Arrive(map[r as usize]),
+            Action::Abort(r) => Action::Abort(map[r as usize]),
+            Action::Error(r) => Action::Error(map[r as usize]),
+            Action::StreamInput(r) => Action::StreamInput(map[r as usize]),
+            Action::ConsumerRead(r) => Action::ConsumerRead(map[r as usize]),
+            a => a,
+        };
+        let mut seen = HashSet::new();
+        let mut queue = VecDeque::from([m.init()]);
+        let mut checked = 0;
+        while let Some(s) = queue.pop_front() {
+            if !seen.insert(s.engine.clone()) || seen.len() > 20_000 {
+                continue;
+            }
+            let rs = kvmc::model::KvState { engine: rename(&s.engine, &map), sys: s.sys.clone() };
+            let (mut acts, mut racts) = (Vec::new(), Vec::new());
+            m.actions(&s, &mut acts);
+            m.actions(&rs, &mut racts);
+            let mut mapped: Vec<Action> = acts.iter().map(|a| ra(*a)).collect();
+            mapped.sort_by_key(|a| format!("{a:?}"));
+            racts.sort_by_key(|a| format!("{a:?}"));
+            assert_eq!(mapped, racts, "the same actions are enabled, renamed");
+            for a in acts {
+                let next = m.next_state(&s, a);
+                let rnext = m.next_state(&rs, ra(a));
+                assert_eq!(
+                    next.as_ref().map(|x| rename(&x.engine, &map)),
+                    rnext.map(|x| x.engine),
+                    "{n} requests: {a:?} does not commute with the renaming"
+                );
+                checked += 1;
+                if let Some(x) = next {
+                    queue.push_back(x);
                 }
             }
         }
+        assert!(checked > 1000, "{checked} transitions checked");
     }
-    assert!(found > 100, "{found} discoveries compared");
+}
+
+/// requests-finish's livelock half: mut-preempt-oldest makes two requests restart each other
+/// forever on preempt-livelock; the counterexample is a lasso whose cycle returns to its first
+/// state, and the released rule (FCFS, the newest is preempted) holds.
+#[test]
+fn a_starving_mutation_is_found_as_a_lasso() {
+    use kvmc::check::{replay, Verdict};
+    let specs = load_dir(&root().join("specs")).expect("specs load");
+    let path = vec![root().join("models/preempt-livelock.toml")];
+    let only = vec!["requests-finish".to_string()];
+    for (variant, violated) in [(None, false), (Some("mut-preempt-oldest"), true)] {
+        let job = &plan_paths(&path, None, variant, &only, &specs).unwrap()[0];
+        let row = execute(job, &RunOpts::default()).unwrap().remove(0);
+        assert_eq!(row.verdict, if violated { Verdict::Violated } else { Verdict::Holds }, "{variant:?}");
+        if !violated {
+            continue;
+        }
+        let cx = row.counterexample.expect("a counterexample");
+        let k = cx.cycle_start.expect("a lasso, not a deadlock");
+        assert!(k < cx.actions.len());
+        let m = KvModel::new(job.scope.clone(), None, variant, vec![]).unwrap();
+        let states = replay(&m, &cx.actions).expect("the lasso replays");
+        assert_eq!(states[k].engine, states.last().unwrap().engine, "the cycle returns to its first state");
+        assert!(states.iter().all(|s| !s.engine.reqs.iter().all(|q| q.status.is_finished())));
+        // With every step it takes, some request never finishes: the engine keeps stepping.
+        assert!(cx.actions[k..].iter().all(|a| *a == kvmc::model::Action::Step));
+    }
 }

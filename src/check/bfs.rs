@@ -1,177 +1,92 @@
-//! kvmc's breadth-first explorer over a stateright `Model`.
+//! `--strategy bfs`: kvmc's model on the search engine (`crate::search`): a parallel,
+//! level-synchronous breadth-first search over 96-bit fingerprints and parent links, with
+//! symmetry reduction (`--symmetry`) and liveness under weak fairness (`KvHooks`).
 //!
-//! stateright 0.31's checkers record a discovery again for every later state that violates
-//! the same property (`discoveries.insert` on each pop), so with sticky ghost violations its
-//! BFS reports the *deepest* counterexample it happened to pop last, not the shortest. This
-//! explorer keeps the first discovery of each property; since states are expanded in
-//! nondecreasing depth, that path is a shortest one. It stores one parent pointer per state
-//! (not a path per pending state) and knows exactly whether a bound stopped it: it never
-//! holds more than `--max-states` distinct states, and it reads its stop signal
-//! (`crate::stop`: timeout, memory budget, Ctrl-C) before every state and every successor.
+//! This adapter bridges the engine's stop hook to the exploration's [`Watch`] (timeout, memory
+//! budget, Ctrl-C; the watch's counts are published from every poll), maps the engine's end to
+//! the checker's stop reasons (a run that is not exhaustive is never `holds`), and turns each
+//! discovery into an action path: the shortest counterexample of an `always` property, the
+//! shortest example of a guard, and a lasso (stem, then the cycle back to its first state) for
+//! the liveness half of `requests-finish`.
 
-use super::run::{Explored, RunOpts, StopReason};
-use crate::model::{Action, KvModel, KvState};
+use super::hooks::KvHooks;
+use super::run::{Discovered, Explored, RunOpts, StopReason};
+use crate::model::KvModel;
+use crate::search::{self, Discovery, End, Options, Progress, Stop};
 use crate::stop::Watch;
-use stateright::{Expectation, Model, Property};
-use std::collections::{HashMap, VecDeque};
-use std::hash::{Hash, Hasher};
 
-/// A fast, deterministic 64-bit hasher for state fingerprints (no random keys).
-struct StableHasher(u64);
-
-impl Hasher for StableHasher {
-    fn finish(&self) -> u64 {
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
-        }
-        for &b in chunks.remainder() {
-            self.write_u64(u64::from(b) | 0x100);
-        }
-    }
-    fn write_u64(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    fn write_u32(&mut self, w: u32) {
-        self.write_u64(u64::from(w));
-    }
-    fn write_u16(&mut self, w: u16) {
-        self.write_u64(u64::from(w));
-    }
-    fn write_u8(&mut self, w: u8) {
-        self.write_u64(u64::from(w));
-    }
-    fn write_usize(&mut self, w: usize) {
-        self.write_u64(w as u64);
+fn stop_of(r: StopReason) -> Stop {
+    match r {
+        StopReason::States | StopReason::Sampling => Stop::MaxStates,
+        StopReason::Depth => Stop::MaxDepth,
+        StopReason::Timeout => Stop::Timeout,
+        StopReason::Memory => Stop::Memory,
+        StopReason::Interrupted => Stop::Interrupted,
     }
 }
 
-/// The fingerprint of a state.
-pub fn fingerprint(s: &KvState) -> u64 {
-    let mut h = StableHasher(0x243f_6a88_85a3_08d3);
-    s.hash(&mut h);
-    h.finish()
-}
-
-/// One parent pointer per visited state: the state it was first generated from, and the
-/// index of the action that generated it.
-pub(crate) struct Node {
-    pub parent: u64,
-    pub action: u32,
-}
-
-/// Evaluate the properties not yet discovered on `s`; record `fp` as the discovery of each
-/// one `s` decides. True when every property has its discovery.
-pub(crate) fn check_props(
-    model: &KvModel,
-    props: &[Property<KvModel>],
-    found: &mut [Option<u64>],
-    s: &KvState,
-    fp: u64,
-) -> bool {
-    for (i, p) in props.iter().enumerate() {
-        if found[i].is_some() {
-            continue;
-        }
-        let hit = match p.expectation {
-            Expectation::Always => !(p.condition)(model, s),
-            Expectation::Sometimes => (p.condition)(model, s),
-            Expectation::Eventually => false,
-        };
-        if hit {
-            found[i] = Some(fp);
-        }
+fn reason_of(s: Stop) -> StopReason {
+    match s {
+        Stop::MaxStates => StopReason::States,
+        Stop::MaxDepth => StopReason::Depth,
+        Stop::Timeout => StopReason::Timeout,
+        // 2^32 - 2 visited states: far past any memory this checker runs in.
+        Stop::Memory | Stop::Capacity => StopReason::Memory,
+        Stop::Interrupted => StopReason::Interrupted,
     }
-    found.iter().all(Option::is_some)
 }
 
-/// Explore `model` breadth first.
+/// Explore `model` breadth first on `opts.threads` threads.
 pub fn explore(model: &KvModel, opts: &RunOpts, watch: &Watch) -> Explored {
-    let props = model.properties();
-    let mut found: Vec<Option<u64>> = vec![None; props.len()];
-    let init = model.init();
-    let init_fp = fingerprint(&init);
-    let mut seen: HashMap<u64, Node> = HashMap::new();
-    seen.insert(init_fp, Node { parent: init_fp, action: u32::MAX });
-    let mut frontier: VecDeque<(KvState, u64, usize)> = VecDeque::from([(init, init_fp, 0)]);
-    let mut generated = 1usize;
-    let mut max_depth = 0usize;
-    let mut stopped = None;
-    let mut actions = Vec::new();
-    'states: while let Some((s, fp, depth)) = frontier.pop_front() {
-        max_depth = max_depth.max(depth);
-        watch.publish(seen.len(), generated, max_depth);
-        if let Some(r) = watch.poll() {
-            stopped = Some(r);
-            break;
-        }
-        if check_props(model, &props, &mut found, &s, fp) {
-            break; // every property has its discovery; nothing left to decide
-        }
-        if opts.max_depth.is_some_and(|d| depth >= d) {
-            stopped.get_or_insert(StopReason::Depth);
-            continue;
-        }
-        actions.clear();
-        model.actions(&s, &mut actions);
-        for (idx, a) in actions.iter().enumerate() {
-            if let Some(r) = watch.poll() {
-                stopped = Some(r);
-                break 'states;
+    let hooks = KvHooks::new(model, opts.symmetry);
+    let poll = |p: &Progress| {
+        watch.publish(p.unique, p.generated, p.depth);
+        watch.poll().map(stop_of)
+    };
+    let o = search::search(
+        model,
+        &hooks,
+        &Options {
+            threads: opts.threads.max(1),
+            max_states: opts.max_states,
+            max_depth: opts.max_depth,
+            stop: Some(&poll),
+            ..Options::default()
+        },
+    );
+    watch.publish(o.unique, o.generated, o.max_depth);
+    let stopped = match o.end {
+        End::Exhausted | End::AllDiscovered => None,
+        End::Stopped(s) => Some(reason_of(s)),
+    };
+    // A property may be given twice (requests-finish: its deadlock half as `always`, its cycle
+    // half as `eventually`): the first discovery in property order is reported.
+    let mut discoveries: Vec<Discovered> = Vec::new();
+    let mut undecided: Vec<&'static str> = Vec::new();
+    for p in &o.properties {
+        match &p.discovery {
+            Discovery::Found(t) if !discoveries.iter().any(|d| d.name == p.name) => {
+                let mut path = t.actions.clone();
+                let cycle_start = t.cycle.as_ref().map(|c| {
+                    let at = path.len();
+                    path.extend(c.iter().copied());
+                    at
+                });
+                discoveries.push(Discovered { name: p.name, path, cycle_start });
             }
-            let Some(next) = model.next_state(&s, *a) else {
-                continue;
-            };
-            if !model.within_boundary(&next) {
-                continue;
-            }
-            generated += 1;
-            let nfp = fingerprint(&next);
-            let full = opts.max_states.is_some_and(|n| seen.len() >= n);
-            if let std::collections::hash_map::Entry::Vacant(v) = seen.entry(nfp) {
-                if full {
-                    stopped = Some(StopReason::States); // a new state past the bound
-                    break 'states;
-                }
-                v.insert(Node { parent: fp, action: idx as u32 });
-                frontier.push_back((next, nfp, depth + 1));
-            }
+            Discovery::Unknown if stopped.is_none() => undecided.push(p.name),
+            _ => {}
         }
     }
-    watch.publish(seen.len(), generated, max_depth);
-    let discoveries = props
-        .iter()
-        .zip(&found)
-        .filter_map(|(p, f)| f.map(|fp| (p.name, path_to(model, &seen, init_fp, fp))))
-        .collect();
-    Explored { unique: seen.len(), generated, max_depth, stopped, discoveries }
-}
-
-/// Rebuild the actions from the initial state to `fp` by replaying action indices.
-pub(crate) fn path_to(model: &KvModel, seen: &HashMap<u64, Node>, init_fp: u64, fp: u64) -> Vec<Action> {
-    let mut idx = Vec::new();
-    let mut cur = fp;
-    while cur != init_fp {
-        let n = &seen[&cur];
-        idx.push(n.action as usize);
-        cur = n.parent;
+    undecided.retain(|n| !discoveries.iter().any(|d| d.name == *n));
+    Explored {
+        unique: o.unique,
+        generated: o.generated,
+        max_depth: o.max_depth,
+        stopped,
+        discoveries,
+        undecided,
+        visited_bytes: o.visited_bytes,
+        graph_bytes: o.graph_bytes,
     }
-    idx.reverse();
-    let mut s = model.init();
-    let mut out = Vec::with_capacity(idx.len());
-    let mut acts = Vec::new();
-    for i in idx {
-        acts.clear();
-        model.actions(&s, &mut acts);
-        let a = acts[i];
-        s = model.next_state(&s, a).expect("a recorded step replays (the model is deterministic)");
-        out.push(a);
-    }
-    out
 }

@@ -275,9 +275,11 @@ pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
         };
         let counterexample = match r.outcome(p).and_then(|o| o.path.as_ref()) {
             Some(path) if verdict == Verdict::Violated => {
-                Some(counterexample::build(&display_model, path).ok_or_else(|| {
+                let mut cx = counterexample::build(&display_model, path).ok_or_else(|| {
                     KvmcError::Internal(format!("the counterexample for {p} on {} does not replay", job.scope.name))
-                })?)
+                })?;
+                cx.cycle_start = r.outcome(p).and_then(|o| o.cycle_start);
+                Some(cx)
             }
             _ => None,
         };

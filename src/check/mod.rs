@@ -5,6 +5,7 @@ pub mod bfs;
 pub mod dfs;
 pub mod family;
 pub mod gate;
+pub mod hooks;
 pub mod run;
 pub mod simulate;
 pub mod specs;

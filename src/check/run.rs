@@ -1,9 +1,11 @@
 //! Running an exploration of one model and turning what it found into honest verdicts.
 //!
-//! Every strategy is kvmc's own (`bfs`, `dfs`, `simulate`), single-threaded for now, and obeys
-//! every bound: `--max-states`, `--max-depth`, `--timeout`, the memory budget and Ctrl-C
-//! (`crate::stop`). A property that was not violated is `holds` only if the exploration was
-//! exhaustive; otherwise it is `incomplete`, and the run says what stopped it.
+//! Every strategy is kvmc's own: `bfs` runs on the search engine (`crate::search`, parallel on
+//! `--threads`, symmetry reduction with `--symmetry on`), `dfs` and `simulate` on one thread.
+//! Each obeys every bound: `--max-states`, `--max-depth`, `--timeout`, the memory budget and
+//! Ctrl-C (`crate::stop`). A property that was not violated is `holds` only if the exploration
+//! was exhaustive and the strategy decides it (only `bfs` decides the liveness half of
+//! `requests-finish`); otherwise it is `incomplete`, and the run says what stopped it.
 
 use crate::model::{Action, KvModel};
 use crate::props::Kind;
@@ -41,8 +43,10 @@ pub const SIMULATE_DEFAULT_STATES: usize = 100_000;
 #[derive(Clone, Debug)]
 pub struct RunOpts {
     pub strategy: Strategy,
-    /// Explorer threads. Every strategy is single-threaded for now; kept for the parallel BFS.
+    /// Explorer threads (`bfs`; `dfs` and `simulate` run on one).
     pub threads: usize,
+    /// Symmetry reduction (`bfs`): interchangeable requests and renamable block ids.
+    pub symmetry: bool,
     /// At most this many distinct states (bfs, dfs) or states visited (simulate).
     pub max_states: Option<usize>,
     pub max_depth: Option<usize>,
@@ -59,6 +63,7 @@ impl Default for RunOpts {
         RunOpts {
             strategy: Strategy::Bfs,
             threads: 1,
+            symmetry: false,
             max_states: None,
             max_depth: None,
             timeout: None,
@@ -110,8 +115,52 @@ pub struct Explored {
     pub generated: usize,
     pub max_depth: usize,
     pub stopped: Option<StopReason>,
-    /// (property, actions from the initial state), first found, in property order.
-    pub discoveries: Vec<(&'static str, Vec<Action>)>,
+    /// The first discovery of each property, in property order.
+    pub discoveries: Vec<Discovered>,
+    /// Properties the strategy cannot decide even when it is exhaustive (liveness outside
+    /// `bfs`): `incomplete` unless discovered.
+    pub undecided: Vec<&'static str>,
+    /// Bytes of the visited set at the end (`bfs`; 0 elsewhere).
+    pub visited_bytes: usize,
+    /// Bytes of the state graph kept for liveness (`bfs` with requests-finish; 0 elsewhere).
+    pub graph_bytes: usize,
+}
+
+/// A discovery: the actions from the initial state, and for a lasso where its cycle starts
+/// (`path[cycle_start..]` leads from the cycle's first state back to it).
+#[derive(Clone, Debug)]
+pub struct Discovered {
+    pub name: &'static str,
+    pub path: Vec<Action>,
+    pub cycle_start: Option<usize>,
+}
+
+/// The discoveries of a strategy that finds action paths and no lassos (`dfs`, `simulate`):
+/// the first per property name (requests-finish is given twice), and the `eventually`
+/// properties it cannot decide.
+pub fn paths_found(props: &[stateright::Property<KvModel>], found: Vec<Option<Vec<Action>>>) -> Explored {
+    let mut discoveries: Vec<Discovered> = Vec::new();
+    for (p, f) in props.iter().zip(found) {
+        if let Some(path) = f.filter(|_| !discoveries.iter().any(|d| d.name == p.name)) {
+            discoveries.push(Discovered { name: p.name, path, cycle_start: None });
+        }
+    }
+    let undecided = props
+        .iter()
+        .filter(|p| p.expectation == stateright::Expectation::Eventually)
+        .map(|p| p.name)
+        .filter(|n| !discoveries.iter().any(|d| d.name == *n))
+        .collect();
+    Explored {
+        unique: 0,
+        generated: 0,
+        max_depth: 0,
+        stopped: None,
+        discoveries,
+        undecided,
+        visited_bytes: 0,
+        graph_bytes: 0,
+    }
 }
 
 /// What a run found for one property.
@@ -123,6 +172,11 @@ pub struct PropOutcome {
     pub discovered: bool,
     /// The action path to the discovery.
     pub path: Option<Vec<Action>>,
+    /// A lasso: the step where its cycle starts (`path[k..]` returns to the state after
+    /// `path[..k]`).
+    pub cycle_start: Option<usize>,
+    /// The strategy cannot decide this property (liveness outside `bfs`).
+    pub undecided: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -131,6 +185,10 @@ pub struct RunResult {
     pub states: usize,
     pub max_depth: usize,
     pub seconds: f64,
+    /// Bytes of the visited set at the end (`bfs`).
+    pub visited_bytes: usize,
+    /// Bytes of the state graph kept for liveness at the end (`bfs`).
+    pub graph_bytes: usize,
     /// The exploration was exhaustive (no bound, timeout or sampling cut it short).
     pub complete: bool,
     /// Why it was not, if it was not.
@@ -147,6 +205,7 @@ impl RunResult {
     pub fn verdict(&self, name: &str) -> Verdict {
         match self.outcome(name) {
             Some(p) if p.discovered => Verdict::Violated,
+            Some(p) if p.undecided => Verdict::Incomplete,
             _ if self.complete => Verdict::Holds,
             _ => Verdict::Incomplete,
         }
@@ -177,8 +236,15 @@ pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
     let props = names
         .into_iter()
         .map(|(name, kind)| {
-            let path = o.discoveries.iter().find(|(d, _)| *d == name).map(|(_, p)| p.clone());
-            PropOutcome { name, kind, discovered: path.is_some(), path }
+            let d = o.discoveries.iter().find(|d| d.name == name);
+            PropOutcome {
+                name,
+                kind,
+                discovered: d.is_some(),
+                path: d.map(|d| d.path.clone()),
+                cycle_start: d.and_then(|d| d.cycle_start),
+                undecided: d.is_none() && o.undecided.contains(&name),
+            }
         })
         .collect();
     RunResult {
@@ -186,6 +252,8 @@ pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
         states: o.generated,
         max_depth: o.max_depth,
         seconds,
+        visited_bytes: o.visited_bytes,
+        graph_bytes: o.graph_bytes,
         complete: cut_by.is_none(),
         cut_by,
         props,

@@ -15,7 +15,7 @@
 //! when neither `--max-states` nor `--timeout` is given), `--timeout`, the memory budget or
 //! Ctrl-C. It never exhausts the state space: a property not violated is `incomplete`.
 
-use super::bfs::fingerprint;
+use super::dfs::fingerprint;
 use super::run::{Explored, RunOpts, StopReason};
 use crate::model::{Action, KvModel};
 use stateright::{Expectation, Model};
@@ -84,7 +84,7 @@ pub fn explore(model: &KvModel, opts: &RunOpts, watch: &crate::stop::Watch) -> E
                     found[i] = Some(path.clone());
                 }
             }
-            if found.iter().all(Option::is_some) {
+            if props.iter().all(|p| props.iter().zip(found.iter()).any(|(q, f)| q.name == p.name && f.is_some())) {
                 break 'walks StopReason::Sampling; // replaced by None below
             }
             if opts.max_depth.is_some_and(|d| path.len() >= d) {
@@ -111,13 +111,12 @@ pub fn explore(model: &KvModel, opts: &RunOpts, watch: &crate::stop::Watch) -> E
             s = n;
         }
     };
-    let all = found.iter().all(Option::is_some);
-    let discoveries = props.iter().zip(found).filter_map(|(p, f)| f.map(|path| (p.name, path))).collect();
+    let all = props.iter().all(|p| props.iter().zip(found.iter()).any(|(q, f)| q.name == p.name && f.is_some()));
     Explored {
         unique: unique.len(),
         generated: visited,
         max_depth,
         stopped: if all { None } else { Some(stopped) },
-        discoveries,
+        ..super::run::paths_found(&props, found)
     }
 }

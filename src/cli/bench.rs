@@ -1,4 +1,7 @@
-//! `kvmc bench`: exhaustive exploration speed and memory, per model.
+//! `kvmc bench`: exhaustive exploration speed and memory, per model: unique states, states per
+//! second, visited-set bytes per state (and the liveness graph's, apart), peak memory, threads,
+//! symmetry; with `--stateright`,
+//! stateright's own BFS and DFS on the same `Model` side by side (their time over kvmc's).
 
 use crate::check::{self, RunOpts};
 use crate::error::{KvmcError, Result};
@@ -18,6 +21,13 @@ pub struct BenchArgs {
     /// Explorer threads (1 to 1024, as for `check`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=super::check::MAX_THREADS))]
     pub threads: u64,
+    /// Symmetry reduction in kvmc's BFS (as `kvmc check --symmetry`).
+    #[arg(long, value_enum, default_value = "off")]
+    pub symmetry: crate::cli::check::OnOff,
+    /// Also explore each model with stateright's own BFS and DFS checkers (same `Model`, same
+    /// threads) and print their time against kvmc's as a ratio.
+    #[arg(long)]
+    pub stateright: bool,
     #[arg(long, default_value = "models")]
     pub models: PathBuf,
     /// Measure trace replay instead: this trace through `--model` (invariants checked after
@@ -99,9 +109,22 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             .collect();
         paths.sort();
     }
+    let threads = a.threads as usize;
+    let symmetry = a.symmetry == crate::cli::check::OnOff::On;
     println!(
-        "{:<30} {:>12} {:>12} {:>8} {:>10} {:>12} {:>10}",
-        "model", "unique", "generated", "depth", "seconds", "unique/s", "peak MiB"
+        "{:<26} {:>11} {:>11} {:>6} {:>9} {:>9} {:>11} {:>7} {:>8} {:>9} {:>7} {:>8}",
+        "model",
+        "unique",
+        "generated",
+        "depth",
+        "seconds",
+        "cpu s",
+        "states/s",
+        "B/state",
+        "graph B",
+        "peak MiB",
+        "threads",
+        "symmetry"
     );
     for p in paths {
         if crate::scope::is_replay_model(&p) {
@@ -115,20 +138,54 @@ pub fn run(a: BenchArgs) -> Result<i32> {
         let scope = Arc::new(Scope::load(&p)?);
         let defs: Vec<_> =
             props::REGISTRY.iter().filter(|d| d.kind == Kind::Always && props::applies(d, &scope.cfg)).collect();
-        let m = KvModel::new(scope.clone(), None, a.variant.as_deref(), defs).map_err(KvmcError::Usage)?;
-        let r = check::run(m, &RunOpts { threads: a.threads as usize, ..Default::default() });
+        let model = || KvModel::new(scope.clone(), None, a.variant.as_deref(), defs.clone()).map_err(KvmcError::Usage);
+        let c0 = cpu_seconds();
+        let r = check::run(model()?, &RunOpts { threads, symmetry, ..Default::default() });
+        let cpu = match (c0, cpu_seconds()) {
+            (Some(x), Some(y)) => y - x,
+            _ => f64::NAN,
+        };
+        // The process's peak so far (models run one after another in this process).
         let peak = crate::check::run::peak_rss_bytes().map_or(0.0, |b| b as f64 / 1048576.0);
         println!(
-            "{:<30} {:>12} {:>12} {:>8} {:>10.3} {:>12.0} {:>10.1}{}",
+            "{:<26} {:>11} {:>11} {:>6} {:>9.3} {:>9.2} {:>11.0} {:>7.1} {:>8.1} {:>9.1} {:>7} {:>8}{}",
             scope.name,
             r.unique_states,
             r.states,
             r.max_depth,
             r.seconds,
+            cpu,
             r.unique_states as f64 / r.seconds.max(1e-9),
+            r.visited_bytes as f64 / r.unique_states.max(1) as f64,
+            r.graph_bytes as f64 / r.unique_states.max(1) as f64,
             peak,
+            threads,
+            if symmetry { "on" } else { "off" },
             if r.complete { "" } else { "  (incomplete)" }
         );
+        if a.stateright {
+            use stateright::{Checker, Model};
+            for (name, dfs) in [("bfs", false), ("dfs", true)] {
+                let m = model()?;
+                let t0 = std::time::Instant::now();
+                let b = m.checker().threads(threads);
+                let (unique, generated) = if dfs {
+                    let c = b.spawn_dfs().join();
+                    (c.unique_state_count(), c.state_count())
+                } else {
+                    let c = b.spawn_bfs().join();
+                    (c.unique_state_count(), c.state_count())
+                };
+                let secs = t0.elapsed().as_secs_f64();
+                println!(
+                    "  stateright {name}: unique {unique}, generated {generated}, {secs:.3} s on {threads} thread{}: \
+                     {:.2}x kvmc's time{}",
+                    if threads == 1 { "" } else { "s" },
+                    secs / r.seconds.max(1e-9),
+                    if symmetry { " (kvmc with symmetry on)" } else { "" }
+                );
+            }
+        }
     }
     Ok(0)
 }

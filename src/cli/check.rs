@@ -42,6 +42,12 @@ pub enum StrategyArg {
     Simulate,
 }
 
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
 #[derive(Args, Debug)]
 pub struct CheckArgs {
     /// Model files to check (all their properties, each expected to hold). None: the CI gate.
@@ -57,11 +63,15 @@ pub struct CheckArgs {
     pub properties: Vec<String>,
     #[arg(long, value_enum, default_value = "bfs")]
     pub strategy: StrategyArg,
-    /// Explorer threads per exploration (1 to 1024). Every strategy explores on one thread for
-    /// now (a parallel BFS is planned): more is accepted and has no effect yet; --jobs runs
-    /// explorations in parallel.
+    /// Explorer threads per exploration (1 to 1024): the BFS expands each level on this many
+    /// threads (same counts and counterexamples for any number); dfs and simulate run on one.
+    /// --jobs runs explorations in parallel.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS))]
     pub threads: u64,
+    /// Symmetry reduction in the BFS: requests with the same role are interchangeable
+    /// (docs/checker.md). Off by default: unique-state counts stay those of the full graph.
+    #[arg(long, value_enum, default_value = "off")]
+    pub symmetry: OnOff,
     /// Explorations run in parallel (default: available cores).
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -135,6 +145,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
             StrategyArg::Simulate => Strategy::Simulate,
         },
         threads: a.threads as usize,
+        symmetry: a.symmetry == OnOff::On,
         max_states: a.max_states,
         max_depth: a.max_depth,
         timeout: a.timeout.map(Duration::from_secs_f64),
@@ -142,12 +153,15 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         max_memory,
         watch: None,
     };
-    if a.threads > 1 {
+    if a.threads > 1 && opts.strategy != Strategy::Bfs {
         eprintln!(
-            "note: --threads {} has no effect yet: every strategy ({}) explores on one thread for now (a parallel BFS is planned); --jobs N runs N explorations in parallel",
+            "note: --threads {} has no effect with --strategy {}: it explores on one thread (only bfs uses several); --jobs N runs N explorations in parallel",
             a.threads,
             opts.strategy.as_str()
         );
+    }
+    if opts.symmetry && opts.strategy != Strategy::Bfs {
+        eprintln!("note: --symmetry on has no effect with --strategy {}: only bfs reduces", opts.strategy.as_str());
     }
     let specs_list = specs::load(a.specs.as_deref())?;
     let mut jobs: Vec<Job> = if a.paths.is_empty() {
@@ -244,9 +258,14 @@ fn header(opts: &RunOpts, jobs: usize, width: usize, memory_note: &str) -> Strin
         None => "no memory budget".to_string(),
     };
     format!(
-        "kvmc check: {jobs} exploration{}, {} at a time, each on one thread; strategy {strategy}; bounds: {}; {memory}\n",
+        "kvmc check: {jobs} exploration{}, {} at a time, each on {}; strategy {strategy}{}; bounds: {}; {memory}\n",
         if jobs == 1 { "" } else { "s" },
         width.min(jobs.max(1)),
+        match opts.threads {
+            t if t > 1 && opts.strategy == Strategy::Bfs => format!("{t} threads"),
+            _ => "one thread".to_string(),
+        },
+        if opts.symmetry && opts.strategy == Strategy::Bfs { ", symmetry on" } else { "" },
         if bounds.is_empty() { "none".to_string() } else { bounds.join(", ") },
     )
 }
@@ -319,7 +338,8 @@ impl Board {
                 let mut v = report::json(rows, peak);
                 v["run"] = serde_json::json!({
                     "strategy": self.opts.strategy.as_str(),
-                    "threads": 1,
+                    "threads": if self.opts.strategy == Strategy::Bfs { self.opts.threads } else { 1 },
+                    "symmetry": self.opts.symmetry && self.opts.strategy == Strategy::Bfs,
                     "seed": self.opts.seed,
                     "max_states": self.opts.state_bound(),
                     "max_depth": self.opts.max_depth,

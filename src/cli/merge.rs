@@ -55,6 +55,7 @@ fn row_of(v: &Value, p: &std::path::Path) -> Result<Row> {
     };
     let variant = s("variant").filter(|v| v != "fixed");
     let counterexample = v.get("counterexample").filter(|c| !c.is_null()).map(|c| Counterexample {
+        cycle_start: c.get("cycle_start").and_then(Value::as_u64).map(|k| k as usize),
         steps: c
             .get("steps")
             .and_then(Value::as_array)

@@ -119,7 +119,14 @@ impl Model for KvModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        self.props.iter().map(|p| to_stateright(p)).collect()
+        let mut out: Vec<Property<Self>> = self.props.iter().map(|p| to_stateright(p)).collect();
+        // requests-finish, its liveness half: every fair behaviour finishes every request.
+        if let Some(p) = self.props.iter().find(|p| p.name == "requests-finish") {
+            out.push(Property::eventually(p.name, |m: &KvModel, s: &KvState| {
+                crate::props::progress::finished_or_dead(&m.sys, &s.engine)
+            }));
+        }
+        out
     }
 
     fn format_action(&self, a: &Input) -> String {

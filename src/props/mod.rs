@@ -12,7 +12,7 @@
 pub mod eviction;
 pub mod g1;
 pub mod host;
-mod progress;
+pub mod progress;
 
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::{Breach, Mark};

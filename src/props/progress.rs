@@ -1,4 +1,7 @@
-//! Progress: every request finishes and releases everything (bounded liveness).
+//! Progress: every request finishes and releases everything. The checker (`bfs`) decides it
+//! over the state graph: a deadlock (`requests_finish`, with the step counter at 0 in the
+//! checker's states) or a fair cycle that never reaches `finished_or_dead`. A single run
+//! (scenario replay, trace replay) bounds the steps without progress instead.
 
 use crate::system::Engine;
 use crate::system::System;
@@ -8,6 +11,12 @@ use crate::system::System;
 /// (livelock, e.g. preempt/resume ping-pong).
 pub fn requests_finish(m: &System, e: &Engine) -> bool {
     u32::from(e.ghost.idle_steps) <= m.env.progress_steps && !m.is_stuck(e)
+}
+
+/// The liveness half of `requests-finish`: every request arrived and finished and nothing is
+/// held, or the engine died (a crash is another property's violation, not a livelock).
+pub fn finished_or_dead(_: &System, e: &Engine) -> bool {
+    all_finished(e) || e.is_dead()
 }
 
 /// Guard: every request arrived and finished, and nothing is held.

@@ -25,6 +25,10 @@ pub struct Counterexample {
     pub path: String,
     #[serde(skip)]
     pub actions: Vec<Action>,
+    /// A lasso (requests-finish's livelock): the 0-based step where its cycle starts; the
+    /// steps from there on lead back to the state before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle_start: Option<usize>,
     /// The last state, rendered as tables.
     #[serde(skip)]
     pub final_state: String,
@@ -52,6 +56,7 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
         steps,
         path: idx.join("/"),
         actions: actions.to_vec(),
+        cycle_start: None,
         final_state: display::render(&model.sys, &raw),
     })
 }
@@ -60,6 +65,9 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
 pub fn to_text(cx: &Counterexample) -> String {
     let mut s = String::new();
     for (i, st) in cx.steps.iter().enumerate() {
+        if cx.cycle_start == Some(i) {
+            s.push_str(&format!("  -- the cycle: steps {} to {} repeat forever --\n", i + 1, cx.steps.len()));
+        }
         s.push_str(&format!("  {:>2}. {:<24} {}\n", i + 1, st.action, st.summary));
         if !st.changes.is_empty() {
             s.push_str(&format!("      {:<24} {}\n", "", st.changes));

@@ -120,7 +120,14 @@ pub fn json(rows: &[Row], peak_rss: Option<u64>) -> serde_json::Value {
                 "max_depth": r.max_depth,
                 "seconds": r.seconds,
                 "stopped_by": r.cut_by,
-                "counterexample": r.counterexample.as_ref().map(|c| serde_json::json!({"steps": c.steps, "path": c.path})),
+                "counterexample": r.counterexample.as_ref().map(|c| {
+                    let mut v = serde_json::json!({"steps": c.steps, "path": c.path});
+                    if let Some(k) = c.cycle_start {
+                        // A lasso: steps[k..] lead back to the state before steps[k].
+                        v["cycle_start"] = serde_json::json!(k);
+                    }
+                    v
+                }),
                 "workloads": r.coverage.as_ref().map(|c| c.to_json()),
             })
         })

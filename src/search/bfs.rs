@@ -154,11 +154,19 @@ struct Run<'a, M: Model> {
     max_states: Option<usize>,
     /// The next source's node index.
     src: NodeId,
+    /// `all_found()`, updated at each discovery.
+    decided: bool,
 }
 
 impl<M: Model> Run<'_, M> {
+    /// Every property is decided: it has its discovery, or a property of the same name has
+    /// (properties sharing a name are one property, e.g. a deadlock check and a cycle check).
     fn all_found(&self) -> bool {
-        !self.props.is_empty() && self.found.iter().all(Option::is_some)
+        !self.props.is_empty()
+            && self
+                .props
+                .iter()
+                .all(|p| self.props.iter().zip(&self.found).any(|(q, f)| q.name == p.name && f.is_some()))
     }
 
     /// Merge one chunk's output; `left` counts this level's sources not yet merged. Returns
@@ -186,12 +194,13 @@ impl<M: Model> Run<'_, M> {
                 let bit = hits[k / 64] >> (k % 64) & 1 == 1;
                 if bit && p.expectation != Expectation::Eventually && self.found[k].is_none() {
                     self.found[k] = Some(src);
+                    self.decided = self.all_found();
                 }
             }
             if let Some(g) = &mut self.graph {
                 g.push_bits(hits);
             }
-            if self.all_found() {
+            if self.decided {
                 self.end = Some(End::AllDiscovered);
                 return false;
             }
@@ -212,6 +221,13 @@ impl<M: Model> Run<'_, M> {
                             self.end = Some(End::Stopped(Stop::Capacity));
                             return false;
                         }
+                        // The state bound: never more than `max_states` visited states; a new
+                        // one past it stops the run (it may be a repeat within this batch:
+                        // conservative, the run is cut all the same).
+                        if self.max_states.is_some_and(|n| self.visited.len() >= n) && self.visited.get(fp).is_none() {
+                            self.end = Some(End::Stopped(Stop::MaxStates));
+                            return false;
+                        }
                         match self.visited.insert(fp, src, s.action) {
                             Ok(id) => {
                                 push_state(next, state);
@@ -229,12 +245,6 @@ impl<M: Model> Run<'_, M> {
             start = end;
             if let Some(g) = &mut self.graph {
                 g.close_node();
-            }
-            // Work is left: sources of this level not merged yet, or states of the next one
-            // (its chunks are never empty).
-            if self.max_states.is_some_and(|n| self.visited.len() >= n) && (*left > 0 || !next.is_empty()) {
-                self.end = Some(End::Stopped(Stop::MaxStates));
-                return false;
             }
         }
         out.done == len
@@ -316,6 +326,7 @@ where
         end: None,
         max_states: opts.max_states,
         src: 0,
+        decided: false,
     };
     // Level 0: the initial states within the boundary, deduplicated in order.
     let mut level: Vec<Vec<M::State>> = Vec::new();
@@ -412,8 +423,11 @@ where
         .iter()
         .enumerate()
         .map(|(k, p)| {
+            let twin_found = run.props.iter().zip(&run.found).any(|(q, f)| q.name == p.name && f.is_some());
             let discovery = if p.expectation == Expectation::Eventually {
                 match (&run.graph, end) {
+                    // A property of the same name decided it already (one property, two checks).
+                    _ if twin_found => Discovery::Unknown,
                     (Some(g), End::Exhausted) => match liveness::find(g, g.index_of(k), &roots) {
                         Some(l) => Discovery::Found(walker.lasso(&l)),
                         None => Discovery::Absent,

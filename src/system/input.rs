@@ -141,6 +141,12 @@ impl System {
         if !apply_in_place(self.ctx(), &mut e, a, ev) {
             return None;
         }
+        if canonical {
+            // The bounded step counter is for single runs (scenarios, stories); in the
+            // checker's states it stays 0 (not part of a state's identity): the checker finds
+            // livelocks as fair cycles (`requests-finish`, src/check/hooks.rs).
+            e.ghost.idle_steps = s.ghost.idle_steps;
+        }
         if let Input::StepSyncLoadFails(_) = a {
             if !e.ghost.marked(Mark::LoadFailure) {
                 return None; // no sync load failed: same as a plain step

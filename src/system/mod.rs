@@ -18,6 +18,7 @@ pub mod request;
 pub mod rules;
 pub mod scheduler;
 pub mod scheduler_output;
+pub mod symmetry;
 pub mod types;
 pub mod workload;
 

@@ -181,13 +181,27 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             {
                 break Some(nb);
             }
-            let victim = *e.running.last().expect("the current request is running");
+            let victim = if ctx.rules.preempt_oldest {
+                e.running[0]
+            } else {
+                *e.running.last().expect("the current request is running")
+            };
             if !blocks_can_be_freed(e, &ctx, victim) {
                 break None; // a deferred free would not help this allocation
             }
-            e.running.pop();
+            let at = e.running.iter().position(|&x| x == victim).expect("running");
+            e.running.remove(at);
             preempt(e, &ctx, victim, ev);
             out.preempted.push(victim);
+            if at < idx {
+                // Scheduled earlier in this step (mut-preempt-oldest only): unschedule it, as
+                // vLLM's priority preemption does (`scheduled_running_reqs.remove`, the
+                // budget back).
+                if let Some(i) = out.scheduled.iter().position(|s| s.req == victim) {
+                    budget += out.scheduled.remove(i).tokens;
+                }
+                idx -= 1;
+            }
             if victim == r {
                 break None;
             }

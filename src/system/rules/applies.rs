@@ -24,7 +24,11 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
     let kind = cfg.connector_kind();
     let off = cfg.offload();
     Some(match row {
-        "touch_dequeues" | "cache_scheduled_only" | "no_admission_after_preempt" | "resumed_after_new" => true,
+        "touch_dequeues"
+        | "cache_scheduled_only"
+        | "no_admission_after_preempt"
+        | "resumed_after_new"
+        | "preempt_oldest" => true,
         // Asynchronous loads: every connector that loads into G1.
         "delay_cache_async_loads" | "reserve_for_async_loads" | "reserve_excludes_self" => {
             matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)

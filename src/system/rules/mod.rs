@@ -104,6 +104,7 @@ fn vllm_033() -> Rules {
         arc_t1_fallback: true,
         arc_ghost_trim: true,
         evict_mru: false,
+        preempt_oldest: false,
         cursor_monotonic: true,
         visit_finished: true,
         final_store_waits: false,

@@ -206,6 +206,11 @@ rules_table! {
     /// Not in vLLM: prepare_store evicts from the most recently used end (a negative control
     /// for eviction-order).
     evict_mru: bool => "evict the most recently used key", "(mutation)";
+    /// Not in vLLM: a running request that cannot allocate preempts the oldest running request
+    /// instead of the newest (`Scheduler.schedule` pops `self.running`'s last under FCFS):
+    /// the newest wins, so two requests can restart each other forever (a negative control
+    /// for requests-finish's cycle search).
+    preempt_oldest: bool => "preemption takes the oldest running request", "(mutation)";
     /// `build_connector_meta` resets the mirror and store cursor of every request in
     /// `preempted_req_ids` (0.32+; 0.24 reset only on MRV1's resumed flag).
     scpu_reset_on_preempt: bool

@@ -106,6 +106,12 @@ pub const VARIANTS: &[Variant] = &[
         apply: |r| r.no_admission_after_preempt = false,
     },
     Variant {
+        name: "mut-preempt-oldest",
+        summary: "preemption takes the oldest running request instead of the newest (FCFS inverted)",
+        upstream: "mutation",
+        apply: |r| r.preempt_oldest = true,
+    },
+    Variant {
         name: "mut-no-load-reservation",
         summary: "an async load may take the blocks an in-flight prefill still needs",
         upstream: "mutation",

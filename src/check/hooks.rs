@@ -1,0 +1,70 @@
+//! What the search engine needs from kvmc's model beyond stateright's `Model`: the symmetry
+//! representative of a state (`--symmetry on`, `crate::system::symmetry`) and the weak
+//! fairness of its actions (for the liveness half of `requests-finish`).
+//!
+//! Weakly fair (a behaviour in which one of them stays enabled forever takes it infinitely
+//! often; each class apart):
+//! - the engine step, in any of its timings (`Step`, `StepDrain`, `StepStoresDrain`): vLLM's
+//!   engine core loops while it has requests;
+//! - a transfer's completion, per direction (`TransferDone(Store)`, `TransferDone(Load)`): the
+//!   worker's copies finish;
+//! - a request's arrival, a session's next input and a consumer read (one class each):
+//!   the client sends every request the workload names, the decoder reads every handoff.
+//!
+//! Not fair: the faults (aborts, errors, load failures, a sync load that fails). A behaviour may
+//! take them or not, finitely often (the scope bounds them). An action is enabled where it has a
+//! successor: a step that changes nothing is no step, so a request waiting on nothing but an
+//! unfair fault is a dead end, which the deadlock half of `requests-finish` reports.
+
+use crate::model::{Action, KvModel, KvState};
+use crate::search::Hooks;
+use crate::system::input::Arrivals;
+use crate::system::symmetry::Roles;
+use crate::system::ConnectorKind;
+
+pub struct KvHooks {
+    /// The interchangeable requests, when symmetry reduction is on (and can apply).
+    roles: Option<Roles>,
+}
+
+impl KvHooks {
+    pub fn new(model: &KvModel, symmetry: bool) -> Self {
+        let sys = &model.sys;
+        let kind = sys.cfg.connector_kind();
+        let connector_ok =
+            matches!(kind, ConnectorKind::None | ConnectorKind::Offloading) && sys.cfg.router_replay.is_none();
+        let in_order = sys.env.arrivals == Arrivals::InOrder;
+        let roles = if symmetry { Roles::new(&sys.workload, &sys.env.after, in_order, connector_ok) } else { None };
+        KvHooks { roles }
+    }
+
+    /// Does symmetry reduction apply to this model (some requests are interchangeable)?
+    pub fn reduces(&self) -> bool {
+        self.roles.is_some()
+    }
+}
+
+impl Hooks<KvModel> for KvHooks {
+    fn representative(&self, _model: &KvModel, s: &KvState) -> Option<KvState> {
+        let roles = self.roles.as_ref()?;
+        let e = crate::system::symmetry::representative(&s.engine, roles)?;
+        Some(KvState { engine: e, sys: s.sys.clone() })
+    }
+
+    fn fairness_class(&self, _model: &KvModel, a: &Action) -> Option<u8> {
+        use crate::system::Direction;
+        match a {
+            Action::Step | Action::StepDrain | Action::StepStoresDrain => Some(0),
+            Action::TransferDone(Direction::Store) => Some(1),
+            Action::TransferDone(Direction::Load) => Some(2),
+            // One class per kind, not per request, so that a permutation of requests keeps every
+            // action's class (symmetry). Per request would decide the same: each of these
+            // happens at most once per request or session input, so no cycle holds one, and a
+            // cycle is fair for them exactly when none is enabled on it.
+            Action::Arrive(_) => Some(3),
+            Action::StreamInput(_) => Some(4),
+            Action::ConsumerRead(_) => Some(5),
+            Action::StepSyncLoadFails(_) | Action::LoadFails(_) | Action::Abort(_) | Action::Error(_) => None,
+        }
+    }
+}
