@@ -1,5 +1,5 @@
 //! Symmetry: renaming interchangeable requests. A pure function over system types; the checker
-//! visits one state per class (`crate::check::hooks`).
+//! visits one state per class (its search hooks, src/check/hooks.rs).
 //!
 //! # Roles
 //! Two requests have the same *role* when the scope cannot tell them apart: the same
