@@ -138,7 +138,7 @@ pub enum NotApplicable {
 
 /// Where a property's verdict comes from: the one place that ties a ghost flag or mark to its
 /// property. The checker evaluates `check` (made from it by the catalogue's macros); replay
-/// reads the flags and marks directly (src/replay/invariants.rs) and evaluates state
+/// reads the flags and marks directly (src/replay/predicates.rs) and evaluates state
 /// predicates from the engine's change logs.
 #[derive(Copy, Clone, Debug)]
 pub enum Source {
