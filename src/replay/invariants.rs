@@ -25,6 +25,8 @@
 //!   without an index, correct but O(resident keys) per action).
 //! - requests-finish: the idle-step counter (a deadlock or livelock shows up as steps without
 //!   progress).
+//! - any other state predicate: its registry entry's single-run form over the whole state
+//!   (correct, O(state) per action; an incremental form here is only for speed).
 //!
 //! [`full`] evaluates the catalogue's own predicates over the whole state; replay runs it
 //! every `full_check_every` steps and at the end, and with `full_check_every = 1` compares it
@@ -32,9 +34,9 @@
 
 use super::pool_checks::{self, PoolCounts};
 pub use super::predicates::{flag_of, full, handles, properties, reports};
-use super::predicates::{flag_props, flag_violation, unhandled};
+use super::predicates::{flag_props, flag_violation};
 use super::reached::Reached;
-use crate::props::{g1, host, PropId};
+use crate::props::{g1, host, PropId, Scope};
 use crate::system::collections::side::FastMap;
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::Breach;
@@ -414,7 +416,14 @@ impl Checker {
                         ));
                     }
                 }
-                other => unhandled(other),
+                other => {
+                    // No incremental form: the entry's single-run form over the whole state.
+                    let f = other.def().run_form().expect("a state predicate");
+                    let scope = Scope { cfg: &self.cfg, rules: &self.rules, wl, progress_steps: self.progress_steps };
+                    if !f(&scope, e) {
+                        first(v(name, "the full-state predicate fails"));
+                    }
+                }
             }
         }
         // Ghost flags: nothing to evaluate unless a transition raised a breach.
