@@ -1,15 +1,15 @@
 //! G1 properties (GP §4.1): accounting and cache soundness.
 
+use super::Scope;
 use crate::system::ghost::Breach;
 use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, Status, NULL_BLOCK};
-use crate::system::System;
 use crate::system::{Engine, Rules};
 
 /// `g1-accounting`: a block is free iff its ref count is 0, the queue has no duplicates,
 /// ref counts equal the number of tables, deferred frees and connector pins holding the
 /// block, the null block is never used.
-pub fn accounting(m: &System, e: &Engine) -> bool {
-    engine_accounting(e, &m.rules)
+pub fn accounting(s: &Scope, e: &Engine) -> bool {
+    engine_accounting(e, s.rules)
 }
 
 /// `g1-accounting` over an engine (replay calls it directly).
@@ -60,8 +60,8 @@ pub fn engine_accounting(e: &Engine, rules: &Rules) -> bool {
 /// prefix's KV. The one exemption is vLLM's recompute policy by design: a block known to
 /// hold bad KV (failed load, or computed from it) while every request holding it will
 /// recompute it before reading it.
-pub fn cache_sound(m: &System, e: &Engine) -> bool {
-    engine_cache_sound(e, m.cfg.block_size)
+pub fn cache_sound(s: &Scope, e: &Engine) -> bool {
+    engine_cache_sound(e, s.cfg.block_size)
 }
 
 /// `g1-cache-sound` over an engine.

@@ -1,18 +1,18 @@
 //! Host-tier properties (OC §9.4, SimpleCPU §4): integrity of what is stored, and accounting.
 
+use super::Scope;
 use crate::system::connector::{OffloadingState, SimpleCpuState};
 use crate::system::ghost::Breach;
 use crate::system::host_arc::ArcLists;
 use crate::system::host_tier::{HostEntry, Key};
 use crate::system::types::{ContentTag, NULL_BLOCK};
-use crate::system::System;
 use crate::system::{Engine, Rules, Workload};
 
 /// `host-integrity`: every ready host entry holds exactly the KV of the prefix its key names.
-pub fn integrity(m: &System, e: &Engine) -> bool {
-    let b = m.cfg.block_size;
-    let bpc = m.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
-    engine_integrity(e, b, bpc, &m.workload)
+pub fn integrity(s: &Scope, e: &Engine) -> bool {
+    let b = s.cfg.block_size;
+    let bpc = s.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
+    engine_integrity(e, b, bpc, s.wl)
 }
 
 /// `host-integrity` over an engine (replay calls it directly).
@@ -74,7 +74,7 @@ fn engine_arc(e: &Engine) -> Option<&ArcLists> {
 
 /// `arc-bounds`: the ARC lists agree with the host entries and stay within their bounds
 /// (`ArcLists::bounds_hold`); vacuous under LRU.
-pub fn arc_bounds(_m: &System, e: &Engine) -> bool {
+pub fn arc_bounds(_: &Scope, e: &Engine) -> bool {
     engine_arc_bounds(e)
 }
 
@@ -90,8 +90,8 @@ pub fn engine_arc_bounds(e: &Engine) -> bool {
 
 /// `host-accounting`: vLLM's counters match the entries, capacity is never exceeded, every
 /// pin belongs to an in-flight load, and every job completes once.
-pub fn accounting(m: &System, e: &Engine) -> bool {
-    engine_accounting(e, &m.rules)
+pub fn accounting(s: &Scope, e: &Engine) -> bool {
+    engine_accounting(e, s.rules)
 }
 
 /// `host-accounting` over an engine (replay calls it directly).

@@ -7,7 +7,9 @@
 //! property means at length, which bug it guards and its expected verdicts live in
 //! `specs/<name>.toml` (rendered by `kvmc explain`).
 //!
-//! Predicates take system types only: `(&System, &Engine)`.
+//! Predicates take system types only: `(&System, &Engine)` for the checker, `(&Scope,
+//! &Engine)` for a single run (replay), which holds an engine and a growing workload but no
+//! `System`.
 
 pub mod eviction;
 pub mod g1;
@@ -16,7 +18,7 @@ pub mod progress;
 
 use crate::system::config::{ConnectorKind, EngineConfig};
 use crate::system::ghost::{Breach, Mark};
-use crate::system::{Engine, EvictionPolicy, System};
+use crate::system::{Engine, EvictionPolicy, Rules, System, Workload};
 use ConnectorKind::{Mooncake as MC, Nixl as NX, Offloading as OC, SimpleCpu as SC};
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -138,18 +140,35 @@ pub enum NotApplicable {
 
 /// Where a property's verdict comes from: the one place that ties a ghost flag or mark to its
 /// property. The checker evaluates `check` (made from it by the catalogue's macros); replay
-/// reads the flags and marks directly (src/replay/invariants.rs) and evaluates state
-/// predicates from the engine's change logs.
+/// reads the flags and marks directly (src/replay/predicates.rs) and the state predicates'
+/// single-run forms, some of them incrementally from the engine's change logs.
 #[derive(Copy, Clone, Debug)]
 pub enum Source {
-    /// A predicate over the whole state (`check`).
-    State,
+    /// A predicate over the whole state: `check`, and this form of it over one engine of a
+    /// single run (replay evaluates it, or an incremental form of it kept for speed).
+    State(fn(&Scope, &Engine) -> bool),
     /// Sticky ghost breaches raised inside transitions: violated once any of them is raised.
     Breaches(&'static [Breach]),
     /// A reachability guard: the last transition raised this ghost mark.
     Mark(Mark),
     /// A reachability guard over the engine's state alone.
     Engine(fn(&Engine) -> bool),
+}
+
+/// What a state predicate reads besides the engine. The checker builds it from its
+/// [`System`]; replay from its model, rules and growing workload.
+pub struct Scope<'a> {
+    pub cfg: &'a EngineConfig,
+    pub rules: &'a Rules,
+    pub wl: &'a Workload,
+    /// Engine steps without progress a run may take (`requests-finish`).
+    pub progress_steps: u32,
+}
+
+impl<'a> Scope<'a> {
+    pub fn of(m: &'a System) -> Self {
+        Scope { cfg: &m.cfg, rules: &m.rules, wl: &m.workload, progress_steps: m.env.progress_steps }
+    }
 }
 
 impl PropDef {
@@ -169,13 +188,23 @@ impl PropDef {
         }
     }
 
+    /// A state predicate's form over one engine of a single run (None: not a state predicate).
+    pub fn run_form(&self) -> Option<fn(&Scope, &Engine) -> bool> {
+        match self.source {
+            Source::State(f) => Some(f),
+            _ => None,
+        }
+    }
+
     /// Is this a predicate over the whole state (rather than a ghost flag or mark)?
     pub fn is_state_predicate(&self) -> bool {
-        matches!(self.source, Source::State)
+        matches!(self.source, Source::State(_))
     }
 }
 
-/// An always-property given by a state predicate.
+/// An always-property given by a state predicate `fn(&Scope, &Engine) -> bool`, the same for
+/// the checker and a single run; or, with `run:`, the checker's `fn(&System, &Engine) -> bool`
+/// and a single run's own form (what a run can decide without the state graph).
 macro_rules! state {
     ($id:ident, $name:literal, $f:path, $on:expr, $doc:literal) => {
         PropDef {
@@ -183,7 +212,18 @@ macro_rules! state {
             name: $name,
             kind: Kind::Always,
             on: $on,
-            source: Source::State,
+            source: Source::State($f),
+            check: |m, e| $f(&Scope::of(m), e),
+            doc: $doc,
+        }
+    };
+    ($id:ident, $name:literal, $f:path, run: $g:path, $on:expr, $doc:literal) => {
+        PropDef {
+            id: PropId::$id,
+            name: $name,
+            kind: Kind::Always,
+            on: $on,
+            source: Source::State($g),
             check: $f,
             doc: $doc,
         }
@@ -268,7 +308,7 @@ registry! {
     flag!(StartAnchored, "start-anchored", [Breach::StartNotAnchored], ROWS, "the response start is the first row's position");
     flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[MC]), "the Mooncake store's external-token assertion never fires");
     flag!(HandoffIntegrity, "handoff-integrity", [Breach::PdStaleSend], only(&[NX]), "a P/D consumer reads only final KV from the producer");
-    state!(RequestsFinish, "requests-finish", progress::requests_finish, ANY, "no deadlock and no livelock: every request can finish");
+    state!(RequestsFinish, "requests-finish", progress::requests_finish, run: progress::idle_bounded, ANY, "no deadlock and no livelock: every request can finish");
     mark!(ReachG1Hit, "reach-g1-hit", Mark::G1Hit, ANY, "a G1 prefix-cache hit");
     mark!(ReachG1Eviction, "reach-g1-eviction", Mark::G1Eviction, ANY, "a G1 eviction");
     mark!(ReachPreemption, "reach-preemption", Mark::Preemption, ANY, "a preemption");

@@ -3,6 +3,7 @@
 //! checker's states) or a fair cycle that never reaches `finished_or_dead`. A single run
 //! (scenario replay, trace replay) bounds the steps without progress instead.
 
+use super::Scope;
 use crate::system::Engine;
 use crate::system::System;
 
@@ -11,6 +12,12 @@ use crate::system::System;
 /// (livelock, e.g. preempt/resume ping-pong).
 pub fn requests_finish(m: &System, e: &Engine) -> bool {
     u32::from(e.ghost.idle_steps) <= m.env.progress_steps && !m.is_stuck(e)
+}
+
+/// `requests-finish` in a single run (replay): the livelock bound alone; a run bounds the
+/// steps without progress instead of searching a state graph for a deadlock.
+pub fn idle_bounded(s: &Scope, e: &Engine) -> bool {
+    u32::from(e.ghost.idle_steps) <= s.progress_steps
 }
 
 /// The liveness half of `requests-finish`: every request arrived and finished and nothing is

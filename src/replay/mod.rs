@@ -7,6 +7,7 @@
 //!   completing a fixed number of steps after they were issued, one or more engines behind a
 //!   router.
 //! - [`invariants`]: the catalogue's always-properties, evaluated incrementally.
+//! - `predicates`: which properties replay evaluates, and their forms over the whole state.
 //! - `reached`: the catalogue's reachability guards a replay reached.
 //! - `export`: a violation's history as a model file and a scenario (`kvmc replay` and
 //!   `kvmc explore --path` re-run it).
@@ -16,6 +17,7 @@ mod driver;
 mod export;
 pub mod invariants;
 mod pool_checks;
+mod predicates;
 mod reached;
 pub mod report;
 pub mod scenario;

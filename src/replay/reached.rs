@@ -47,7 +47,7 @@ impl Reached {
         match p.source {
             Source::Mark(m) => self.marks & m as u32 != 0,
             Source::Engine(_) => self.state.iter().any(|g| g.seen && g.name == p.name),
-            Source::State | Source::Breaches(_) => false,
+            Source::State(_) | Source::Breaches(_) => false,
         }
     }
 }

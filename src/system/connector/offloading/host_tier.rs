@@ -28,6 +28,8 @@
 //! manager's calls go to the ARC lists (`prepare_store`: `on_store_miss`, `insert`, `evict`;
 //! `touch` under 0.24; `on_request_finished` under 0.32+).
 
+mod observe;
+
 use super::host_arc::ArcLists;
 use super::reference_order::{RefOrder, RefPlace};
 use crate::system::collections::pos_map::PosMap;
@@ -136,47 +138,9 @@ impl HostTier {
         self.arc = Some(Box::new(ArcLists::new(self.capacity, fallback, trim)));
     }
 
-    /// Replay: log every key whose entry changes, and keep the eviction-order reference
-    /// indexed (its list form costs O(resident keys) per update). The key map, read at random
-    /// several times per stored chunk, sits in huge pages (`crate::hint`).
-    pub fn enable_log(&mut self) {
-        self.log = Side(Some(Box::default()));
-        let capacity = self.capacity as usize;
-        crate::hint::huge_pages(|| self.entries.use_hash(capacity));
-        self.evictable.use_queue();
-        self.order.index();
-    }
-
-    /// Replay: `k`'s reference count went from `before` to `after` (None: not resident).
-    #[inline]
-    fn note(&mut self, k: Key, before: Option<i32>, after: Option<i32>) {
-        if let Some(l) = self.log.get_mut() {
-            l.moves.push((k, before, after));
-        }
-    }
-
-    /// Replay: `k`'s content was written, or it became ready.
-    #[inline]
-    fn note_written(&mut self, k: Key) {
-        if let Some(l) = self.log.get_mut() {
-            l.written.push(k);
-        }
-    }
-
     /// Is `k` resident?
     pub fn contains(&self, k: &Key) -> bool {
         self.entries.contains_key(k)
-    }
-
-    /// Look `keys` up once, in a tight loop, before reading their entries one by one: the
-    /// lookups are independent, so their cache misses overlap instead of queueing (replay's
-    /// host map is far larger than the CPU caches). Changes nothing.
-    pub fn warm<'a>(&self, keys: impl Iterator<Item = &'a Key>) {
-        // Reading fields, not just matching the key: an entry spans two cache lines.
-        let touch = |(e, at): (&HostEntry, Option<&RefPlace>)| {
-            e.ref_cnt as usize + e.content.len() + at.map_or(0, |p| p.touch())
-        };
-        std::hint::black_box(keys.filter_map(|k| self.entries.get_aux(k)).map(touch).sum::<usize>());
     }
 
     /// How many keys the eviction order holds (= evictable keys when the books balance).
@@ -200,16 +164,6 @@ impl HostTier {
     pub fn num_free_slots(&self) -> u32 {
         self.free_list.len() as u32 + self.capacity - self.num_allocated
     }
-    /// Keys in eviction order (first = next victim), evictable ones only. Under ARC: T1's
-    /// evictable keys, then T2's (the victims' sources depend on the target).
-    pub fn eviction_order(&self) -> Vec<Key> {
-        if let Some(a) = self.arc.as_deref() {
-            let ready = |k: &&Key| self.entries.get(k).is_some_and(|e| e.ref_cnt == 0);
-            return a.t1.iter().chain(&a.t2).filter(ready).copied().collect();
-        }
-        self.evictable.iter().map(|(_, k)| k).collect()
-    }
-
     #[inline(always)]
     pub fn lookup(&self, k: &Key) -> Lookup {
         match self.entries.get(k).map(|e| e.ref_cnt) {
@@ -611,37 +565,5 @@ impl HostTier {
             Self::rerank(&mut self.evictable, e, k, r);
             self.order.finished(self.policy, k, r, at);
         }
-    }
-
-    /// The eviction-order reference with its carried ranks, first = next victim.
-    pub fn reference_order(&self) -> Vec<(Key, Rank)> {
-        self.order.keys(|k| self.entries.aux(k).copied())
-    }
-
-    /// Renumber rank majors densely (order preserved) so that equal histories give equal
-    /// states. `live` are the request ranks still held by requests.
-    pub fn canonicalize<'a>(&mut self, live: impl Iterator<Item = &'a mut Option<u64>>) {
-        let mut live: Vec<&mut Option<u64>> = live.collect();
-        let mut majors: Vec<u64> = self.entries.values().map(|e| e.rank.0).filter(|&m| m > 0).collect();
-        majors.extend(self.order.list.iter().map(|(_, r)| r.0).filter(|&m| m > 0));
-        majors.extend(live.iter().filter_map(|r| **r));
-        majors.sort_unstable();
-        majors.dedup();
-        if majors.iter().enumerate().all(|(i, &m)| m == i as u64 + 1) && self.next_rank == majors.len() as u64 {
-            return; // already dense
-        }
-        let map = |m: u64| if m == 0 { 0 } else { majors.binary_search(&m).expect("known major") as u64 + 1 };
-        for e in self.entries.values_mut() {
-            e.rank.0 = map(e.rank.0);
-        }
-        let old = std::mem::take(&mut self.evictable);
-        for ((m, n), k) in old.iter() {
-            self.evictable.insert((map(m), n), k);
-        }
-        self.order.map_majors(map);
-        for m in live.iter_mut().filter_map(|r| r.as_mut()) {
-            *m = map(*m);
-        }
-        self.next_rank = majors.len() as u64;
     }
 }
