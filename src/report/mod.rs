@@ -3,6 +3,7 @@
 
 pub mod counterexample;
 pub mod coverage;
+pub mod reproduce;
 pub mod rows;
 
 pub use rows::{Row, Status, Verdict};
