@@ -35,12 +35,17 @@ pub struct ReproduceArgs {
     /// Write the recorder scenario here (default: standard output).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// With a counterexample: the model file to use instead of the one it names (a `[workload]`
+    /// model's counterexample names the family; `check --out` writes its workload as
+    /// NAME.model.toml beside it).
+    #[arg(long, conflicts_with = "property")]
+    pub model: Option<PathBuf>,
     /// The scenario's name (the log's `scenario`; default: OUTPUT's or INPUT's file stem).
     #[arg(long)]
     pub name: Option<String>,
     /// Every expected violation of a released profile (vllm-0.24, 0.32, 0.33) in the gate:
     /// write one scenario per reproducible row into --out-dir, list the others and why.
-    #[arg(long, requires = "out_dir", conflicts_with_all = ["input", "property", "profile", "output", "name"])]
+    #[arg(long, requires = "out_dir", conflicts_with_all = ["input", "property", "profile", "output", "name", "model"])]
     pub gate: bool,
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
@@ -122,7 +127,10 @@ pub fn run(a: ReproduceArgs) -> Result<i32> {
             return Err(KvmcError::Usage("--profile goes with --property (a counterexample names its profile)".into()));
         }
         let h = read_header(input)?;
-        let mpath = h.model_path()?;
+        let mpath = match &a.model {
+            Some(m) => m.clone(),
+            None => h.model_path()?,
+        };
         let scope = Arc::new(Scope::load(&mpath)?);
         let model =
             KvModel::new(scope, h.profile.as_deref(), h.variant.as_deref(), Vec::new()).map_err(KvmcError::Usage)?;
