@@ -228,3 +228,62 @@ fn finding_23a_is_reproduced_on_vllm_033() {
     assert!(r.divergence.is_none(), "{:?}", r.divergence);
     assert_eq!(r.findings, vec![("store-coverage".to_string(), 6)]);
 }
+
+/// The models `kvmc testgen` was shown on, per connector (docs/conformance.md, "Test generation").
+const TESTGEN: &[&str] = &[
+    "sync-load-failure",
+    "restart-recompute",
+    "load-reservation",
+    "preempt-store",
+    "error-mid-prefill",
+    "stream-resume",
+    "scpu-preempt",
+    "scpu-pressure",
+    "scpu-stream-resume",
+];
+
+#[test]
+fn testgen_writes_the_committed_scenarios_and_covers_every_item_it_reaches() {
+    let dir = tempdir("testgen");
+    let mut written = 0;
+    for m in TESTGEN {
+        let o = kvmc(&["testgen", &format!("models/{m}.toml"), "--out-dir", dir.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let out = stdout(&o);
+        let head = out.lines().next().unwrap();
+        let items: usize = head.split(": ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        // One line per item, each naming the scenario that covers it.
+        let lines: Vec<&str> = out.lines().skip(1).collect();
+        assert_eq!(lines.len(), items, "{out}");
+        assert!(lines.iter().all(|l| l.contains(&format!("{m}-t"))), "{out}");
+        assert!(lines.iter().any(|l| l.contains("action: step")), "{out}");
+        written = std::fs::read_dir(&dir).unwrap().count();
+    }
+    let committed = files("tests/conformance/testgen", "toml");
+    assert_eq!(
+        committed.len(),
+        written,
+        "regenerate with kvmc testgen models/M.toml --out-dir tests/conformance/testgen"
+    );
+    for c in &committed {
+        let w = dir.join(c.file_name().unwrap());
+        assert_eq!(std::fs::read_to_string(c).unwrap(), std::fs::read_to_string(&w).unwrap(), "{}", c.display());
+    }
+}
+
+#[test]
+fn every_testgen_log_recorded_on_vllm_033_conforms() {
+    let logs = files("tests/conformance/fixtures/testgen", "jsonl");
+    assert_eq!(logs.len(), files("tests/conformance/testgen", "toml").len(), "every generated scenario is recorded");
+    for log in &logs {
+        let name = log.file_stem().unwrap().to_string_lossy().to_string();
+        let sc = std::fs::read_to_string(root().join(format!("tests/conformance/testgen/{name}.toml"))).unwrap();
+        let r = conform::check(log, "vllm-0.33", None, 8).expect("log parses");
+        assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
+        assert!(r.partial.is_none(), "{name}");
+        let want = header(&sc, "expect-violated");
+        for p in want.split_whitespace() {
+            assert!(r.findings.iter().any(|(f, _)| f == p), "{name}: {p} not violated: {:?}", r.findings);
+        }
+    }
+}
