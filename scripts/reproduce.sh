@@ -70,8 +70,12 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
   if [ ! -x "$venv/bin/python" ]; then
     echo "   no venv at $venv: not recorded"; fail=$((fail + ${#list[@]})); continue
   fi
-  (cd "$CONF/vllm" && "$venv/bin/python" record.py -q "${list[@]}" --out-dir "$out") \
-    >"$out/.record-$v.log" 2>&1 || echo "   the recorder failed for some scenario (see $out/.record-$v.log)"
+  rec_log="$(mktemp "${TMPDIR:-/tmp}/reproduce-record-$v.XXXXXX")"
+  if (cd "$CONF/vllm" && "$venv/bin/python" record.py -q "${list[@]}" --out-dir "$out") >"$rec_log" 2>&1; then
+    rm -f "$rec_log"
+  else
+    echo "   the recorder failed for some scenario (its output: $rec_log)"
+  fi
   profile="vllm-${v%.*}"
   for s in "${list[@]}"; do
     name="$(sed -n 's/^name = "\(.*\)"$/\1/p' "$s" | head -1)"
@@ -92,5 +96,4 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
     fi
   done
 done
-rm -f "$out"/.record-*.log.keep
 [ $fail -eq 0 ] || { echo "$fail scenario(s) not reproduced" >&2; exit 1; }
