@@ -16,6 +16,7 @@ mod mooncake;
 mod nixl;
 mod parsers;
 mod replay;
+mod reproduce;
 mod roundtrip;
 mod rows;
 mod search;

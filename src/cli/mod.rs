@@ -8,6 +8,8 @@ mod explore;
 pub mod list;
 mod merge;
 pub mod replay;
+mod reproduce;
+mod testgen;
 
 use crate::error::Result;
 use clap::{Parser, Subcommand};
@@ -42,6 +44,12 @@ pub enum Cmd {
     /// Run the reference implementation over a trace (Mooncake JSONL or a kvmc scenario):
     /// metrics, and every invariant checked after every action.
     Replay(replay::ReplayArgs),
+    /// Turn a checker counterexample of a released vLLM profile into a scenario for the
+    /// conformance recorder (scripts/reproduce.sh records it on that release).
+    Reproduce(reproduce::ReproduceArgs),
+    /// Write recorder scenarios covering every decision and action kind a model's exploration
+    /// reaches, for conformance tests of a connector implementation.
+    Testgen(testgen::TestgenArgs),
 }
 
 /// The report format a command was asked for (`--format`): errors are reported in it too.
@@ -92,5 +100,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Conform(a) => conform::run(a),
         Cmd::Replay(a) => replay::run(a),
         Cmd::Merge(a) => merge::run(a),
+        Cmd::Reproduce(a) => reproduce::run(a),
+        Cmd::Testgen(a) => testgen::run(a),
     }
 }

@@ -3,7 +3,9 @@
 
 pub mod counterexample;
 pub mod coverage;
+pub mod reproduce;
 pub mod rows;
+pub mod testgen;
 
 pub use rows::{Row, Status, Verdict};
 use std::fmt::Write;

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Record checker counterexamples on real vLLM and show the same property violated there.
+#
+#   scripts/reproduce.sh                      # every tests/conformance/reproduced/*.toml
+#   scripts/reproduce.sh --gate               # first regenerate them from the gate
+#                                             # (kvmc reproduce --gate), then record
+#   scripts/reproduce.sh NAME.toml ...        # only these scenarios
+#   scripts/reproduce.sh --out-dir DIR ...    # logs into DIR (default:
+#                                             # tests/conformance/fixtures/reproduced/)
+#
+# Each scenario (written by `kvmc reproduce`) names in its header the vLLM release to run
+# (`# vllm-version: 0.33.0`) and the properties the counterexample violates
+# (`# expect-violated: P ...`). The scenarios of one release are recorded in one process with
+# tests/conformance/vllm/record.py from that release's venv: /work/venv-vllm-VERSION
+# (VLLM_VENV_DIR overrides /work; 0.33.0 falls back to VLLM_VENV or /work/venv-vllm). Then
+# `kvmc conform --strict --profile vllm-X.Y LOG` must conform and report every expected
+# property violated. A log that diverges, or lacks a property, is a failure (exit 1); a
+# release whose venv is missing or whose recorder fails is reported and counted as failed.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CONF="$ROOT/tests/conformance"
+KVMC="${KVMC:-$ROOT/target/dev-fast/kvmc}"
+VENV_DIR="${VLLM_VENV_DIR:-/work}"
+out="$CONF/fixtures/reproduced"
+gate=0
+scenarios=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gate) gate=1 ;;
+    --out-dir) [ $# -ge 2 ] || { echo "--out-dir needs a value" >&2; exit 2; }; out="$2"; shift ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) case "$1" in */*) scenarios+=("$1") ;; *) scenarios+=("$CONF/reproduced/$1") ;; esac ;;
+  esac
+  shift
+done
+[ -x "$KVMC" ] || { echo "no kvmc at $KVMC (cargo build --profile dev-fast, or set KVMC)" >&2; exit 2; }
+if [ $gate -eq 1 ]; then
+  (cd "$ROOT" && "$KVMC" reproduce --gate --out-dir "$CONF/reproduced") || exit 2
+fi
+if [ ${#scenarios[@]} -eq 0 ]; then
+  scenarios=("$CONF"/reproduced/*.toml)
+fi
+mkdir -p "$out"
+
+header() { sed -n "s/^# $2: //p" "$1" | head -1; }
+
+venv_of() {
+  local v="$1"
+  if [ -x "$VENV_DIR/venv-vllm-$v/bin/python" ]; then echo "$VENV_DIR/venv-vllm-$v"
+  elif [ "$v" = "0.33.0" ]; then echo "${VLLM_VENV:-/work/venv-vllm}"
+  else echo "$VENV_DIR/venv-vllm-$v"; fi
+}
+
+declare -A by_version=()
+for s in "${scenarios[@]}"; do
+  [ -f "$s" ] || { echo "$s: no such scenario" >&2; exit 2; }
+  v="$(header "$s" vllm-version)"
+  [ -n "$v" ] || { echo "$s:1: no '# vllm-version:' header (write it with kvmc reproduce)" >&2; exit 2; }
+  by_version[$v]+="$s "
+done
+
+export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
+fail=0
+for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
+  venv="$(venv_of "$v")"
+  read -r -a list <<<"${by_version[$v]}"
+  echo "== vLLM $v ($venv): ${#list[@]} scenario(s)"
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "   no venv at $venv: not recorded"; fail=$((fail + ${#list[@]})); continue
+  fi
+  rec_log="$(mktemp "${TMPDIR:-/tmp}/reproduce-record-$v.XXXXXX")"
+  if (cd "$CONF/vllm" && "$venv/bin/python" record.py -q "${list[@]}" --out-dir "$out") >"$rec_log" 2>&1; then
+    rm -f "$rec_log"
+  else
+    echo "   the recorder failed for some scenario (its output: $rec_log)"
+  fi
+  profile="vllm-${v%.*}"
+  for s in "${list[@]}"; do
+    name="$(sed -n 's/^name = "\(.*\)"$/\1/p' "$s" | head -1)"
+    log="$out/$name.jsonl"
+    if [ ! -f "$log" ]; then
+      echo "   FAIL $name: no log (recorder error; a partial log may be at $log.partial)"; fail=$((fail + 1)); continue
+    fi
+    res="$("$KVMC" conform --strict --profile "$profile" "$log" 2>&1)"
+    missing=()
+    for p in $(header "$s" expect-violated); do
+      grep -q "invariant $p is violated" <<<"$res" || missing+=("$p")
+    done
+    if grep -q ": conforms" <<<"$res" && [ ${#missing[@]} -eq 0 ]; then
+      echo "   ok   $name: $(grep -o 'invariant [a-z0-9-]* is violated from step [0-9]*' <<<"$res" | sed 's/invariant //; s/ is violated from step / @/' | paste -sd' ')"
+    else
+      fail=$((fail + 1))
+      echo "   FAIL $name: ${missing[*]:+not violated: ${missing[*]}; }$(head -1 <<<"$res")"
+    fi
+  done
+done
+[ $fail -eq 0 ] || { echo "$fail scenario(s) not reproduced" >&2; exit 1; }

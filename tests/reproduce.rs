@@ -1,0 +1,289 @@
+//! `kvmc reproduce`: checker counterexamples turned into recorder scenarios
+//! (tests/conformance/reproduced/), recorded on real vLLM by scripts/reproduce.sh
+//! (tests/conformance/fixtures/reproduced/), and conformed here without Python: each log must
+//! conform to its profile and show every property its counterexample violates.
+
+use crate::common::*;
+use kvmc::conform;
+use std::path::PathBuf;
+
+fn header(text: &str, key: &str) -> String {
+    let tag = format!("# {key}: ");
+    text.lines().find_map(|l| l.strip_prefix(&tag)).unwrap_or_else(|| panic!("no {tag}")).to_string()
+}
+
+fn files(dir: &str, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
+    let logs = files("tests/conformance/fixtures/reproduced", "jsonl");
+    assert!(logs.len() >= 6, "the 0.33 rows of the gate are recorded");
+    for log in &logs {
+        let name = log.file_stem().unwrap().to_string_lossy().to_string();
+        let sc = std::fs::read_to_string(root().join(format!("tests/conformance/reproduced/{name}.toml")))
+            .unwrap_or_else(|_| panic!("{name}: the log has no scenario"));
+        let version = header(&sc, "vllm-version");
+        let profile = format!("vllm-{}", version.rsplit_once('.').unwrap().0);
+        let want = header(&sc, "expect-violated");
+        assert!(!want.is_empty(), "{name}: the counterexample violates something");
+        let r = conform::check(log, &profile, None, 8).expect("log parses");
+        assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
+        assert!(r.partial.is_none(), "{name}: partial log");
+        for p in want.split_whitespace() {
+            assert!(
+                r.findings.iter().any(|(f, _)| f == p),
+                "{name}: vLLM {version} does not violate {p}: {:?}",
+                r.findings
+            );
+        }
+        // A gate row's own property (the file name's last part) is among them.
+        if let Some((_, row_prop)) = name.rsplit_once("__") {
+            assert!(want.split_whitespace().any(|p| p == row_prop), "{name}");
+        }
+    }
+    // Every scenario of a release the recorder runs (0.33) has its log.
+    for sc in files("tests/conformance/reproduced", "toml")
+        .into_iter()
+        .filter(|p| !p.to_string_lossy().ends_with(".model.toml"))
+    {
+        let text = std::fs::read_to_string(&sc).unwrap();
+        if header(&text, "vllm-version") == "0.33.0" {
+            let n = sc.file_stem().unwrap().to_string_lossy().to_string();
+            assert!(logs.iter().any(|l| l.file_stem().unwrap().to_string_lossy() == n), "{n}: not recorded");
+        }
+    }
+}
+
+#[test]
+fn strict_conform_of_a_reproduced_log_exits_10_naming_the_property() {
+    let log = "tests/conformance/fixtures/reproduced/sync-load-failure__vllm-0.33__g1-cache-sound.jsonl";
+    let o = kvmc(&["conform", "--strict", log]);
+    assert_eq!(o.status.code(), Some(10), "{}", stdout(&o));
+    assert!(stdout(&o).contains("conforms"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("invariant g1-cache-sound is violated from step 5 on"), "{}", stdout(&o));
+}
+
+#[test]
+fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
+    let dir = tempdir("reproduce-gate");
+    let o = kvmc(&["reproduce", "--gate", "--out-dir", dir.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    let committed: Vec<PathBuf> = files("tests/conformance/reproduced", "toml")
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("__vllm-"))
+        .collect();
+    let mut written: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    written.sort();
+    let names = |v: &[PathBuf]| v.iter().map(|p| p.file_name().unwrap().to_owned()).collect::<Vec<_>>();
+    assert_eq!(
+        names(&committed),
+        names(&written),
+        "regenerate with `kvmc reproduce --gate --out-dir tests/conformance/reproduced`"
+    );
+    for (c, w) in committed.iter().zip(&written) {
+        assert_eq!(std::fs::read_to_string(c).unwrap(), std::fs::read_to_string(w).unwrap(), "{}", c.display());
+    }
+    // Every released-profile violation of the gate is either written or listed with a reason.
+    assert!(out.contains("pd-chunked__vllm-0.33__handoff-integrity") && out.contains("NixlConnector"), "{out}");
+    assert!(out.contains("mooncake-load-retry__vllm-0.33__requests-finish"), "{out}");
+    assert!(out.contains("scpu-async-abort__vllm-0.33__store-coverage") && out.contains("async scheduling"), "{out}");
+    assert!(!out.contains("pre-29870"), "variants are not released code: {out}");
+    let listed = out.lines().filter(|l| l.contains("__vllm-0.")).count();
+    assert_eq!(listed, 38, "{out}");
+}
+
+#[test]
+fn reproduce_reads_a_counterexample_file_or_finds_one() {
+    let dir = tempdir("reproduce-cx");
+    let o = kvmc(&[
+        "check",
+        "models/error-mid-prefill.toml",
+        "--profile",
+        "vllm-0.33",
+        "--property",
+        "host-integrity",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    let cx = dir.join("error-mid-prefill__vllm-0.33__fixed__host-integrity.scenario.toml");
+    let out = dir.join("r.toml");
+    let o = kvmc(&["reproduce", cx.to_str().unwrap(), "-o", out.to_str().unwrap(), "--name", "emp"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let a = std::fs::read_to_string(&out).unwrap();
+    // The story: A arrives before step 1, errors before step 2 (its finish-time store), and
+    // the store copy finishes within step 3 (reported there: delay 1 from step 2).
+    for want in [
+        "# vllm-version: 0.33.0",
+        "# expect-violated: host-integrity source-freshness",
+        "name = \"emp\"",
+        "block_size = 2\ngpu_blocks = 5\nmax_num_batched_tokens = 3\nmax_num_seqs = 3\n",
+        "[[event]]\nerror = \"A\"\nstep = 2",
+        "[[transfer_delay]]\nreq = \"A\"\nkind = \"store\"\nnth = 2\ndelay = 1",
+        "prompt = [\"t97:1\", \"t98:1\", \"t99:1\", \"t100:1\", \"t101:1\", \"t102:1\"]",
+    ] {
+        assert!(a.contains(want), "{want:?} not in\n{a}");
+    }
+    // The same counterexample found by the checker gives the same scenario.
+    let o = kvmc(&[
+        "reproduce",
+        "models/error-mid-prefill.toml",
+        "--property",
+        "host-integrity",
+        "--profile",
+        "vllm-0.33",
+        "--name",
+        "emp",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let body = |s: &str| {
+        s.lines()
+            .filter(|l| !l.starts_with("# counterexample") && !l.starts_with("description"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(body(&stdout(&o)), body(&a));
+}
+
+#[test]
+fn reproduce_refuses_what_released_vllm_cannot_run_and_bad_files() {
+    let dir = tempdir("reproduce-bad");
+    let w = |n: &str, t: &str| {
+        let p = dir.join(n);
+        std::fs::write(&p, t).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let model = root().join("models/error-mid-prefill.toml");
+    let m = model.to_str().unwrap();
+    // An action that is not enabled: exit 2 naming the file and its line.
+    let p = w(
+        "off.toml",
+        &format!("model = {m:?}\nprofile = \"vllm-0.33\"\nactions = [\n  \"arrive A\",\n  \"abort B\",\n]\n"),
+    );
+    let o = kvmc(&["reproduce", &p]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("{p}:5:")), "{}", stderr(&o));
+    // Malformed TOML and an unknown key: exit 2 with the line.
+    let p = w("bad.toml", &format!("model = {m:?}\nactions = [\"arrive A\",\n"));
+    let o = kvmc(&["reproduce", &p]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("{p}:")), "{}", stderr(&o));
+    let p = w("key.toml", &format!("model = {m:?}\nsteps = 3\nactions = []\n"));
+    let o = kvmc(&["reproduce", &p]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("{p}:2:")), "{}", stderr(&o));
+    // A variant is not released code; vllm-main is no release; NIXL is not recorded.
+    let p = w(
+        "var.toml",
+        &format!("model = {m:?}\nprofile = \"vllm-0.33\"\nvariant = \"fix-63937\"\nactions = [\"arrive A\"]\n"),
+    );
+    let o = kvmc(&["reproduce", &p]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("variant fix-63937"), "{}", stderr(&o));
+    let o =
+        kvmc(&["reproduce", "models/error-mid-prefill.toml", "--property", "host-integrity", "--profile", "vllm-main"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no vLLM release"), "{}", stderr(&o));
+    let o = kvmc(&["reproduce", "models/pd-chunked.toml", "--property", "handoff-integrity"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("NixlConnector"), "{}", stderr(&o));
+    // A property that holds has no counterexample.
+    let o = kvmc(&["reproduce", "models/error-mid-prefill.toml", "--property", "g1-accounting"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds"), "{}", stderr(&o));
+}
+
+#[test]
+fn finding_23a_is_reproduced_on_vllm_033() {
+    // The committed scenario is what kvmc reproduce makes of the finding's model today.
+    let o = kvmc(&[
+        "reproduce",
+        "tests/conformance/reproduced/finding-23a.model.toml",
+        "--property",
+        "store-coverage",
+        "--name",
+        "finding-23a",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let committed = std::fs::read_to_string(root().join("tests/conformance/reproduced/finding-23a.toml")).unwrap();
+    assert_eq!(stdout(&o), committed);
+    // vLLM 0.33's log: B loads A.0 (job 1), C's store evicts A.0 from the host tier while B
+    // waits, B finishes after recomputing its last token, and no store of A.0 follows.
+    let log = root().join("tests/conformance/fixtures/reproduced/finding-23a.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#"{"ev":"load","step":3,"job":1,"req":"B","keys":["A.0"]"#), "{text}");
+    assert!(text.contains(r#"{"ev":"evict","step":4,"medium":"CPU","keys":["A.0"]}"#), "{text}");
+    assert!(text.contains(r#"{"ev":"finish","step":5,"req":"B","reason":"length"}"#), "{text}");
+    assert!(!text.lines().any(|l| l.contains(r#""ev":"store""#) && l.contains(r#""req":"B""#)), "B never stores");
+    let r = conform::check(&log, "vllm-0.33", None, 8).unwrap();
+    assert!(r.divergence.is_none(), "{:?}", r.divergence);
+    assert_eq!(r.findings, vec![("store-coverage".to_string(), 6)]);
+}
+
+/// The models `kvmc testgen` was shown on, per connector (docs/conformance.md, "Test generation").
+const TESTGEN: &[&str] = &[
+    "sync-load-failure",
+    "restart-recompute",
+    "load-reservation",
+    "preempt-store",
+    "error-mid-prefill",
+    "stream-resume",
+    "scpu-preempt",
+    "scpu-pressure",
+    "scpu-stream-resume",
+];
+
+#[test]
+fn testgen_writes_the_committed_scenarios_and_covers_every_item_it_reaches() {
+    let dir = tempdir("testgen");
+    let mut written = 0;
+    for m in TESTGEN {
+        let o = kvmc(&["testgen", &format!("models/{m}.toml"), "--out-dir", dir.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let out = stdout(&o);
+        let head = out.lines().next().unwrap();
+        let items: usize = head.split(": ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        // One line per item, each naming the scenario that covers it.
+        let lines: Vec<&str> = out.lines().skip(1).collect();
+        assert_eq!(lines.len(), items, "{out}");
+        assert!(lines.iter().all(|l| l.contains(&format!("{m}-t"))), "{out}");
+        assert!(lines.iter().any(|l| l.contains("action: step")), "{out}");
+        written = std::fs::read_dir(&dir).unwrap().count();
+    }
+    let committed = files("tests/conformance/testgen", "toml");
+    assert_eq!(
+        committed.len(),
+        written,
+        "regenerate with kvmc testgen models/M.toml --out-dir tests/conformance/testgen"
+    );
+    for c in &committed {
+        let w = dir.join(c.file_name().unwrap());
+        assert_eq!(std::fs::read_to_string(c).unwrap(), std::fs::read_to_string(&w).unwrap(), "{}", c.display());
+    }
+}
+
+#[test]
+fn every_testgen_log_recorded_on_vllm_033_conforms() {
+    let logs = files("tests/conformance/fixtures/testgen", "jsonl");
+    assert_eq!(logs.len(), files("tests/conformance/testgen", "toml").len(), "every generated scenario is recorded");
+    for log in &logs {
+        let name = log.file_stem().unwrap().to_string_lossy().to_string();
+        let sc = std::fs::read_to_string(root().join(format!("tests/conformance/testgen/{name}.toml"))).unwrap();
+        let r = conform::check(log, "vllm-0.33", None, 8).expect("log parses");
+        assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
+        assert!(r.partial.is_none(), "{name}");
+        let want = header(&sc, "expect-violated");
+        for p in want.split_whitespace() {
+            assert!(r.findings.iter().any(|(f, _)| f == p), "{name}: {p} not violated: {:?}", r.findings);
+        }
+    }
+}
