@@ -172,7 +172,7 @@ def build_engine(sc: Scenario) -> Engine:
             vllm_config = make_config()
         finally:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
-    assert vllm_config.use_v2_model_runner
+    assert getattr(vllm_config, "use_v2_model_runner", True)   # 0.34 has only V2
     assert vllm_config.scheduler_config.async_scheduling is False
 
     kv_cache_config, block_size, hash_block_size = _plan_kv_cache(vllm_config, spec)

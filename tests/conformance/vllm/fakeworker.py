@@ -32,6 +32,16 @@ from dataclasses import dataclass
 from scenario import Scenario, sampled_token
 
 
+def job_src(job):
+    """A TransferJob's source spec (0.32+ ``src_spec``; 0.24 ``transfer_spec[0]``)."""
+    return job.src_spec if hasattr(job, "src_spec") else job.transfer_spec[0]
+
+
+def job_dst(job):
+    """A TransferJob's destination spec (0.32+ ``dst_spec``; 0.24 ``transfer_spec[1]``)."""
+    return job.dst_spec if hasattr(job, "dst_spec") else job.transfer_spec[1]
+
+
 @dataclass
 class PendingJob:
     job_id: int
@@ -85,7 +95,7 @@ class FakeWorker:
             job = meta.load_jobs[job_id]
             nth = self._count.get((job.req_id, "load"), 0) + 1
             self._count[(job.req_id, "load")] = nth
-            dst = [int(b) for b in job.dst_spec.block_ids]
+            dst = [int(b) for b in job_dst(job).block_ids]
             delay = 0 if getattr(job, "sync", False) else self._delay_for(job.req_id, "load", nth,
                                                        self.sc.load_delay)
             pj = PendingJob(job_id, job.req_id, "load", bool(getattr(job, "sync", False)), step,
@@ -101,7 +111,7 @@ class FakeWorker:
             delay = self._delay_for(job.req_id, "store", nth, self.sc.store_delay)
             self.pending[job_id] = PendingJob(
                 job_id, job.req_id, "store", False, step, step + max(delay, 1),
-                [int(b) for b in job.src_spec.block_ids])
+                [int(b) for b in job_src(job).block_ids])
 
     # -- completion -------------------------------------------------------------------
     @staticmethod

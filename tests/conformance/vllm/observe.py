@@ -31,6 +31,8 @@ from __future__ import annotations
 import json
 import sys
 
+from fakeworker import job_dst, job_src
+
 _REASONS = {
     "FINISHED_STOPPED": "stop",
     "FINISHED_LENGTH_CAPPED": "length",
@@ -258,9 +260,9 @@ class Recorder:
             for jid in sorted(set(cs._current_batch_load_jobs) - before):
                 job = cs._current_batch_load_jobs[jid]
                 keys, slots = self._load_calls.pop(0)
-                assert slots == [int(c) for c in job.src_spec.block_ids]
+                assert slots == [int(c) for c in job_src(job).block_ids]
                 self.emit("load", job=jid, req=job.req_id, keys=[key_hash(k) for k in keys],
-                          blocks=[int(b) for b in job.dst_spec.block_ids], slots=slots,
+                          blocks=[int(b) for b in job_dst(job).block_ids], slots=slots,
                           sync=bool(getattr(job, "sync", False)))   # no sync loads before 0.33
             return res
 
@@ -294,12 +296,12 @@ class Recorder:
             lines = {}
             for jid in sorted(meta.store_jobs):
                 job = meta.store_jobs[jid]
-                keys = self._store_keys.pop(id(job.dst_spec))
-                lines[id(job.dst_spec)] = {
+                keys = self._store_keys.pop(id(job_dst(job)))
+                lines[id(job_dst(job))] = {
                     "ev": "store", "step": self.step, "job": jid, "req": job.req_id,
                     "keys": [key_hash(k) for k in keys],
-                    "blocks": [int(b) for b in job.src_spec.block_ids],
-                    "slots": [int(c) for c in job.dst_spec.block_ids]}
+                    "blocks": [int(b) for b in job_src(job).block_ids],
+                    "slots": [int(c) for c in job_dst(job).block_ids]}
             buf = []
             for ev in self.buf:
                 if ev["ev"] == "_store":
