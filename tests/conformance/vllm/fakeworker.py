@@ -29,17 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scenario import Scenario, sampled_token
-
-
-def job_src(job):
-    """A TransferJob's source spec (0.32+ ``src_spec``; 0.24 ``transfer_spec[0]``)."""
-    return job.src_spec if hasattr(job, "src_spec") else job.transfer_spec[0]
-
-
-def job_dst(job):
-    """A TransferJob's destination spec (0.32+ ``dst_spec``; 0.24 ``transfer_spec[1]``)."""
-    return job.dst_spec if hasattr(job, "dst_spec") else job.transfer_spec[1]
+from scenario import Scenario, job_dst, job_src, sampled_token
 
 
 @dataclass

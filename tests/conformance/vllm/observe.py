@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import sys
 
-from fakeworker import job_dst, job_src
+from scenario import job_dst, job_src
 
 _REASONS = {
     "FINISHED_STOPPED": "stop",
