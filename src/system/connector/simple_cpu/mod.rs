@@ -299,7 +299,7 @@ impl SimpleCpuState {
             // copy; move that copy's longest cached prefix to the MRU end, tail released first
             // (`touch`, then `free_blocks(reversed(prefix_blocks))`).
             let hashes = req.block_hashes(q_spec, c.block_size);
-            let hit = self.cpu.find_longest_cache_hit(&hashes, local, c.block_size);
+            let hit = self.cpu.find_longest_cache_hit(hashes, local, c.block_size);
             if !hit.is_empty() {
                 self.cpu_touch(&hit);
                 let rev: Vec<BlockId> = hit.iter().rev().copied().collect();
