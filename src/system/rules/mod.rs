@@ -113,6 +113,7 @@ fn vllm_033() -> Rules {
         scpu_reset_on_preempt: true,
         scpu_finish_flush: true,
         scpu_refresh_on_gpu_hit: false,
+        scpu_refresh_local_hit: false,
         scpu_hash_at_prep: false,
         scpu_lookup_pins: true,
         scpu_drop_stale_pin: true,
@@ -133,6 +134,14 @@ fn vllm_033() -> Rules {
         aux_clamp_in_core: false,
         aux_cap_trims: false,
     }
+}
+
+/// 0.34.0: 0.33 plus #63937 (the finish-time store stops at `num_computed_tokens`,
+/// `_build_store_jobs`) and #62444 fixed its own way (SimpleCPU refreshes the CPU copies of a
+/// GPU prefix hit in `update_state_after_alloc`, not in the eager scan); `Scheduler.schedule`
+/// lists a resumed request among the new ones in admission order (no `scheduled_resumed_reqs`).
+fn vllm_034() -> Rules {
+    Rules { resumed_after_new: false, error_watermark_computed: true, scpu_refresh_local_hit: true, ..vllm_033() }
 }
 
 fn vllm_main() -> Rules {
@@ -194,6 +203,11 @@ pub const PROFILES: &[Profile] = &[
         name: "vllm-0.33",
                 summary: "vLLM 0.33.0 as released: #60810 and #63010 fixed; request-rank LRU (#61050); #63937 and #59102 (NIXL host buffer) still present",
         rules: vllm_033,
+    },
+    Profile {
+        name: "vllm-0.34",
+        summary: "vLLM 0.34.0 as released: #63937 and #62444 fixed, resumed requests listed in admission order; #59102 (NIXL host buffer) and the async-load self-reservation hang still present",
+        rules: vllm_034,
     },
     Profile {
         name: "vllm-main",

@@ -228,6 +228,12 @@ rules_table! {
     /// An eager scan that finds a block already cached in the CPU pool (a GPU-side hit) moves
     /// that CPU block to the MRU end of the free queue (#62444; 0.33 skips it unchanged).
     scpu_refresh_on_gpu_hit: bool => "SimpleCPU refreshes a CPU block found already cached", "#62444";
+    /// `update_state_after_alloc` moves the CPU copies of the request's GPU prefix hit (the
+    /// longest CPU-cached prefix of the `num_computed_tokens` its lookup saw) to the MRU end of
+    /// the CPU free queue, tail released first (0.34's fix of #62444; the eager scan still skips
+    /// an already cached block unchanged).
+    scpu_refresh_local_hit: bool
+        => "SimpleCPU refreshes the CPU copies of a GPU prefix hit at admission", "update_state_after_alloc (0.34)";
     /// A store registers the hash stamped on the CPU block at prep (0.24) instead of the GPU
     /// block's hash read at completion (0.32+).
     scpu_hash_at_prep: bool => "SimpleCPU registers the hash stamped at store prep", "_process_store_completion (0.32)";

@@ -98,6 +98,14 @@ def _kv_spec(block_size: int):
                              head_size=HEAD_SIZE, dtype=DTYPE)
 
 
+def _chunk_alignment() -> int:
+    """What CPUOffloadingSpec rounds a chunk's bytes up to: mmap.PAGESIZE (0.32+, the shared
+    offload region), 1 in 0.24."""
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
+
+    return int(getattr(CPUOffloadingSpec, "BLOCK_SIZE_ALIGNMENT", mmap.PAGESIZE))
+
+
 def build_engine(sc: Scenario) -> Engine:
     from vllm.config import (CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig,
                              ModelConfig, SchedulerConfig, VllmConfig)
@@ -105,7 +113,7 @@ def build_engine(sc: Scenario) -> Engine:
     spec = _kv_spec(sc.block_size)
     page_bytes = spec.page_size_bytes                 # K and V of one block, one layer
     kv_bytes_per_token = page_bytes // sc.block_size
-    chunk_bytes = _round_up(page_bytes * sc.blocks_per_chunk, mmap.PAGESIZE)
+    chunk_bytes = _round_up(page_bytes * sc.blocks_per_chunk, _chunk_alignment())
 
     model_config = ModelConfig(model=str(TINY_LLAMA_DIR), skip_tokenizer_init=True,
                                dtype="float16", max_model_len=sc.max_model_len, seed=0)
@@ -143,12 +151,28 @@ def build_engine(sc: Scenario) -> Engine:
             kv_connector="SimpleCPUOffloadConnector", kv_role="kv_both",
             kv_connector_extra_config=extra,
             kv_load_failure_policy=sc.load_failure_policy)
-    vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
-                             cache_config=cache_config,
-                             kv_transfer_config=kv_transfer_config,
-                             kv_events_config=KVEventsConfig(enable_kv_cache_events=True,
-                                                             publisher="null"),
-                             device_config=DeviceConfig("cpu"))
+    def make_config():
+        return VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
+                          cache_config=cache_config,
+                          kv_transfer_config=kv_transfer_config,
+                          kv_events_config=KVEventsConfig(enable_kv_cache_events=True,
+                                                          publisher="null"),
+                          device_config=DeviceConfig("cpu"))
+
+    try:
+        vllm_config = make_config()
+    except ValueError as e:
+        # 0.32's VllmConfig refuses Model Runner V2 without Triton (0.33 only warns on a CPU
+        # platform); the scheduler side does not use Triton. Validate under V1, then pin V2
+        # again before anything reads use_v2_model_runner (Scheduler.__init__, connectors).
+        if "requires Triton" not in str(e):
+            raise
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+        try:
+            vllm_config = make_config()
+        finally:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    assert getattr(vllm_config, "use_v2_model_runner", True)   # 0.34 has only V2
     assert vllm_config.scheduler_config.async_scheduling is False
 
     kv_cache_config, block_size, hash_block_size = _plan_kv_cache(vllm_config, spec)
@@ -173,12 +197,16 @@ def build_engine(sc: Scenario) -> Engine:
 
     hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(hash_block_size, hash_fn,
-                                      vllm_config.num_hash_lookahead_tokens)
+    if hasattr(vllm_config, "num_hash_lookahead_tokens"):   # 0.33+
+        hasher = get_request_block_hasher(hash_block_size, hash_fn,
+                                          vllm_config.num_hash_lookahead_tokens)
+    else:
+        hasher = get_request_block_hasher(hash_block_size, hash_fn)
 
     eng = Engine(vllm_config, scheduler, hasher, kv_bytes_per_token, 0)
     if eng.manager is not None:
-        eng.num_host_chunks = eng.manager._num_chunks
+        mgr = eng.manager   # 0.24 counts blocks (_num_blocks), 0.32+ chunks
+        eng.num_host_chunks = getattr(mgr, "_num_chunks", None) or mgr._num_blocks
         if eng.num_host_chunks != sc.host_chunks:
             raise RuntimeError(f"CPU tier got {eng.num_host_chunks} chunks, "
                                f"scenario asked for {sc.host_chunks}")
@@ -191,35 +219,51 @@ def build_engine(sc: Scenario) -> Engine:
 
 
 def _plan_kv_cache(vllm_config, spec):
-    from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
-    from vllm.v1.core.kv_cache_planning import (get_global_kv_cache_groups,
-                                                get_kv_cache_configs)
-    from vllm.v1.core.kv_cache_utils import (generate_scheduler_kv_cache_config,
-                                             resolve_cache_hit_alignment_tokens,
-                                             resolve_kv_cache_block_sizes,
-                                             update_kv_cache_capacity)
+    """The planning path of ``EngineCore._initialize_kv_caches`` for one worker. Steps a
+    release does not have are skipped: 0.24 has no KV-cache layout resolution, no
+    ``update_kv_cache_capacity`` (``get_kv_cache_capacity``) and no cache-hit alignment;
+    0.24 and 0.32 plan in ``kv_cache_utils`` without pre-resolved groups."""
+    from vllm.v1.core import kv_cache_utils as kcu
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 
     register_all_kvcache_specs(vllm_config)
     kv_cache_specs = [{LAYER_NAME: spec}]
-    resolve_kv_cache_layout(vllm_config, [["LBNHC", "LBHNC"]],  # one worker
-                            [s for specs in kv_cache_specs for s in specs.values()])
-    groups = get_global_kv_cache_groups(vllm_config, kv_cache_specs)
-    configs = get_kv_cache_configs(vllm_config, kv_cache_specs, [1 << 30], groups)
-    for cfg in configs:
-        cfg.kv_cache_layout = vllm_config.cache_config.kv_cache_layout
-    sched_cfg = generate_scheduler_kv_cache_config(configs)
+    try:
+        from vllm.v1.attention.backends.utils import resolve_kv_cache_layout
+    except ImportError:   # 0.24
+        pass
+    else:
+        resolve_kv_cache_layout(vllm_config, [["LBNHC", "LBHNC"]],  # one worker
+                                [s for specs in kv_cache_specs for s in specs.values()])
+    try:   # 0.33+: planning split out of kv_cache_utils, groups resolved first
+        from vllm.v1.core.kv_cache_planning import (get_global_kv_cache_groups,
+                                                    get_kv_cache_configs)
+    except ImportError:   # 0.24, 0.32
+        configs = kcu.get_kv_cache_configs(vllm_config, kv_cache_specs, [1 << 30])
+    else:
+        groups = get_global_kv_cache_groups(vllm_config, kv_cache_specs)
+        configs = get_kv_cache_configs(vllm_config, kv_cache_specs, [1 << 30], groups)
+    if hasattr(vllm_config.cache_config, "kv_cache_layout"):
+        for cfg in configs:
+            cfg.kv_cache_layout = vllm_config.cache_config.kv_cache_layout
+    sched_cfg = kcu.generate_scheduler_kv_cache_config(configs)
     vllm_config.cache_config.num_gpu_blocks = sched_cfg.num_blocks
     vllm_config.cache_config.block_size = min(
         g.kv_cache_spec.block_size for g in sched_cfg.kv_cache_groups)
-    update_kv_cache_capacity(vllm_config, sched_cfg)
+    if hasattr(kcu, "update_kv_cache_capacity"):
+        kcu.update_kv_cache_capacity(vllm_config, sched_cfg)
+    else:   # 0.24
+        tokens, concurrency = kcu.get_kv_cache_capacity(vllm_config, sched_cfg)
+        vllm_config.cache_config.kv_cache_size_tokens = tokens
+        vllm_config.cache_config.kv_cache_max_concurrency = concurrency
     vllm_config.validate_block_size()
-    block_size, hash_block_size = resolve_kv_cache_block_sizes(sched_cfg, vllm_config)
-    align = resolve_cache_hit_alignment_tokens(sched_cfg, vllm_config, block_size,
-                                               hash_block_size)
-    for cfg in (*configs, sched_cfg):
-        cfg.hash_block_size = hash_block_size
-        cfg.cache_hit_alignment_tokens = align
+    block_size, hash_block_size = kcu.resolve_kv_cache_block_sizes(sched_cfg, vllm_config)
+    if hasattr(kcu, "resolve_cache_hit_alignment_tokens"):
+        align = kcu.resolve_cache_hit_alignment_tokens(sched_cfg, vllm_config, block_size,
+                                                       hash_block_size)
+        for cfg in (*configs, sched_cfg):
+            cfg.hash_block_size = hash_block_size
+            cfg.cache_hit_alignment_tokens = align
     return sched_cfg, block_size, hash_block_size
 
 
@@ -236,5 +280,6 @@ def make_request(eng: Engine, name: str, prompt: list[int], max_tokens: int,
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=not eos)
     # What the input processor does: eos_token_id is only kept without ignore_eos.
     params.update_from_generation_config({}, EOS_TOKEN_ID)
+    extra = {"resumable": True} if resumable else {}   # 0.24 has no streaming sessions
     return Request(name, list(prompt), params, pooling_params=None,
-                   block_hasher=eng.hasher, resumable=resumable)
+                   block_hasher=eng.hasher, **extra)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scenario import Scenario, sampled_token
+from scenario import Scenario, job_dst, job_src, sampled_token
 
 
 @dataclass
@@ -85,10 +85,10 @@ class FakeWorker:
             job = meta.load_jobs[job_id]
             nth = self._count.get((job.req_id, "load"), 0) + 1
             self._count[(job.req_id, "load")] = nth
-            dst = [int(b) for b in job.dst_spec.block_ids]
-            delay = 0 if job.sync else self._delay_for(job.req_id, "load", nth,
+            dst = [int(b) for b in job_dst(job).block_ids]
+            delay = 0 if getattr(job, "sync", False) else self._delay_for(job.req_id, "load", nth,
                                                        self.sc.load_delay)
-            pj = PendingJob(job_id, job.req_id, "load", bool(job.sync), step,
+            pj = PendingJob(job_id, job.req_id, "load", bool(getattr(job, "sync", False)), step,
                             step + delay, dst)
             fail = self._failure_for(job.req_id, nth)
             if fail is not None:
@@ -101,7 +101,7 @@ class FakeWorker:
             delay = self._delay_for(job.req_id, "store", nth, self.sc.store_delay)
             self.pending[job_id] = PendingJob(
                 job_id, job.req_id, "store", False, step, step + max(delay, 1),
-                [int(b) for b in job.src_spec.block_ids])
+                [int(b) for b in job_src(job).block_ids])
 
     # -- completion -------------------------------------------------------------------
     @staticmethod
@@ -195,12 +195,11 @@ class FakeWorker:
             tok = sampled_token(name, len(req.output_token_ids), eos_of.get(rid))
             sampled_ids.append([tok])
             sampled.append((rid, tok))
-        mro = ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled_ids,
-            kv_connector_output=kv_out,
-        )
+        extra = {}
+        if "req_id_to_index" in ModelRunnerOutput.__dataclass_fields__:   # gone in 0.34
+            extra["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
+        mro = ModelRunnerOutput(req_ids=req_ids, sampled_token_ids=sampled_ids,
+                                kv_connector_output=kv_out, **extra)
         return mro, sampled
 
 

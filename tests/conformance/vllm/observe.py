@@ -31,6 +31,8 @@ from __future__ import annotations
 import json
 import sys
 
+from scenario import job_dst, job_src
+
 _REASONS = {
     "FINISHED_STOPPED": "stop",
     "FINISHED_LENGTH_CAPPED": "length",
@@ -258,10 +260,10 @@ class Recorder:
             for jid in sorted(set(cs._current_batch_load_jobs) - before):
                 job = cs._current_batch_load_jobs[jid]
                 keys, slots = self._load_calls.pop(0)
-                assert slots == [int(c) for c in job.src_spec.block_ids]
+                assert slots == [int(c) for c in job_src(job).block_ids]
                 self.emit("load", job=jid, req=job.req_id, keys=[key_hash(k) for k in keys],
-                          blocks=[int(b) for b in job.dst_spec.block_ids], slots=slots,
-                          sync=bool(job.sync))
+                          blocks=[int(b) for b in job_dst(job).block_ids], slots=slots,
+                          sync=bool(getattr(job, "sync", False)))   # no sync loads before 0.33
             return res
 
         conn.update_state_after_alloc = update_state_after_alloc
@@ -294,12 +296,12 @@ class Recorder:
             lines = {}
             for jid in sorted(meta.store_jobs):
                 job = meta.store_jobs[jid]
-                keys = self._store_keys.pop(id(job.dst_spec))
-                lines[id(job.dst_spec)] = {
+                keys = self._store_keys.pop(id(job_dst(job)))
+                lines[id(job_dst(job))] = {
                     "ev": "store", "step": self.step, "job": jid, "req": job.req_id,
                     "keys": [key_hash(k) for k in keys],
-                    "blocks": [int(b) for b in job.src_spec.block_ids],
-                    "slots": [int(c) for c in job.dst_spec.block_ids]}
+                    "blocks": [int(b) for b in job_src(job).block_ids],
+                    "slots": [int(c) for c in job_dst(job).block_ids]}
             buf = []
             for ev in self.buf:
                 if ev["ev"] == "_store":
@@ -448,7 +450,8 @@ class Recorder:
         self.emit("schedule",
                   scheduled=[[rid, n] for rid, n in so.num_scheduled_tokens.items()],
                   new=[r.req_id for r in so.scheduled_new_reqs],
-                  resumed=sorted(cached.resumed_req_ids),
+                  # 0.34 lists every resumed request in scheduled_new_reqs (no field).
+                  resumed=sorted(getattr(cached, "resumed_req_ids", ())),
                   preempted=sorted(so.preempted_req_ids or ()),
                   finished=sorted(so.finished_req_ids or ()),
                   tables=tables)
@@ -460,10 +463,9 @@ class Recorder:
         pool = mgr.cpu_block_pool
         free = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
         cached: dict[str, list[int]] = {}
-        for key, val in pool.cached_block_hash_to_block._cache.items():
+        for key, ids in _cached_ids(pool):
             raw = bytes(key)[:-4]
             lab = labels.get(raw, "?" + raw.hex()[:16])
-            ids = [val.block_id] if hasattr(val, "block_id") else [int(b) for b in val]
             cached.setdefault(lab, []).extend(ids)
         cached = {k: cached[k] for k in sorted(cached, key=self.label_order)}
         refs = {str(b.block_id): b.ref_cnt for b in pool.blocks
@@ -478,10 +480,9 @@ class Recorder:
         free = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
         labels = self._labels()
         cached: dict[str, list[int]] = {}
-        for key, val in pool.cached_block_hash_to_block._cache.items():
+        for key, ids in _cached_ids(pool):
             raw = bytes(key)[:-4]
             lab = labels.get(raw, "?" + raw.hex()[:16])
-            ids = [val.block_id] if hasattr(val, "block_id") else [int(b) for b in val]
             cached.setdefault(lab, []).extend(ids)
         cached = {k: cached[k] for k in sorted(cached, key=self.label_order)}
         self.emit("g1", free=free, cached=cached)
@@ -493,12 +494,35 @@ class Recorder:
         if mgr is None:
             return
         pol = mgr._policy
-        entries = sorted(pol.chunks.items(), key=lambda kv: kv[1].chunk_id)
-        evictable = sorted(pol._evictable, key=lambda k: (pol._ranks[k], k))
+        if hasattr(pol, "evictable_blocks"):
+            # 0.24: BlockStatus per key (block_id), evictable keys in an OrderedDict whose
+            # order is LRUCachePolicy.evict's.
+            entries = [(k, c.block_id, c.ref_cnt) for k, c in pol.blocks.items()]
+            evictable = list(pol.evictable_blocks)
+        else:
+            entries = [(k, c.chunk_id, c.ref_cnt) for k, c in pol.chunks.items()]
+            evictable = sorted(pol._evictable, key=lambda k: (pol._ranks[k], k))
+        entries.sort(key=lambda e: e[1])
         self.emit("host",
-                  entries=[{"key": key_hash(k), "slot": c.chunk_id, "ref": c.ref_cnt}
-                           for k, c in entries],
+                  entries=[{"key": key_hash(k), "slot": slot, "ref": ref}
+                           for k, slot, ref in entries],
                   order=[key_hash(k) for k in evictable])
+
+
+def _cached_ids(pool):
+    """(key, [block ids]) for every key of a BlockPool's prefix-cache map, in the map's
+    order. 0.24 to 0.33 store a KVCacheBlock, or a dict {block_id: KVCacheBlock} for a key
+    several blocks hold; 0.34 stores a block id, and the ids of such keys in ``_dup_ids``
+    (insertion order, the same order)."""
+    m = pool.cached_block_hash_to_block
+    dups = getattr(m, "_dup_ids", None)
+    for key, val in m._cache.items():
+        if dups is not None:
+            yield key, [int(b) for b in dups[key]] if key in dups else [int(val)]
+        elif hasattr(val, "block_id"):
+            yield key, [val.block_id]
+        else:
+            yield key, [int(b) for b in val]
 
 
 def _pins(pending) -> list[int]:

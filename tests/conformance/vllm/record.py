@@ -261,15 +261,57 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
             "kv_batches": len(cap.payloads), "kv_events": cap.num_events}
 
 
+def unsupported(sc: Scenario) -> str | None:
+    """Why the installed vLLM cannot run `sc` (a feature the release lacks), or None.
+    Checked on vLLM's own code, not on its version number."""
+    import inspect
+
+    from vllm.v1.request import Request
+
+    if any(r.resumable for r in sc.requests) and \
+            "resumable" not in inspect.signature(Request.__init__).parameters:
+        return "streaming-input sessions (Request(resumable=...)) are 0.32+"
+    if sc.connector == "offloading" and sc.sync_load_budget_tokens:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler as osch
+
+        if "sync_load_budget_bytes" not in inspect.getsource(osch):
+            return "synchronous host loads (sync_load_budget_bytes) are 0.33+"
+    if sc.connector == "simple-cpu":
+        try:
+            from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler
+        except ImportError:
+            return "no SimpleCPUOffloadConnector"
+        if not hasattr(SimpleCPUOffloadScheduler, "_select_eager_blocks_to_store"):
+            return ("recorder limit, not a vLLM one: this SimpleCPU selects eager stores in "
+                    "_prepare_eager_store_specs, which observe.py does not split per request")
+    return None
+
+
+def write_skipped(out_dir: Path, skipped: dict[str, str]) -> None:
+    """out_dir/skipped.txt: one "NAME: reason" line per scenario this release cannot run
+    (removed when there is none)."""
+    path = out_dir / "skipped.txt"
+    if not skipped:
+        path.unlink(missing_ok=True)
+        return
+    path.write_text("".join(f"{n}: {r}\n" for n, r in sorted(skipped.items())))
+
+
 def partial_path(dest: Path) -> Path:
     """Where a failed run's log is kept: NAME.jsonl.partial beside NAME.jsonl (a committed
     fixture is never overwritten by a partial log)."""
     return dest.with_name(dest.name + ".partial")
 
 
+def _vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
-        description="Record conformance logs from vLLM 0.33's real scheduler side.")
+        description="Record conformance logs from vLLM's real scheduler side (0.24 to 0.34).")
     ap.add_argument("scenarios", nargs="+", metavar="SCENARIO.toml")
     ap.add_argument("-o", "--output", help="log file (one scenario)")
     ap.add_argument("--out-dir", help="directory for NAME.jsonl logs (any number of scenarios)")
@@ -277,6 +319,9 @@ def main(argv=None) -> int:
                     help="PYTHONHASHSEED for the run (an integer in [0, 4294967295] or "
                          "'random'; default 0, which the committed fixtures use); the process "
                          "re-executes itself with it")
+    ap.add_argument("--vllm-skip", action="store_true",
+                    help="skip scenarios that use a feature the installed vLLM lacks (the "
+                         "reason is printed and, with --out-dir, listed in skipped.txt)")
     ap.add_argument("-q", "--quiet", action="store_true")
     ap.add_argument("--debug", action="store_true",
                     help="print request state at every finish to stderr (not in the log)")
@@ -292,12 +337,17 @@ def main(argv=None) -> int:
         Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     status = 0
     t_start = time.monotonic()
+    skipped: dict[str, str] = {}
     for path in args.scenarios:
         try:
             sc = load_scenario(path)
         except ScenarioError as e:
             print(f"{path}: {e}", file=sys.stderr)
             status = 2
+            continue
+        if args.vllm_skip and (why := unsupported(sc)) is not None:
+            skipped[sc.name] = why
+            print(f"{sc.name}: skipped on vLLM {_vllm_version()}: {why}", file=sys.stderr)
             continue
         dest = Path(args.output) if args.output else Path(args.out_dir) / f"{sc.name}.jsonl"
         tmp = dest.with_suffix(".tmp")
@@ -332,6 +382,8 @@ def main(argv=None) -> int:
             print(f"{sc.name}: {stats['steps']} steps, build {stats['build_s']:.2f} s, "
                   f"run {stats['total_s']:.2f} s -> {dest}; {stats['kv_batches']} KV event "
                   f"batches ({stats['kv_events']} events) -> {ev_path.name}", file=sys.stderr)
+    if args.vllm_skip and args.out_dir is not None:
+        write_skipped(Path(args.out_dir), skipped)
     if not args.quiet and status == 0:
         print(f"total {time.monotonic() - t_start:.1f} s (vLLM import included)", file=sys.stderr)
     return status

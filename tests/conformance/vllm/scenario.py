@@ -427,3 +427,13 @@ def build_prompt(spec: RequestSpec | StreamInputSpec, tokens_of: dict[str, list[
             assert count is not None
             out.extend(segment_token(name, i) for i in range(count))
     return out
+
+
+def job_src(job):
+    """A TransferJob's source spec (0.32+ ``src_spec``; 0.24 ``transfer_spec[0]``)."""
+    return job.src_spec if hasattr(job, "src_spec") else job.transfer_spec[0]
+
+
+def job_dst(job):
+    """A TransferJob's destination spec (0.32+ ``dst_spec``; 0.24 ``transfer_spec[1]``)."""
+    return job.dst_spec if hasattr(job, "dst_spec") else job.transfer_spec[1]

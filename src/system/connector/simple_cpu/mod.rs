@@ -64,6 +64,9 @@ pub struct SimpleCpuReq {
     pub(crate) store: Option<StoreRequestState>,
     pub(crate) pending: Option<PendingHit>,
     pub(crate) load: Option<LoadRequestState>,
+    /// `_pending_local_hits[req]` (0.34, `scpu_refresh_local_hit`): the GPU prefix hit the last
+    /// lookup saw, whose CPU copies `update_state_after_alloc` refreshes; 0 = none.
+    pub(crate) local_hit: u32,
     /// Coverage ghost: blocks computed in the current run while the CPU pool lacked their
     /// hash, not yet handled by an eager scan.
     pub(crate) owed: BitSet,
@@ -250,6 +253,9 @@ impl SimpleCpuState {
                 self.free_pending(&stale, c.rules, ghost);
             }
         }
+        // 0.34: remember the GPU prefix hit for update_state_after_alloc (refreshed at every
+        // lookup: a request waiting for blocks repeats it each step).
+        self.reqs[r as usize].local_hit = if c.rules.scpu_refresh_local_hit { num_local } else { 0 };
         // Restarting from token 0 (preemption): the coverage ghost starts a new run.
         if req.preempted {
             ghost.mark(Mark::Restart);
@@ -281,12 +287,27 @@ impl SimpleCpuState {
     /// `update_state_after_alloc(req, blocks, num_external)`: register the request's store
     /// state; turn the lookup pin into a load (CPU and GPU blocks pinned until it completes).
     pub(super) fn update_state_after_alloc(&mut self, q: RequestRef, num_external: u32, cx: &mut HookCtx) {
-        let (r, req) = (q.id, q.state);
+        let (r, req, q_spec) = (q.id, q.state, q.spec);
         let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         let q = &mut self.reqs[r as usize];
         if q.store.is_none() {
             q.store = Some(StoreRequestState::default());
         }
+        let local = std::mem::take(&mut q.local_hit);
+        if local > 0 {
+            // 0.34 (#62444): eager CPU is inclusive, so a GPU prefix hit also uses the CPU
+            // copy; move that copy's longest cached prefix to the MRU end, tail released first
+            // (`touch`, then `free_blocks(reversed(prefix_blocks))`).
+            let hashes = req.block_hashes(q_spec, c.block_size);
+            let hit = self.cpu.find_longest_cache_hit(hashes, local, c.block_size);
+            if !hit.is_empty() {
+                self.cpu_touch(&hit);
+                let rev: Vec<BlockId> = hit.iter().rev().copied().collect();
+                self.cpu_free(&rev, &rev, ghost);
+                ghost.mark(Mark::HostRefresh);
+            }
+        }
+        let q = &mut self.reqs[r as usize];
         let pending = q.pending.take();
         let Some(p) = pending else {
             return; // no external tokens (or vLLM's "no pending CPU hit" warning: no load)
@@ -332,6 +353,7 @@ impl SimpleCpuState {
             self.queue_finished_store(q, &table, &mut cx);
         }
         self.check_coverage(r, spec, ghost, ev);
+        self.reqs[r as usize].local_hit = 0;
         if let Some(p) = self.reqs[r as usize].pending.take() {
             self.free_pending(&p, c.rules, ghost);
         }

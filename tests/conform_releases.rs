@@ -1,0 +1,130 @@
+//! Conformance against other vLLM releases (issue 22, item 2): the fixtures recorded from
+//! real vLLM 0.24.0, 0.32.0 and 0.34.0 (`scripts/record-fixtures.sh --vllm VERSION`, in
+//! tests/conformance/fixtures/vllm-X.Y/) each conform to their own profile, with their KV
+//! event streams; every scenario is recorded, listed in skipped.txt with the reason, or a known
+//! divergence (tests/conformance/known-divergences/vllm-X.Y/diverges.txt, with its log); and
+//! the recordings that show a rule on which releases differ diverge under the other rule.
+
+use crate::common::*;
+use kvmc::conform;
+use std::path::{Path, PathBuf};
+
+/// (directory, profile) of every per-release fixture directory.
+fn release_dirs() -> Vec<(PathBuf, String)> {
+    let mut v: Vec<(PathBuf, String)> = std::fs::read_dir(root().join("tests/conformance/fixtures"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| {
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            (p, name)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn logs(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn fixture(release: &str, name: &str) -> PathBuf {
+    root().join(format!("tests/conformance/fixtures/{release}/{name}.jsonl"))
+}
+
+#[test]
+fn every_release_fixture_conforms_to_its_profile_with_its_kv_events() {
+    let dirs = release_dirs();
+    let names: Vec<&str> = dirs.iter().map(|(_, n)| n.as_str()).collect();
+    assert!(names.contains(&"vllm-0.34"), "per-release fixture directories: {names:?}");
+    for (dir, profile) in &dirs {
+        assert!(kvmc::system::rules::profile(profile).is_some(), "{}: no profile {profile}", dir.display());
+        let fx = logs(dir);
+        assert!(fx.len() >= 4, "{}: at least 4 recorded fixtures", dir.display());
+        let version = format!("\"version\":\"{}.0\"", profile.trim_start_matches("vllm-"));
+        for f in &fx {
+            let head = std::fs::read_to_string(f).unwrap();
+            assert!(head.lines().next().unwrap().contains(&version), "{}: recorded on {version}", f.display());
+            let r = conform::check(f, profile, None, 8).expect("fixture parses");
+            assert!(r.divergence.is_none(), "{} under {profile}: {:?}", f.display(), r.divergence);
+            assert!(r.decisions > 10, "{}: compares decisions", f.display());
+            let ev = f.with_extension("kvevents");
+            let o = kvmc(&["conform", "--profile", profile, f.to_str().unwrap(), "--kv-events", ev.to_str().unwrap()]);
+            let out = stdout(&o);
+            assert!(out.contains("consistent and matches the model step by step"), "{}: {out}", ev.display());
+            assert_eq!(o.status.code(), Some(0), "{}: {out}", ev.display());
+        }
+    }
+}
+
+#[test]
+fn every_scenario_is_recorded_on_each_release_or_skipped_with_a_reason() {
+    let mut scenarios: Vec<String> = std::fs::read_dir(root().join("tests/conformance/scenarios"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .map(|p| p.file_stem().unwrap().to_str().unwrap().to_string())
+        .collect();
+    scenarios.sort();
+    for (dir, release) in release_dirs() {
+        let skipped = std::fs::read_to_string(dir.join("skipped.txt")).unwrap_or_default();
+        // Recordings the model does not reproduce yet, kept beside the list of their causes.
+        let known = root().join("tests/conformance/known-divergences").join(&release);
+        let diverges = std::fs::read_to_string(known.join("diverges.txt")).unwrap_or_default();
+        for s in &scenarios {
+            let recorded = dir.join(format!("{s}.jsonl")).exists();
+            let skip = skipped.lines().find(|l| l.starts_with(&format!("{s}: ")));
+            let div = diverges.lines().find(|l| l.starts_with(&format!("{s}: ")));
+            let n = [recorded, skip.is_some(), div.is_some()].iter().filter(|x| **x).count();
+            assert_eq!(n, 1, "{}: {s} must be recorded, skipped or a known divergence (one of them)", dir.display());
+            for l in skip.into_iter().chain(div) {
+                assert!(l.len() > s.len() + 10, "{}: {s} listed without a reason", dir.display());
+            }
+            if div.is_some() {
+                // It really diverges (a stale entry would hide a fixture that now conforms).
+                let f = known.join(format!("{s}.jsonl"));
+                let r = conform::check(&f, &release, None, 8).expect("known divergence parses");
+                assert!(r.divergence.is_some(), "{}: conforms now: move it to {}", f.display(), dir.display());
+            }
+        }
+    }
+}
+
+/// The recordings that showed where 0.34 departs from 0.33: each diverges under the 0.33 rule
+/// and conforms under vllm-0.34's.
+#[test]
+fn the_034_recordings_show_each_rule_034_changed() {
+    for (name, step, what) in [
+        // resumed_after_new = false: the preempted B is listed before the new C and D.
+        ("resume-with-new", 15, "schedule"),
+        // error_watermark_computed (#63937 fixed): the error finish makes no store job past
+        // num_computed_tokens: 0.33 makes a store where the log goes on with the schedule line.
+        ("error-mid-prefill", 2, "store"),
+        // scpu_refresh_local_hit (#62444 fixed at admission): the CPU free queue order.
+        ("scpu-main", 7, "cpu"),
+    ] {
+        let f = fixture("vllm-0.34", name);
+        let text = std::fs::read_to_string(&f).unwrap();
+        let d = conform::check(&f, "vllm-0.33", None, 8)
+            .unwrap()
+            .divergence
+            .unwrap_or_else(|| panic!("{name}: the 0.34 recording conforms to vllm-0.33 (no rule change shown)"));
+        let line = text.lines().nth(d.line - 1).unwrap();
+        assert_eq!(
+            (d.step, d.what.as_str()),
+            (step, what),
+            "{name}: diverges under vllm-0.33 at line {}: {line}",
+            d.line
+        );
+        assert!(conform::check(&f, "vllm-0.34", None, 8).unwrap().divergence.is_none(), "{name}");
+    }
+    // vllm-main's #62444 fix (a refresh in the eager scan) is not 0.34's.
+    let f = fixture("vllm-0.34", "scpu-main");
+    assert!(conform::check(&f, "vllm-main", None, 8).unwrap().divergence.is_some());
+}
