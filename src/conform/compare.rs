@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// What the comparison carries from step to step: the CPU blocks of every SimpleCPU store
 /// event the model built (its `store_completed` names them).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Memo {
     store_slots: BTreeMap<u32, Vec<u32>>,
 }
@@ -333,6 +333,8 @@ pub fn step(
                     logged: lg.map_or("(nothing)".into(), |x| x.1.clone()),
                     model: md.cloned().unwrap_or_else(|| "(nothing)".into()),
                     window: Vec::new(),
+                    under: Vec::new(),
+                    tried: 1,
                 };
                 if first.as_ref().is_none_or(|f| d.line < f.line) {
                     first = Some(d);
