@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod conform;
 mod conform_logs;
+mod conform_seeds;
 mod explore;
 mod models;
 mod mooncake;
