@@ -11,6 +11,7 @@ mod common;
 mod conform;
 mod conform_logs;
 mod conform_releases;
+mod conform_seeds;
 mod explore;
 mod models;
 mod mooncake;

@@ -1,9 +1,11 @@
-//! `kvmc conform LOG`.
+//! `kvmc conform LOG`: text, JSON or JUnit reports (`--format`, as `kvmc check`).
 
-use crate::conform;
+use super::check::Format;
+use crate::conform::{self, Report, StepChoice};
 use crate::error::{exit, KvmcError, Result};
 use clap::Args;
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
 pub struct ConformArgs {
@@ -25,64 +27,50 @@ pub struct ConformArgs {
     /// Also fail (exit 10) when the run violates an invariant although it conforms.
     #[arg(long)]
     pub strict: bool,
+    /// The report: text, json (one object) or junit (one test case per log).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// One log's outcome, and its exit code on its own.
+struct Outcome {
+    path: PathBuf,
+    report: Report,
+    code: i32,
+}
+
+/// The KV-event stream's outcome: the problem found, if any, and whether it was compared with
+/// the model step by step.
+struct KvOutcome {
+    path: PathBuf,
+    problem: Option<String>,
+    against_model: bool,
 }
 
 pub fn run(a: ConformArgs) -> Result<i32> {
     crate::system::rules::resolve(&a.profile, a.variant.as_deref()).map_err(KvmcError::Usage)?;
-    let mut code = exit::OK;
     if a.kv_events.is_some() && a.logs.len() > 1 {
         return Err(KvmcError::Usage("--kv-events goes with at most one LOG (the same run)".into()));
     }
-    let mut last = None;
+    let mut outcomes = Vec::new();
     for path in &a.logs {
-        let r = conform::check(path, &a.profile, a.variant.as_deref(), a.window)?;
-        last = Some(r.clone());
-        match &r.divergence {
-            None if r.partial.is_some() => {
-                // Conforms only as far as the recorder got: no verdict on the whole run.
-                if code != exit::VERDICT {
-                    code = exit::INCOMPLETE;
-                }
-                println!(
-                    "{}: PARTIAL log: the {} steps recorded conform ({} decisions compared); no verdict on the \
-                     whole run",
-                    path.display(),
-                    r.steps,
-                    r.decisions
-                );
-            }
-            None => {
-                println!("{}: conforms ({} steps, {} decisions compared)", path.display(), r.steps, r.decisions);
-            }
-            Some(d) => {
-                code = exit::VERDICT;
-                println!("{}:{}: diverges at step {} ({})", path.display(), d.line, d.step, d.what);
-                println!("  implementation: {}", d.logged);
-                println!("  model:          {}", d.model);
-                if !d.window.is_empty() {
-                    println!("  preceding events:");
-                    for (no, t) in &d.window {
-                        println!("    {no:>5}  {t}");
-                    }
-                }
-            }
+        let report = conform::check(path, &a.profile, a.variant.as_deref(), a.window)?;
+        let code = match &report.divergence {
+            // No order of vLLM's sets matched within the search bound: no verdict.
+            Some(_) if report.search_bound.is_some() => exit::INCOMPLETE,
+            Some(_) => exit::VERDICT,
+            None if a.strict && !report.findings.is_empty() => exit::VERDICT,
+            // Conforms only as far as the recorder got: no verdict on the whole run.
+            None if report.partial.is_some() => exit::INCOMPLETE,
+            None => exit::OK,
+        };
+        let o = Outcome { path: path.clone(), report, code };
+        if matches!(a.format, Format::Text) {
+            print!("{}", text(&o));
         }
-        if let Some(p) = &r.partial {
-            println!(
-                "  {}:{}: partial log: the recorder stopped in step {}: {} (that step and later ones are not in the log)",
-                path.display(),
-                p.line,
-                p.step,
-                if p.error.is_empty() { "no reason given" } else { &p.error }
-            );
-        }
-        for (p, step) in &r.findings {
-            println!("  invariant {p} is violated from step {step} on (the implementation does this too)");
-            if a.strict {
-                code = exit::VERDICT;
-            }
-        }
+        outcomes.push(o);
     }
+    let mut kv = None;
     if let Some(ev) = &a.kv_events {
         let steps_path = PathBuf::from(format!("{}.steps.json", ev.display()));
         let steps: Option<Vec<u32>> = if steps_path.exists() {
@@ -93,18 +81,244 @@ pub fn run(a: ConformArgs) -> Result<i32> {
         } else {
             None
         };
-        let against = last.as_ref().filter(|r| r.divergence.is_none());
-        match conform::check_kv_events(ev, against, steps.as_deref())? {
-            None => println!(
-                "{}: consistent{}",
-                ev.display(),
-                if against.is_some() && steps.is_some() { " and matches the model step by step" } else { "" }
-            ),
-            Some(why) => {
-                code = exit::VERDICT;
-                println!("{}: {why}", ev.display());
+        let against = outcomes.last().map(|o| &o.report).filter(|r| r.divergence.is_none());
+        let problem = conform::check_kv_events(ev, against, steps.as_deref())?;
+        let k = KvOutcome { path: ev.clone(), problem, against_model: against.is_some() && steps.is_some() };
+        if matches!(a.format, Format::Text) {
+            match &k.problem {
+                None => println!(
+                    "{}: consistent{}",
+                    k.path.display(),
+                    if k.against_model { " and matches the model step by step" } else { "" }
+                ),
+                Some(why) => println!("{}: {why}", k.path.display()),
+            }
+        }
+        kv = Some(k);
+    }
+    // 10 before 13 before 0 (docs/exit-codes.md).
+    let mut code = exit::OK;
+    for c in outcomes.iter().map(|o| o.code).chain(kv.iter().filter(|k| k.problem.is_some()).map(|_| exit::VERDICT)) {
+        if c == exit::VERDICT || (c == exit::INCOMPLETE && code == exit::OK) {
+            code = c;
+        }
+    }
+    match a.format {
+        Format::Text => {}
+        Format::Json => {
+            let v = json(&a, &outcomes, kv.as_ref(), code);
+            println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        }
+        Format::Junit => print!("{}", junit(&outcomes, kv.as_ref())),
+    }
+    Ok(code)
+}
+
+fn list(v: &[String]) -> String {
+    v.join(", ")
+}
+
+/// The text lines of one choice point.
+fn choice_text(c: &StepChoice) -> String {
+    let whose = if c.chosen == c.canonical {
+        "the model's order".to_string()
+    } else {
+        format!("the model's order was {}", list(&c.canonical))
+    };
+    format!(
+        "step {}: {} in order {} ({whose}; {} of {} resolutions of the step match)",
+        c.step,
+        c.point,
+        list(&c.chosen),
+        c.matching,
+        c.tried
+    )
+}
+
+fn text(o: &Outcome) -> String {
+    let (r, path) = (&o.report, o.path.display());
+    let mut s = String::new();
+    match &r.divergence {
+        None if r.partial.is_some() => {
+            let _ = writeln!(
+                s,
+                "{path}: PARTIAL log: the {} steps recorded conform ({} decisions compared); no verdict on the whole run",
+                r.steps, r.decisions
+            );
+        }
+        None => {
+            let _ = writeln!(s, "{path}: conforms ({} steps, {} decisions compared)", r.steps, r.decisions);
+        }
+        Some(d) => {
+            if let Some(b) = &r.search_bound {
+                let _ = writeln!(
+                    s,
+                    "{path}:{}: INCOMPLETE: no order of vLLM's sets found that matches step {} ({}); the search stopped at its bound: {b}",
+                    d.line, d.step, d.what
+                );
+            } else {
+                let _ = writeln!(s, "{path}:{}: diverges at step {} ({})", d.line, d.step, d.what);
+            }
+            let _ = writeln!(s, "  implementation: {}", d.logged);
+            let _ = writeln!(s, "  model:          {}", d.model);
+            if !d.under.is_empty() {
+                let orders: Vec<String> =
+                    d.under.iter().map(|c| format!("{} [{}]", c.point, list(&c.chosen))).collect();
+                let _ = writeln!(
+                    s,
+                    "  none of the {} resolutions of vLLM's set orders in this step matches; shown under {}",
+                    d.tried,
+                    orders.join(", ")
+                );
+            }
+            if !d.window.is_empty() {
+                let _ = writeln!(s, "  preceding events:");
+                for (no, t) in &d.window {
+                    let _ = writeln!(s, "    {no:>5}  {t}");
+                }
             }
         }
     }
-    Ok(code)
+    if let Some(p) = &r.partial {
+        let _ = writeln!(
+            s,
+            "  {path}:{}: partial log: the recorder stopped in step {}: {} (that step and later ones are not in the log)",
+            p.line,
+            p.step,
+            if p.error.is_empty() { "no reason given" } else { &p.error }
+        );
+    }
+    for c in &r.choices {
+        let _ = writeln!(s, "  {}", choice_text(c));
+    }
+    for (p, step) in &r.findings {
+        let _ = writeln!(s, "  invariant {p} is violated from step {step} on (the implementation does this too)");
+    }
+    s
+}
+
+fn choice_json(c: &StepChoice) -> serde_json::Value {
+    serde_json::json!({
+        "step": c.step,
+        "set": c.point,
+        "canonical": c.canonical,
+        "chosen": c.chosen,
+        "canonical_order": c.chosen == c.canonical,
+        "orders": c.orders,
+        "resolutions_tried": c.tried,
+        "resolutions_matching": c.matching,
+    })
+}
+
+fn verdict(o: &Outcome) -> &'static str {
+    match (&o.report.divergence, &o.report.search_bound, &o.report.partial) {
+        (Some(_), Some(_), _) => "incomplete",
+        (Some(_), None, _) => "diverges",
+        (None, _, Some(_)) => "partial",
+        (None, _, None) => "conforms",
+    }
+}
+
+fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32) -> serde_json::Value {
+    let logs: Vec<serde_json::Value> = outcomes
+        .iter()
+        .map(|o| {
+            let r = &o.report;
+            serde_json::json!({
+                "log": o.path.display().to_string(),
+                "verdict": verdict(o),
+                "ok": o.code == exit::OK,
+                "steps": r.steps,
+                "decisions": r.decisions,
+                "divergence": r.divergence.as_ref().map(|d| serde_json::json!({
+                    "line": d.line,
+                    "step": d.step,
+                    "kind": d.what,
+                    "implementation": d.logged,
+                    "model": d.model,
+                    "under": d.under.iter().map(choice_json).collect::<Vec<_>>(),
+                    "resolutions_tried": d.tried,
+                    "window": d.window.iter().map(|(no, t)| serde_json::json!({"line": no, "text": t})).collect::<Vec<_>>(),
+                })),
+                "partial": r.partial.as_ref().map(|p| serde_json::json!({"line": p.line, "step": p.step, "error": p.error})),
+                "findings": r.findings.iter().map(|(p, s)| serde_json::json!({"property": p, "from_step": s})).collect::<Vec<_>>(),
+                "choices": r.choices.iter().map(choice_json).collect::<Vec<_>>(),
+                "search_bound": r.search_bound,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "kvmc_version": env!("CARGO_PKG_VERSION"),
+        "ok": code == exit::OK,
+        "exit_code": code,
+        "profile": a.profile,
+        "variant": a.variant,
+        "strict": a.strict,
+        "logs": logs,
+        "kv_events": kv.map(|k| serde_json::json!({
+            "file": k.path.display().to_string(),
+            "ok": k.problem.is_none(),
+            "problem": k.problem,
+            "against_model": k.against_model,
+        })),
+    })
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// JUnit XML: one test suite, one test case per log (and one for the KV-event stream). A
+/// divergence (or, with `--strict`, a violated invariant) is a failure; a partial log or a
+/// search stopped by its bound is skipped.
+fn junit(outcomes: &[Outcome], kv: Option<&KvOutcome>) -> String {
+    let mut cases = String::new();
+    let (mut failures, mut skipped, mut tests) = (0, 0, 0);
+    let mut case = |name: &Path, result: Option<(bool, String, String)>| {
+        tests += 1;
+        let n = xml_escape(&name.display().to_string());
+        let _ = write!(cases, "    <testcase classname=\"conform\" name=\"{n}\"");
+        match result {
+            None => cases.push_str("/>\n"),
+            Some((true, msg, _)) => {
+                skipped += 1;
+                let _ = writeln!(cases, "><skipped message=\"{}\"/></testcase>", xml_escape(&msg));
+            }
+            Some((false, msg, body)) => {
+                failures += 1;
+                let _ = writeln!(
+                    cases,
+                    "><failure message=\"{}\">{}</failure></testcase>",
+                    xml_escape(&msg),
+                    xml_escape(&body)
+                );
+            }
+        }
+    };
+    for o in outcomes {
+        let r = &o.report;
+        let result = match (&r.divergence, o.code) {
+            (Some(d), c) => Some((
+                c == exit::INCOMPLETE,
+                format!("{}:{}: {} at step {} ({})", o.path.display(), d.line, verdict(o), d.step, d.what),
+                text(o),
+            )),
+            (None, c) if c == exit::VERDICT => Some((
+                false,
+                format!("{}: conforms, but the run violates an invariant (--strict)", o.path.display()),
+                text(o),
+            )),
+            (None, c) if c == exit::INCOMPLETE => {
+                Some((true, format!("{}: partial log, no verdict on the whole run", o.path.display()), String::new()))
+            }
+            _ => None,
+        };
+        case(&o.path, result);
+    }
+    if let Some(k) = kv {
+        case(&k.path, k.problem.as_ref().map(|p| (false, p.clone(), p.clone())));
+    }
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvmc\">\n  <testsuite name=\"conform\" tests=\"{tests}\" failures=\"{failures}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n</testsuites>\n"
+    )
 }

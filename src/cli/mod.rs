@@ -68,6 +68,11 @@ impl Cli {
                 check::Format::Json => ReportFormat::Json,
                 check::Format::Junit => ReportFormat::Junit,
             },
+            Cmd::Conform(a) => match a.format {
+                check::Format::Text => ReportFormat::Text,
+                check::Format::Json => ReportFormat::Json,
+                check::Format::Junit => ReportFormat::Junit,
+            },
             Cmd::Replay(a) if matches!(a.format, replay::OutFormat::Json) => ReportFormat::Json,
             Cmd::Merge(a) if matches!(a.format, merge::MergeFormat::Json) => ReportFormat::Json,
             _ => ReportFormat::Text,

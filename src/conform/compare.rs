@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// What the comparison carries from step to step: the CPU blocks of every SimpleCPU store
 /// event the model built (its `store_completed` names them).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Memo {
     store_slots: BTreeMap<u32, Vec<u32>>,
 }
@@ -212,6 +212,8 @@ pub fn step(
             // before) on the event's CPU blocks.
             Event::HostStored { keys } if sc.is_some() => last_stored = keys.clone(),
             Event::JobCompleted { job } if sc.is_some() => {
+                // `update_connector_output` processes the finished loads before the stores.
+                flush_loads(&mut loads_done, &mut push_model);
                 let keys: Vec<String> = std::mem::take(&mut last_stored).iter().map(label).collect();
                 let slots = memo.store_slots.remove(job).unwrap_or_default();
                 push_model("store_completed", format!("job {job} keys={keys:?} slots={slots:?}"))
@@ -260,10 +262,7 @@ pub fn step(
             _ => {}
         }
     }
-    loads_done.sort();
-    for (_, s) in loads_done {
-        push_model("load_completed", s);
-    }
+    flush_loads(&mut loads_done, &mut push_model);
     // End-of-step snapshots.
     let cached: BTreeMap<String, Vec<u32>> = e.pool.cached().map(|(h, b)| (label(h), b.to_vec())).collect();
     push_model("g1", format!("free={:?} cached={cached:?}", e.pool.free_queue()));
@@ -333,6 +332,8 @@ pub fn step(
                     logged: lg.map_or("(nothing)".into(), |x| x.1.clone()),
                     model: md.cloned().unwrap_or_else(|| "(nothing)".into()),
                     window: Vec::new(),
+                    under: Vec::new(),
+                    tried: 1,
                 };
                 if first.as_ref().is_none_or(|f| d.line < f.line) {
                     first = Some(d);
@@ -342,6 +343,14 @@ pub fn step(
         }
     }
     first
+}
+
+/// The `load_completed` decisions gathered so far, sorted by request (the harness sorts them).
+fn flush_loads(loads: &mut Vec<(String, String)>, push: &mut impl FnMut(&str, String)) {
+    loads.sort();
+    for (_, s) in loads.drain(..) {
+        push("load_completed", s);
+    }
 }
 
 fn reason_str(r: FinishReason) -> &'static str {

@@ -5,21 +5,18 @@
 mod compare;
 pub mod kv_events;
 pub mod log;
+mod replay;
 pub mod validate;
 
 use crate::error::{KvmcError, Result};
-use crate::props::{self, Kind};
 use crate::scope::{Arrivals, Faults, Scope};
-use crate::system::connector::simple_cpu::worker::LOAD_EVENT;
-use crate::system::engine::StepInput;
 use crate::system::types::Status;
 use crate::system::workload::{next_turn_spec, EndKind, TurnInput};
 use crate::system::{
-    ConnectorConfig, EngineConfig, Events, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
+    ConnectorConfig, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
 };
 use log::{Ev, Header, Line};
 use std::path::Path;
-use validate::BadTransfer;
 pub use validate::Partial;
 
 /// The first place where the model and the log disagree.
@@ -33,6 +30,30 @@ pub struct Divergence {
     pub model: String,
     /// The log lines before it (number, text).
     pub window: Vec<(usize, String)>,
+    /// The orders of vLLM's sets under which the model made the decisions shown (empty when
+    /// the step has no choice point), and how many resolutions of the step were tried (none
+    /// matches).
+    pub under: Vec<StepChoice>,
+    pub tried: u32,
+}
+
+/// A choice point of the model (an order vLLM takes from a Python set; src/system/choice.rs)
+/// and the order that matched the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepChoice {
+    pub step: u32,
+    /// vLLM's name of the set (`finished_req_ids`, `finish_requests`, `finished_recving`,
+    /// `finished_sending`).
+    pub point: &'static str,
+    /// The ids in the model's canonical order, and in the order that matched.
+    pub canonical: Vec<String>,
+    pub chosen: Vec<String>,
+    /// How many orders the point has.
+    pub orders: u32,
+    /// Resolutions of the step's choice points tried from the model state, and how many of
+    /// them matched the log.
+    pub tried: u32,
+    pub matching: u32,
 }
 
 /// The outcome of checking one log.
@@ -48,6 +69,12 @@ pub struct Report {
     /// The log is partial: the recorder stopped (its marker line says where and why), so a
     /// log that conforms conforms only as far as it goes.
     pub partial: Option<Partial>,
+    /// Every choice point the matching run passed (steps in order), with the order that
+    /// matched; for a divergence, those before the diverging step.
+    pub choices: Vec<StepChoice>,
+    /// The search over vLLM's orders was cut (too many orders or matching states): a
+    /// divergence is then "no order found within the bound", not a verdict.
+    pub search_bound: Option<String>,
 }
 
 /// Build the engine scope a log describes: its configuration and its requests, whose tokens
@@ -231,148 +258,13 @@ pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>,
     let bad = validate::bad_transfer(&lines, h.connector == "simple-cpu");
     let mut dropped: Vec<usize> = Vec::new();
     loop {
-        let (mut report, newly) = replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref())?;
+        let (mut report, newly) = replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref())?;
         if newly.is_empty() {
             report.partial = partial;
             return Ok(report);
         }
         dropped.extend(newly);
     }
-}
-
-/// One replay of the log; also returns the sampled lines the model did not append before the
-/// first divergence (if any), which the next replay leaves out.
-#[allow(clippy::too_many_arguments)]
-fn replay(
-    path: &Path,
-    h: &Header,
-    lines: &[Line],
-    dropped: &[usize],
-    profile: &str,
-    variant: Option<&str>,
-    window: usize,
-    bad: Option<&BadTransfer>,
-) -> Result<(Report, Vec<usize>)> {
-    let scope = scope_of(path, h, lines, dropped)?;
-    let safety: Vec<_> = props::REGISTRY
-        .iter()
-        .filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg) && p.id != props::PropId::RequestsFinish)
-        .collect();
-    let sys = scope.system(Some(profile), variant).map_err(KvmcError::Usage)?;
-    let ctx = sys.ctx();
-    let idx = |name: &str| scope.workload.requests.iter().position(|r| r.name == name).expect("validated") as u16;
-    let mut engine = sys.init();
-    let last = lines.last().map_or(0, |l| l.ev.step());
-    let snapshots: Vec<&str> = [
-        ("schedule", lines.iter().any(|l| matches!(l.ev, Ev::Schedule { .. }))),
-        ("g1", lines.iter().any(|l| matches!(l.ev, Ev::G1 { .. }))),
-        ("host", lines.iter().any(|l| matches!(l.ev, Ev::Host { .. }))),
-        ("cpu", lines.iter().any(|l| matches!(l.ev, Ev::Cpu { .. }))),
-    ]
-    .iter()
-    .filter(|(_, on)| *on)
-    .map(|(k, _)| *k)
-    .collect();
-    let mut findings: Vec<(String, u32)> = Vec::new();
-    let mut kv_counts: Vec<(u32, kv_events::Counts)> = Vec::new();
-    let mut decisions = 0;
-    let mut memo = compare::Memo::default();
-    for step in 1..=last {
-        let this: Vec<&Line> = lines.iter().filter(|l| l.ev.step() == step && !dropped.contains(&l.no)).collect();
-        let mut ev = Events::on();
-        let mut input = StepInput::default();
-        // Length of the session's streaming_queue after each input the model queued.
-        let mut queued: Vec<u32> = Vec::new();
-        for l in &this {
-            match &l.ev {
-                Ev::Arrive { req, .. } => engine.arrive(ctx, idx(req), &mut ev),
-                Ev::StreamInput { req, .. } | Ev::StreamEnd { req, .. } => {
-                    let r = idx(req);
-                    // An input the model's session cannot take (it already finished) shows as
-                    // a difference in this step's decisions.
-                    if engine.stream_input_enabled(ctx, r) {
-                        let before = ev.list.len();
-                        engine.stream_input(ctx, r, &mut ev);
-                        if ev.list[before..].iter().any(|e| matches!(e, crate::system::Event::StreamQueued { .. })) {
-                            let q = &engine.reqs[r as usize];
-                            queued.push(u32::from(q.sent - q.turn));
-                        }
-                    }
-                }
-                Ev::Abort { req, .. } => engine.abort(ctx, idx(req), &mut ev),
-                Ev::Error { req, .. } => engine.error(ctx, idx(req), &mut ev),
-                // SimpleCPU's store and load events have separate counters. A job reported
-                // twice is bad input (reported after this step's decisions are compared);
-                // the model's worker sees it once.
-                Ev::TransferDone { job, kind, .. } => {
-                    let id = if kind.as_deref() == Some("load") { *job | LOAD_EVENT } else { *job };
-                    if !input.complete.contains(&id) {
-                        input.complete.push(id)
-                    }
-                }
-                Ev::TransferFailed { job, invalid_blocks, .. } if !input.fail_blocks.iter().any(|(j, _)| j == job) => {
-                    input.fail_blocks.push((*job, invalid_blocks.clone()))
-                }
-                _ => {}
-            }
-        }
-        if vllm_has_requests(&engine) {
-            engine.step(ctx, &input, &mut ev);
-        }
-        decisions += this.iter().filter(|l| !l.ev.is_input()).count();
-        let appended: Vec<String> = ev
-            .list
-            .iter()
-            .filter_map(|e| match e {
-                crate::system::Event::Sampled { req, .. } => Some(scope.workload.requests[*req as usize].name.clone()),
-                _ => None,
-            })
-            .collect();
-        let newly: Vec<usize> = this
-            .iter()
-            .filter(|l| matches!(&l.ev, Ev::Sampled { req, .. } if !appended.contains(req)))
-            .map(|l| l.no)
-            .collect();
-        if !newly.is_empty() {
-            return Ok((
-                Report { steps: step, decisions, divergence: None, findings, kv_counts: Vec::new(), partial: None },
-                newly,
-            ));
-        }
-        let diverged = compare::step(&scope, &engine, step, &this, &ev.list, &queued, &snapshots, &mut memo);
-        // A transfer report the log cannot make, unless a decision before it diverged.
-        if let Some(b) = bad.filter(|b| b.step == step && diverged.as_ref().is_none_or(|d| d.line > b.line)) {
-            return Err(KvmcError::input(path, b.line, b.why.clone()));
-        }
-        if let Some(mut d) = diverged {
-            let first = d.line;
-            d.window = lines
-                .iter()
-                .filter(|l| l.no < first)
-                .rev()
-                .take(window)
-                .map(|l| (l.no, l.text.clone()))
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            return Ok((
-                Report { steps: step, decisions, divergence: Some(d), findings, kv_counts: Vec::new(), partial: None },
-                Vec::new(),
-            ));
-        }
-        let c = model_counts(&ev.list);
-        if !c.is_empty() {
-            kv_counts.push((step, c));
-        }
-        for p in &safety {
-            if !(p.check)(&sys, &engine) && !findings.iter().any(|(n, _)| n == p.name) {
-                findings.push((p.name.to_string(), step));
-            }
-        }
-        engine.ghost.marks = 0;
-    }
-    Ok((Report { steps: last, decisions, divergence: None, findings, kv_counts, partial: None }, Vec::new()))
 }
 
 /// What the model did in one step, counted the way vLLM's KV events count it.

@@ -192,18 +192,21 @@ pub struct Events {
     pub on: bool,
     pub list: Vec<Event>,
     pub stats: Option<Box<Stats>>,
+    /// Conformance: the orders to use where vLLM iterates a set (src/system/choice.rs); None
+    /// keeps the model's canonical order everywhere.
+    pub choices: Option<Box<super::choice::Choices>>,
 }
 
 impl Events {
     pub fn off() -> Self {
-        Events { on: false, list: Vec::new(), stats: None }
+        Events { on: false, list: Vec::new(), stats: None, choices: None }
     }
     pub fn on() -> Self {
-        Events { on: true, list: Vec::new(), stats: None }
+        Events { on: true, list: Vec::new(), stats: None, choices: None }
     }
     /// Events off, counters on.
     pub fn counting() -> Self {
-        Events { on: false, list: Vec::new(), stats: Some(Box::default()) }
+        Events { on: false, list: Vec::new(), stats: Some(Box::default()), choices: None }
     }
     /// Are events recorded? (Callers skip building what only an event would carry.)
     #[inline]
@@ -214,6 +217,16 @@ impl Events {
     pub fn emit(&mut self, f: impl FnOnce() -> Event) {
         if self.on {
             self.list.push(f());
+        }
+    }
+    /// A set iteration of vLLM whose order reaches a decision: reorder `items` as the
+    /// conformance plan says (nothing without a plan, or with fewer than two ids).
+    #[inline]
+    pub fn order(&mut self, point: super::choice::Point, items: &mut [ReqId]) {
+        if items.len() > 1 {
+            if let Some(c) = self.choices.as_deref_mut() {
+                c.order(point, items);
+            }
         }
     }
     /// Count something (only when counters are on).

@@ -2,6 +2,7 @@
 //! OffloadingConnector, SimpleCPUOffloadConnector or MooncakeStoreConnector, host tier or shared pool), following vLLM 0.33.0. All three drivers (the checker,
 //! replay, conformance) run exactly this code.
 
+pub mod choice;
 pub mod collections;
 pub mod config;
 pub mod connector;

@@ -142,6 +142,8 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         resumed_after_new: ctx.rules.resumed_after_new,
         ..Default::default()
     };
+    // `finished_req_ids` is a set: the connector walks it in hash-seed order.
+    ev.order(super::choice::Point::FinishedReqIds, &mut out.finished);
 
     // Phase A: running requests, in order.
     let mut idx = 0;

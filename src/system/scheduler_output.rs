@@ -3,6 +3,7 @@
 //! `_update_from_kv_xfer_finished`), in vLLM's order: load failures first, then sampled
 //! tokens and stops, then error finishes, then connector completions and finished loads.
 
+use super::choice::Point;
 use super::config::LoadFailurePolicy;
 use super::connector::{HookCtx, RequestRef, SchedOut};
 use super::engine::{Ctx, Engine};
@@ -16,7 +17,7 @@ use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
 use std::collections::BTreeSet;
 
 /// `update_from_output` for one step's output.
-pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut, ev: &mut Events) {
+pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: WorkerOut, ev: &mut Events) {
     // Every GPU write of this and earlier steps is done: deferred frees may go back.
     if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
         e.processed_seq += 1;
@@ -102,7 +103,10 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: WorkerOut
         e.ghost.mark(Mark::ErrorFinish);
         finish_requests(e, ctx, &failed, FinishReason::Error, ev);
     }
-    // _update_from_kv_xfer_finished: connector first, then finished loads.
+    // _update_from_kv_xfer_finished: connector first, then finished loads. Both walk the
+    // same Python sets, in one (hash-seed dependent) order each.
+    ev.order(Point::FinishedRecving, &mut w.finished_recving);
+    ev.order(Point::FinishedSending, &mut w.finished_sending);
     let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
     e.conn.update_connector_output(&w, &e.reqs, &mut cx);
     for &r in &w.finished_sending {
@@ -313,7 +317,9 @@ fn enqueue_waiting(e: &mut Engine, r: ReqId) {
 
 /// `finish_requests(ids, status)`: finish live requests from outside the step loop.
 pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishReason, ev: &mut Events) {
-    let valid: Vec<ReqId> = ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
+    let mut valid: Vec<ReqId> = ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
+    // `request_ids = set(request_ids)`: its order decides the finishes' order.
+    ev.order(Point::FinishRequests, &mut valid);
     e.running.retain(|r| !valid.contains(r));
     e.waiting.retain(|r| !valid.contains(r));
     e.kv_holding.retain(|r| !valid.contains(r));
