@@ -11,6 +11,7 @@ mod common;
 mod conform;
 mod conform_logs;
 mod explore;
+mod explorer_browser;
 mod models;
 mod mooncake;
 mod nixl;

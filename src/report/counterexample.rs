@@ -32,6 +32,10 @@ pub struct Counterexample {
     /// The last state, rendered as tables.
     #[serde(skip)]
     pub final_state: String,
+    /// The model file the path runs through, as the run named it (None: a workload of a
+    /// `[workload]` model, which has no file of its own).
+    #[serde(skip)]
+    pub model_file: Option<String>,
 }
 
 /// Replay `actions` with events on. None if the path does not replay (a bug in kvmc).
@@ -58,6 +62,7 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
         actions: actions.to_vec(),
         cycle_start: None,
         final_state: display::render(&model.sys, &raw),
+        model_file: model.scope.path.is_file().then(|| model.scope.path.display().to_string()),
     })
 }
 
