@@ -261,3 +261,105 @@ fn the_explorer_serves_its_page_and_refuses_bad_requests_quickly() {
     let r = get(srv.1, &format!("/api/view?model=models/error-mid-prefill.toml&path={}", path(40)));
     assert!(r.starts_with("HTTP/1.1 200 "), "{}", head(&r));
 }
+
+/// Walk a DOT file as a small parser would: statements `ID [attrs];` and `ID -> ID [attrs];`
+/// with double-quoted strings (backslash escapes); returns (nodes with their attributes,
+/// edges). Panics naming the line on anything else.
+fn parse_dot(text: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("digraph counterexample {"));
+    let (mut nodes, mut edges) = (Vec::new(), Vec::new());
+    let mut closed = false;
+    for (i, l) in lines.enumerate() {
+        assert!(!closed, "line {}: after the closing brace: {l}", i + 2);
+        let l = l.trim();
+        if l == "}" {
+            closed = true;
+            continue;
+        }
+        let body = l.strip_suffix(';').unwrap_or_else(|| panic!("line {}: no ';': {l}", i + 2));
+        let (head, attrs) = body.split_once(" [").unwrap_or_else(|| panic!("line {}: no attributes: {l}", i + 2));
+        let attrs = attrs.strip_suffix(']').unwrap_or_else(|| panic!("line {}: unclosed [: {l}", i + 2));
+        // Strings close: every unescaped quote pairs up.
+        let mut quotes = 0;
+        let mut esc = false;
+        for c in attrs.chars() {
+            match (esc, c) {
+                (true, _) => esc = false,
+                (false, '\\') => esc = true,
+                (false, '"') => quotes += 1,
+                _ => {}
+            }
+        }
+        assert!(quotes % 2 == 0 && !esc, "line {}: unbalanced quotes: {l}", i + 2);
+        match head.split_once(" -> ") {
+            Some((a, b)) => edges.push((a.to_string(), b.to_string())),
+            None if head == "node" => {}
+            None => {
+                assert!(head.chars().all(|c| c.is_ascii_alphanumeric()), "line {}: node id {head}", i + 2);
+                nodes.push((head.to_string(), attrs.to_string()))
+            }
+        }
+    }
+    assert!(closed, "no closing brace");
+    (nodes, edges)
+}
+
+/// Issue 24, exports: the ITF trace holds the full state as ITF values (integers as #bigint)
+/// and marks the violating state; the DOT graph parses, has clean labels and the violating
+/// state drawn red.
+#[test]
+fn itf_and_dot_exports_parse_back_with_the_state_and_the_violation() {
+    let d = tempdir("explore-exports");
+    let o =
+        kvmc(&["check", "models/error-mid-prefill.toml", "--property", "host-integrity", "--out", d.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    let file = |ext: &str| d.join(format!("error-mid-prefill__vllm-0.33__fixed__host-integrity.{ext}"));
+    let itf: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file("itf.json")).unwrap()).unwrap();
+    assert_eq!(itf["#meta"]["format"], "ITF");
+    let vars: Vec<&str> = itf["vars"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let states = itf["states"].as_array().unwrap();
+    assert_eq!(states.len(), 6, "the initial state and 5 steps");
+    fn no_plain_numbers(v: &serde_json::Value, at: &str) {
+        match v {
+            serde_json::Value::Number(n) => panic!("{at}: a plain number {n} (ITF writes #bigint)"),
+            serde_json::Value::Null => panic!("{at}: null"),
+            serde_json::Value::Array(a) => a.iter().for_each(|x| no_plain_numbers(x, at)),
+            serde_json::Value::Object(o) => {
+                o.iter().filter(|(k, _)| *k != "#meta").for_each(|(k, x)| no_plain_numbers(x, &format!("{at}.{k}")))
+            }
+            _ => {}
+        }
+    }
+    for (i, s) in states.iter().enumerate() {
+        assert_eq!(s["#meta"]["index"], i);
+        for v in &vars {
+            assert!(s.get(*v).is_some(), "state {i} lacks {v}");
+        }
+        no_plain_numbers(s, &format!("state {i}"));
+        let blocks = s["g1"]["blocks"].as_array().unwrap();
+        assert_eq!(blocks.len(), 4, "G1's 4 blocks");
+        assert_eq!(blocks[0]["id"], serde_json::json!({"#bigint": "1"}));
+    }
+    assert_eq!(states[1]["mbt::actionTaken"], "arrive A");
+    assert_eq!(states[5]["violated"], serde_json::json!(["host-integrity"]));
+    assert_eq!(states[4]["violated"], serde_json::json!([]));
+    let bad: Vec<&serde_json::Value> =
+        states[5]["host"]["entries"].as_array().unwrap().iter().filter(|e| e["bad"] == true).collect();
+    assert_eq!(bad.len(), 1, "{}", states[5]["host"]);
+    assert_eq!(bad[0]["key"], "A.1");
+    assert_eq!(states[5]["requests"][0]["status"], "FINISHED_ERROR");
+    // DOT.
+    let dot = std::fs::read_to_string(file("dot")).unwrap();
+    let (nodes, edges) = parse_dot(&dot);
+    assert_eq!(nodes.len(), 6, "{dot}");
+    assert_eq!(edges.len(), 5, "{dot}");
+    for (a, b) in &edges {
+        assert!(nodes.iter().any(|(n, _)| n == a) && nodes.iter().any(|(n, _)| n == b), "edge {a} -> {b}");
+    }
+    let red: Vec<&(String, String)> = nodes.iter().filter(|(_, a)| a.contains("color=red")).collect();
+    assert_eq!(red.len(), 1, "{dot}");
+    assert_eq!(red[0].0, "s5");
+    assert!(red[0].1.contains("VIOLATES host-integrity"), "{dot}");
+    assert!(!dot.contains("\\\"\\\""), "no doubled quotes: {dot}");
+}

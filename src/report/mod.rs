@@ -264,9 +264,9 @@ pub fn write_counterexamples(
         )?;
         std::fs::write(
             dir.join(format!("{stem}.itf.json")),
-            serde_json::to_string_pretty(&counterexample::to_itf(&m, cx))? + "\n",
+            serde_json::to_string_pretty(&counterexample::to_itf(&m, cx, &r.property))? + "\n",
         )?;
-        std::fs::write(dir.join(format!("{stem}.dot")), counterexample::to_dot(cx))?;
+        std::fs::write(dir.join(format!("{stem}.dot")), counterexample::to_dot(cx, &r.property))?;
         std::fs::write(dir.join(format!("{stem}.scenario.toml")), counterexample::to_scenario(&m, cx, dir))?;
         n += 1;
     }
