@@ -265,7 +265,10 @@ fn the_explorer_serves_its_page_and_refuses_bad_requests_quickly() {
 /// Walk a DOT file as a small parser would: statements `ID [attrs];` and `ID -> ID [attrs];`
 /// with double-quoted strings (backslash escapes); returns (nodes with their attributes,
 /// edges). Panics naming the line on anything else.
-fn parse_dot(text: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+/// (id, attributes) of each node; (from, to) of each edge.
+type Pairs = Vec<(String, String)>;
+
+fn parse_dot(text: &str) -> (Pairs, Pairs) {
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some("digraph counterexample {"));
     let (mut nodes, mut edges) = (Vec::new(), Vec::new());
