@@ -50,6 +50,7 @@ pub mod check;
 pub mod cli;
 pub mod conform;
 pub mod error;
+pub mod explorer;
 pub mod hint;
 pub mod model;
 pub mod props;

@@ -13,6 +13,7 @@ mod conform_logs;
 mod conform_releases;
 mod conform_seeds;
 mod explore;
+mod explorer_browser;
 mod models;
 mod mooncake;
 mod nixl;

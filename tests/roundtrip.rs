@@ -37,7 +37,7 @@ fn counterexample_scenario_replays_to_the_same_violation() {
         "--dry-run",
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("#/steps/0/"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("&path=0/"), "{}", stdout(&o));
 }
 
 #[test]

@@ -72,6 +72,7 @@ fn row_of(v: &Value, p: &std::path::Path) -> Result<Row> {
         path: c.get("path").and_then(Value::as_str).unwrap_or("").to_string(),
         actions: Vec::new(),
         final_state: String::new(),
+        model_file: c.pointer("/explore/model").and_then(Value::as_str).map(str::to_string),
     });
     let coverage = v.get("workloads").filter(|w| !w.is_null()).map(|w| {
         let u = |k: &str| w.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;

@@ -33,7 +33,7 @@ pub enum Cmd {
     List(list::ListArgs),
     /// Explain a property: what it means, the bugs it guards, its expected verdicts.
     Explain(explain::ExplainArgs),
-    /// Serve stateright's Explorer for a model on loopback.
+    /// Serve kvmc's counterexample explorer for a model on loopback.
     Explore(explore::ExploreArgs),
     /// Measure exploration speed and memory: unique states, states/s, peak memory.
     Bench(bench::BenchArgs),

@@ -32,6 +32,10 @@ pub struct Counterexample {
     /// The last state, rendered as tables.
     #[serde(skip)]
     pub final_state: String,
+    /// The model file the path runs through, as the run named it (None: a workload of a
+    /// `[workload]` model, which has no file of its own).
+    #[serde(skip)]
+    pub model_file: Option<String>,
 }
 
 /// Replay `actions` with events on. None if the path does not replay (a bug in kvmc).
@@ -58,6 +62,7 @@ pub fn build(model: &KvModel, actions: &[Action]) -> Option<Counterexample> {
         actions: actions.to_vec(),
         cycle_start: None,
         final_state: display::render(&model.sys, &raw),
+        model_file: model.scope.path.is_file().then(|| model.scope.path.display().to_string()),
     })
 }
 
@@ -76,35 +81,117 @@ pub fn to_text(cx: &Counterexample) -> String {
     s
 }
 
-/// ITF (the Informal Trace Format of Apalache/Quint): one state per step.
-pub fn to_itf(model: &KvModel, cx: &Counterexample) -> serde_json::Value {
-    let mut states = vec![serde_json::json!({"#meta": {"index": 0}, "action": "init", "summary": "", "changes": ""})];
-    for (i, st) in cx.steps.iter().enumerate() {
-        states.push(serde_json::json!({"#meta": {"index": i + 1}, "action": st.action, "summary": st.summary, "changes": st.changes}));
+/// A state value as ITF writes it: integers as `{"#bigint": "n"}`, lists, records (objects),
+/// strings and booleans as they are (the state view has no nulls; one would become ITF's
+/// `None` variant).
+fn itf_value(v: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value as V;
+    match v {
+        V::Number(n) => serde_json::json!({"#bigint": n.to_string()}),
+        V::Array(a) => V::Array(a.iter().map(itf_value).collect()),
+        V::Object(o) => V::Object(o.iter().map(|(k, x)| (k.clone(), itf_value(x))).collect()),
+        V::Null => serde_json::json!({"tag": "None", "value": {"#tup": []}}),
+        x => x.clone(),
     }
-    serde_json::json!({
-        "#meta": {"format": "ITF", "source": model.scope.path.display().to_string(), "description": "kvmc counterexample",
-                   "profile": model.profile, "variant": model.variant, "path": cx.path},
-        "vars": ["action", "summary", "changes"],
-        "states": states,
-    })
 }
 
-/// The path as a DOT graph (one node per state).
-pub fn to_dot(cx: &Counterexample) -> String {
-    use petgraph::dot::{Config, Dot};
-    use petgraph::graph::DiGraph;
-    let mut g: DiGraph<String, String> = DiGraph::new();
-    let mut prev = g.add_node("init".to_string());
-    for (i, st) in cx.steps.iter().enumerate() {
-        let n = g.add_node(format!("{}: {}", i + 1, st.changes.replace('"', "'")));
-        g.add_edge(prev, n, st.action.clone());
-        prev = n;
+/// ITF (the Informal Trace Format of Apalache/Quint, ADR-015): one state per step, each with
+/// the full state as values (`g1`, `requests`, `queues`, `host`, `connector`, `rows`, `flags`:
+/// src/report/state.rs), the action taken (`mbt::actionTaken`, as Quint names it), the step's
+/// story, and `violated`: the property this counterexample breaks, on its last state.
+pub fn to_itf(model: &KvModel, cx: &Counterexample, property: &str) -> serde_json::Value {
+    let mut raw: Engine = model.init().engine;
+    let mut engines = vec![raw.clone()];
+    for a in &cx.actions {
+        let Some(next) = model.apply(&raw, *a, &mut Events::off(), false) else { break };
+        engines.push(next.clone());
+        raw = next;
     }
-    format!("{:?}", Dot::with_config(&g, &[Config::GraphContentOnly]))
-        .lines()
-        .fold(String::from("digraph counterexample {\n"), |acc, l| acc + l + "\n")
-        + "}\n"
+    let last = engines.len() - 1;
+    let states: Vec<serde_json::Value> = engines
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let mut st = itf_value(&super::state::state_json(&model.sys, e));
+            let (action, story) = match i {
+                0 => ("init".to_string(), String::new()),
+                _ => cx
+                    .steps
+                    .get(i - 1)
+                    .map_or((String::new(), String::new()), |s| (s.action.clone(), s.summary.clone())),
+            };
+            for k in ["host", "connector", "rows"] {
+                if st.get(k).is_none() {
+                    st[k] = serde_json::json!({});
+                }
+            }
+            st["mbt::actionTaken"] = serde_json::json!(action);
+            st["story"] = serde_json::json!(story);
+            st["violated"] = serde_json::json!(if i == last { vec![property] } else { vec![] });
+            st["#meta"] = serde_json::json!({"index": i});
+            st
+        })
+        .collect();
+    let meta = serde_json::json!({"format": "ITF",
+        "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
+        "source": model.scope.path.display().to_string(), "description": format!("kvmc counterexample: {property}"),
+        "profile": model.profile, "variant": model.variant.clone().unwrap_or_else(|| "fixed".into()), "path": cx.path});
+    let mut t = serde_json::json!({
+        "#meta": meta,
+        "vars": ["g1", "queues", "requests", "host", "connector", "rows", "flags", "mbt::actionTaken", "story", "violated"],
+        "states": states,
+    });
+    if let Some(k) = cx.cycle_start {
+        // A lasso: the state after the last step is the state at index k.
+        t["loop"] = serde_json::json!(k);
+    }
+    t
+}
+
+/// Escape a DOT string (inside double quotes): backslash and quote escaped, newlines as
+/// DOT's left-justified line break.
+fn dot_str(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\l")
+}
+
+/// Wrap `s` into lines of at most about `w` characters after a ";" or ",".
+fn wrap(s: &str, w: usize) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for part in s.split_inclusive([';', ',']) {
+        if line > 0 && line + part.len() > w {
+            out.push('\n');
+            line = 0;
+        }
+        let part = if line == 0 { part.trim_start() } else { part };
+        out.push_str(part);
+        line += part.len();
+    }
+    out
+}
+
+/// The path as a DOT graph: one node per state (its step number and what changed), one edge
+/// per action; the last state, which violates `property`, drawn red with the property's name.
+pub fn to_dot(cx: &Counterexample, property: &str) -> String {
+    let mut s = String::from("digraph counterexample {\n  node [shape=box, fontname=\"monospace\", fontsize=10];\n");
+    s.push_str("  s0 [label=\"0: initial state\\l\"];\n");
+    let n = cx.steps.len();
+    for (i, st) in cx.steps.iter().enumerate() {
+        let changes = if st.changes.is_empty() { "nothing changed".to_string() } else { st.changes.clone() };
+        let mut label = format!("{}: {}\n", i + 1, wrap(&changes, 60));
+        let mut attrs = String::new();
+        if i + 1 == n {
+            label.push_str(&format!("VIOLATES {property}\n"));
+            attrs.push_str(", color=red, penwidth=2, fontcolor=red");
+        }
+        s.push_str(&format!("  s{} [label=\"{}\"{attrs}];\n", i + 1, dot_str(&label)));
+        s.push_str(&format!("  s{i} -> s{} [label=\"{}\"];\n", i + 1, dot_str(&st.action)));
+    }
+    if let Some(k) = cx.cycle_start {
+        s.push_str(&format!("  s{n} -> s{k} [style=dashed, label=\"the cycle repeats\"];\n"));
+    }
+    s.push_str("}\n");
+    s
 }
 
 /// A scenario file (`kvmc explore --path FILE` re-runs it), to be written into `dir` (its

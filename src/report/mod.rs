@@ -3,8 +3,10 @@
 
 pub mod counterexample;
 pub mod coverage;
+pub mod link;
 pub mod reproduce;
 pub mod rows;
+pub mod state;
 pub mod testgen;
 
 pub use rows::{Row, Status, Verdict};
@@ -75,16 +77,16 @@ pub fn text(rows: &[Row], verbose_cx: bool) -> String {
         }
         let _ = writeln!(
             s,
-            "\ncounterexample: {} on {} ({}, {}), {} steps; explore: kvmc explore models/{}.toml{} --path {}",
+            "\ncounterexample: {} on {} ({}, {}), {} steps",
             r.property,
             r.model,
             r.profile,
             variant_name(r),
             cx.steps.len(),
-            r.model,
-            r.variant.as_ref().map_or(String::new(), |v| format!(" --variant {v}")),
-            cx.path
         );
+        if let Some(t) = explore_target(r) {
+            let _ = writeln!(s, "  explore: {}\n  open:    http://127.0.0.1:3000{}", t.command(), t.url_path());
+        }
         s.push_str(&counterexample::to_text(cx));
         if verbose_cx {
             let _ = writeln!(s, "    final state:");
@@ -124,6 +126,9 @@ pub fn json(rows: &[Row], peak_rss: Option<u64>) -> serde_json::Value {
                 "stopped_by": r.cut_by,
                 "counterexample": r.counterexample.as_ref().map(|c| {
                     let mut v = serde_json::json!({"steps": c.steps, "path": c.path});
+                    if let Some(t) = explore_target(r) {
+                        v["explore"] = serde_json::json!({"model": t.model, "command": t.command(), "url": t.url_path()});
+                    }
                     if let Some(k) = c.cycle_start {
                         // A lasso: steps[k..] lead back to the state before steps[k].
                         v["cycle_start"] = serde_json::json!(k);
@@ -139,6 +144,22 @@ pub fn json(rows: &[Row], peak_rss: Option<u64>) -> serde_json::Value {
         "ok": rows.iter().all(|r| r.status() == Status::Ok),
         "peak_rss_bytes": peak_rss,
         "results": results,
+    })
+}
+
+/// What opens a row's counterexample in the explorer (None: no counterexample, or one of a
+/// `[workload]` model's workloads, which has no model file of its own until `--out` writes it).
+pub fn explore_target(r: &Row) -> Option<link::Target> {
+    let cx = r.counterexample.as_ref()?;
+    if r.coverage.as_ref().is_some_and(|c| c.cx.is_some()) {
+        return None;
+    }
+    Some(link::Target {
+        model: cx.model_file.clone()?,
+        profile: Some(r.profile.clone()),
+        variant: r.variant.clone(),
+        property: Some(r.property.clone()),
+        path: cx.path.clone(),
     })
 }
 
@@ -172,7 +193,17 @@ pub fn junit(rows: &[Row]) -> String {
                 xml_escape(&name),
                 r.seconds
             );
+            let link = explore_target(r).map(|t| {
+                format!(
+                    "<properties><property name=\"explore_command\" value=\"{}\"/><property name=\"explore_url\" value=\"{}\"/></properties>",
+                    xml_escape(&t.command()),
+                    xml_escape(&t.url_path())
+                )
+            });
             match r.status() {
+                Status::Ok if link.is_some() => {
+                    let _ = writeln!(s, ">{}</testcase>", link.as_deref().unwrap_or_default());
+                }
                 Status::Ok => s.push_str("/>\n"),
                 Status::Incomplete => {
                     let _ = writeln!(
@@ -192,10 +223,14 @@ pub fn junit(rows: &[Row]) -> String {
                             format!("; vacuous: {}", r.unreached.join(", "))
                         }
                     );
-                    let body = r.counterexample.as_ref().map(counterexample::to_text).unwrap_or_default();
+                    let mut body = r.counterexample.as_ref().map(counterexample::to_text).unwrap_or_default();
+                    if let Some(t) = explore_target(r) {
+                        body = format!("explore: {}\nopen: http://127.0.0.1:3000{}\n{body}", t.command(), t.url_path());
+                    }
                     let _ = writeln!(
                         s,
-                        "><failure message=\"{}\">{}</failure></testcase>",
+                        ">{}<failure message=\"{}\">{}</failure></testcase>",
+                        link.as_deref().unwrap_or_default(),
                         xml_escape(&msg),
                         xml_escape(&body)
                     );
@@ -231,9 +266,9 @@ pub fn write_counterexamples(
         )?;
         std::fs::write(
             dir.join(format!("{stem}.itf.json")),
-            serde_json::to_string_pretty(&counterexample::to_itf(&m, cx))? + "\n",
+            serde_json::to_string_pretty(&counterexample::to_itf(&m, cx, &r.property))? + "\n",
         )?;
-        std::fs::write(dir.join(format!("{stem}.dot")), counterexample::to_dot(cx))?;
+        std::fs::write(dir.join(format!("{stem}.dot")), counterexample::to_dot(cx, &r.property))?;
         std::fs::write(dir.join(format!("{stem}.scenario.toml")), counterexample::to_scenario(&m, cx, dir))?;
         n += 1;
     }

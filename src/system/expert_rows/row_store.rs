@@ -42,6 +42,16 @@ impl RowStore {
         self.objects.is_empty()
     }
 
+    /// Keys with an object, ascending (for display).
+    pub fn objects(&self) -> &[BlockHash] {
+        &self.objects
+    }
+
+    /// Unreferenced keys with an object, least recently used first (for display).
+    pub fn lru_order(&self) -> &[BlockHash] {
+        &self.lru
+    }
+
     pub fn references(&self, k: &BlockHash) -> u16 {
         self.refs.get(k).copied().unwrap_or(0)
     }
