@@ -15,6 +15,7 @@ mod models;
 mod mooncake;
 mod nixl;
 mod parsers;
+mod pd_rows;
 mod replay;
 mod roundtrip;
 mod rows;

@@ -28,6 +28,13 @@ const PINNED: &[(&str, usize)] = &[
     ("mooncake-preempt", 2389),
     ("pd-chunked", 8),
     ("pd-shared", 1630),
+    // Issue 23: P/D pairs with router replay (a prefill and a decode instance, the router).
+    ("pd-rows-aligned", 24),
+    ("pd-rows-bridge", 61),
+    ("pd-rows-c", 27),
+    ("pd-rows-load-fail", 75),
+    ("pd-rows-long", 42),
+    ("pd-rows-preempt", 1254),
     ("preempt-livelock", 57),
     ("preempt-store", 37),
     ("restart-recompute", 2632),

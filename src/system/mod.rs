@@ -14,6 +14,7 @@ pub mod gpu_pool;
 pub mod input;
 pub mod kv_manager;
 pub mod model_runner;
+pub mod pd;
 pub mod request;
 pub mod rules;
 pub mod scheduler;
