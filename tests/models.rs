@@ -48,6 +48,7 @@ const PINNED: &[(&str, usize)] = &[
     ("rows-c", 38),
     ("rows-live-store", 6),
     ("rows-offload", 8781),
+    ("rows-preempt", 146),
     ("rows-small-store", 48),
     ("shared-prefix", 59),
     ("stream-resume", 937),
