@@ -1,6 +1,7 @@
 //! The system's input: everything the environment of one vLLM engine can do to it (a request
 //! arrives, the engine steps, a copy finishes or fails, a client aborts, a request errors, a
-//! streaming session sends its next chunk, a P/D consumer reads), and [`System`], which applies
+//! streaming session sends its next chunk, a P/D consumer reads; with a P/D pair, the decode
+//! instance's and the router's inputs, `Input::Decode`), and [`System`], which applies
 //! one input to an engine state. The checker explores every enabled input ([`System::inputs`]),
 //! replay and conformance apply the inputs a trace or a log dictates; all three go through
 //! [`System::apply`], so a rule lives in one place.
