@@ -188,7 +188,12 @@ fn nixl_scopes_parse_or_say_what_is_not_modelled() {
     assert!(err(format!("{base}{req}[[request.turn]]\ninput = \"e\"\noutput = \"y\"\n")).contains("no further inputs"));
     assert!(err(format!("{}{req}", base.replace("[engine]\n", "[engine]\nasync_scheduling = true\n")))
         .contains("synchronous scheduling only"));
-    assert!(err(format!("{base}{req}[router_replay]\n")).contains("not modelled"));
+    // Router replay with NixlConnector: vLLM refuses it (its own message, at the connector's
+    // line); prime-rl's bypass makes the model a P/D pair.
+    let e = err(format!("{base}{req}[router_replay]\n"));
+    assert!(e.contains("t.toml:2: --enable-return-routed-experts is incompatible with NixlConnector"), "{e}");
+    let pd = format!("{}{req}[router_replay]\n", base.replace("[engine]\n", "[engine]\nprofile = \"prime-rl\"\n"));
+    assert!(Scope::parse("t", Path::new("t.toml"), &pd).expect("a P/D pair").is_pd());
     assert!(err(format!("{base}{req}[faults]\nload_failure = true\n")).contains("load_failure"));
 }
 

@@ -64,6 +64,10 @@ impl Hooks<KvModel> for KvHooks {
             Action::Arrive(_) => Some(3),
             Action::StreamInput(_) => Some(4),
             Action::ConsumerRead(_) => Some(5),
+            Action::Decode(crate::system::pd::PdInput::Send(_)) => Some(6),
+            Action::Decode(crate::system::pd::PdInput::Step) => Some(7),
+            Action::Decode(crate::system::pd::PdInput::ReadDone) => Some(8),
+            Action::Decode(crate::system::pd::PdInput::ReadFails(_)) => None,
             Action::StepSyncLoadFails(_) | Action::LoadFails(_) | Action::Abort(_) | Action::Error(_) => None,
         }
     }

@@ -79,6 +79,8 @@ const ANY: Applies = Applies { connectors: Connectors::Any, rows: false, policy:
 const OFFLOAD: Applies = Applies { connectors: Connectors::Offload, ..ANY };
 /// Models with router replay.
 const ROWS: Applies = Applies { rows: true, ..ANY };
+/// P/D pairs with router replay (connector = "nixl" and `[router_replay]`).
+const PD: Applies = Applies { connectors: Connectors::Only(&[NX]), rows: true, policy: Policy::Any };
 /// Models with one of these connectors.
 const fn only(c: &'static [ConnectorKind]) -> Applies {
     Applies { connectors: Connectors::Only(c), ..ANY }
@@ -213,7 +215,8 @@ macro_rules! state {
             kind: Kind::Always,
             on: $on,
             source: Source::State($f),
-            check: |m, e| $f(&Scope::of(m), e),
+            // P/D: the decode instance is checked too.
+            check: |m, e| $f(&Scope::of(m), e) && decode_too(m, e, $f),
             doc: $doc,
         }
     };
@@ -314,7 +317,7 @@ registry! {
     mark!(ReachPreemption, "reach-preemption", Mark::Preemption, ANY, "a preemption");
     mark!(ReachAbort, "reach-abort", Mark::Abort, ANY, "a client abort");
     mark!(ReachErrorFinish, "reach-error-finish", Mark::ErrorFinish, ANY, "a request finishing with an error");
-    mark!(ReachLoadFailure, "reach-load-failure", Mark::LoadFailure, only(&[OC, MC]), "a failed load");
+    mark!(ReachLoadFailure, "reach-load-failure", Mark::LoadFailure, only(&[OC, MC, NX]), "a failed load");
     mark!(ReachHostHit, "reach-host-hit", Mark::HostHit, only(&[OC, SC, MC]), "a host-tier hit");
     mark!(ReachHostEviction, "reach-host-eviction", Mark::HostEviction, only(&[OC, SC]), "a host-tier eviction");
     mark!(ReachStoreDone, "reach-store-done", Mark::StoreCompleted, OFFLOAD, "a completed store");
@@ -337,6 +340,15 @@ registry! {
     mark!(ReachRowsReadFromStore, "reach-rows-read-from-store", Mark::RowsFromStore, ROWS, "routed-expert rows read from the store");
     mark!(ReachRowsCut, "reach-rows-cut", Mark::RowsCut, ROWS, "routed-expert rows cut");
     guard!(ReachAllFinished, "reach-all-finished", progress::all_finished, ANY, "every request arrived and finished");
+    flag!(PdEqualsColocated, "pd-equals-colocated", [Breach::PdNotColocated], PD, "the router's merged P/D rows are what a colocated engine returns");
+    mark!(ReachPdDecodeLoad, "reach-pd-decode-load", Mark::PdRemoteLoad, PD, "a P/D decoder reading prompt KV from the prefiller");
+    mark!(ReachPdMerge, "reach-pd-merge", Mark::PdMerged, PD, "the P/D router merging a request's rows");
+}
+
+/// A state predicate over the decode instance of a P/D system (true without one).
+fn decode_too(m: &System, e: &Engine, f: fn(&Scope, &Engine) -> bool) -> bool {
+    let (Some(pd), Some(x)) = (m.pd.as_ref(), e.pd.as_ref()) else { return true };
+    f(&Scope { cfg: &pd.cfg, rules: &m.rules, wl: &pd.wl, progress_steps: m.env.progress_steps }, &x.d)
 }
 
 impl PropId {

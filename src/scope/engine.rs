@@ -148,12 +148,12 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                         .into(),
                 ));
             }
-            if raw.router_replay.is_some() {
-                return Err(bad(
-                    e.connector.span(),
-                    "[router_replay] with connector = \"nixl\" (P/D rows: decode floor, router merge) is not modelled"
-                        .into(),
-                ));
+            if raw.router_replay.is_some()
+                && crate::system::rules::resolve(&profile, None).is_ok_and(|r| !r.aux_pd_bypass)
+            {
+                // vLLM refuses routed experts with a P/D connector; prime-rl bypasses it (a P/D
+                // pair: src/system/pd).
+                return Err(bad(e.connector.span(), super::pd_refusal(&profile)));
             }
             ConnectorConfig::Nixl
         }

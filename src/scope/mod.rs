@@ -245,8 +245,42 @@ impl Scope {
     /// The system this scope describes, under `profile` (default: the scope's own) and
     /// `variant`; an unknown profile or variant is an error message.
     pub fn system(&self, profile: Option<&str>, variant: Option<&str>) -> std::result::Result<System, String> {
-        let rules = crate::system::rules::resolve(profile.unwrap_or(&self.profile), variant)?;
-        Ok(System { cfg: self.cfg.clone(), workload: self.workload.clone(), env: self.environment(), rules })
+        let profile = profile.unwrap_or(&self.profile);
+        let rules = crate::system::rules::resolve(profile, variant)?;
+        if self.is_pd() {
+            // A P/D pair: P runs each request with max_tokens = 1, D with its whole output.
+            if !rules.aux_pd_bypass {
+                return Err(pd_refusal(profile));
+            }
+            let full = self.workload.clone();
+            let b = full.block_size;
+            let prefill: Vec<RequestSpec> = full
+                .requests
+                .iter()
+                .map(|s| {
+                    let prompt = s.tokens[..s.prompt_len as usize].to_vec();
+                    let first = s.tokens[s.prompt_len as usize];
+                    let mut p = RequestSpec::with_limits(&s.name, prompt, vec![first], 1, None, b);
+                    p.rows_start = s.rows_start;
+                    p
+                })
+                .collect();
+            let pd = crate::system::pd::PdSys::new(&self.cfg, full);
+            return Ok(System {
+                cfg: self.cfg.clone(),
+                workload: Workload::new(b, prefill),
+                env: self.environment(),
+                rules,
+                pd: Some(Box::new(pd)),
+            });
+        }
+        Ok(System { cfg: self.cfg.clone(), workload: self.workload.clone(), env: self.environment(), rules, pd: None })
+    }
+
+    /// A P/D pair (`connector = "nixl"` with `[router_replay]`): a prefill and a decode
+    /// instance behind the router (src/system/pd).
+    pub fn is_pd(&self) -> bool {
+        self.cfg.connector == ConnectorConfig::Nixl && self.cfg.router_replay.is_some()
     }
 
     /// What the environment may do in this scope.
@@ -332,7 +366,8 @@ impl Scope {
                     format!("request {nm}: prompt + output exceed max_model_len {max_model_len}"),
                 ));
             }
-            if cfg.connector == ConnectorConfig::Nixl && (output.len() != 1 || !r.turns.is_empty()) {
+            let pd = cfg.router_replay.is_some();
+            if cfg.connector == ConnectorConfig::Nixl && ((!pd && output.len() != 1) || !r.turns.is_empty()) {
                 return Err(bad(
                     r.output.span(),
                     format!(
@@ -435,11 +470,12 @@ impl Scope {
             load_failure: raw.faults.load_failure,
             max_load_failures: raw.faults.max_load_failures,
         };
-        if faults.load_failure && cfg.offload().is_none() && cfg.mooncake().is_none() {
+        let pd_pair = cfg.connector == ConnectorConfig::Nixl && cfg.router_replay.is_some();
+        if faults.load_failure && cfg.offload().is_none() && cfg.mooncake().is_none() && !pd_pair {
             return Err(KvmcError::input(
                 path,
                 1,
-                "faults.load_failure needs connector = \"offloading\" or \"mooncake\" (SimpleCPU's worker never reports load failures)",
+                "faults.load_failure needs connector = \"offloading\" or \"mooncake\", or a P/D pair (nixl with [router_replay]: the decoder's reads fail) (SimpleCPU's worker never reports load failures)",
             ));
         }
         let mut workload = Workload::with_sessions(b, specs, sessions);
@@ -462,6 +498,16 @@ impl Scope {
         };
         Ok((scope, warnings))
     }
+}
+
+/// vLLM's refusal of routed experts with a P/D connector (`VllmConfig._verify_aux_output_compatibility`,
+/// 0.33: NixlConnector, NixlPullConnector, NixlPushConnector, MoRIIOConnector, MooncakeConnector,
+/// also as MultiConnector children); prime-rl bypasses it for NixlConnector only.
+pub(crate) fn pd_refusal(profile: &str) -> String {
+    format!(
+        "--enable-return-routed-experts is incompatible with NixlConnector; PD auxiliary output is not supported \
+         (vLLM's _verify_aux_output_compatibility under profile {profile}; only prime-rl's patch bypasses it, for NixlConnector)"
+    )
 }
 
 /// A model file's description and replay table (for `kvmc replay`).

@@ -78,6 +78,9 @@ pub enum ConnectorConfig {
     /// NixlConnector, producer (prefill) side, host-buffer mode (`kv_buffer_device = "cpu"`):
     /// every request is a P/D prefill request (`do_remote_decode`).
     Nixl,
+    /// NixlConnector, consumer (decode) side: the decode instance of a P/D pair
+    /// (`src/system/pd`), loading each request's prompt KV from the producer.
+    NixlDecode,
 }
 
 /// Which connector, without its settings (what a property or an action applies to).
@@ -153,8 +156,12 @@ impl EngineConfig {
             ConnectorConfig::Offloading(_) => ConnectorKind::Offloading,
             ConnectorConfig::SimpleCpu(_) => ConnectorKind::SimpleCpu,
             ConnectorConfig::Mooncake(_) => ConnectorKind::Mooncake,
-            ConnectorConfig::Nixl => ConnectorKind::Nixl,
+            ConnectorConfig::Nixl | ConnectorConfig::NixlDecode => ConnectorKind::Nixl,
         }
+    }
+    /// The decode instance of a P/D pair (its requests are decode-side: `_is_pd_decode_request`).
+    pub fn is_pd_decode(&self) -> bool {
+        self.connector == ConnectorConfig::NixlDecode
     }
     /// The engine runs an offload connector (any kind).
     pub fn has_connector(&self) -> bool {

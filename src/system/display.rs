@@ -21,6 +21,12 @@ pub fn action_label(sys: &System, a: &Input) -> String {
         Input::Error(r) => format!("error {}", name(r)),
         Input::StreamInput(r) => format!("next input for {}", name(r)),
         Input::ConsumerRead(r) => format!("consumer reads {}", name(r)),
+        Input::Decode(x) => match x {
+            crate::system::pd::PdInput::Send(r) => format!("router sends {} to D", name(r)),
+            crate::system::pd::PdInput::Step => "D: step".to_string(),
+            crate::system::pd::PdInput::ReadDone => "D: NIXL read done".to_string(),
+            crate::system::pd::PdInput::ReadFails(k) => format!("D: NIXL read fails from block {k}"),
+        },
     }
 }
 
@@ -131,6 +137,8 @@ fn event_text(sys: &System, e: &Event) -> Option<String> {
         Event::Finished { req, reason } => format!("{} finishes ({})", n(req), reason.as_str()),
         Event::Freed { req, blocks } => format!("{} frees {blocks:?}", n(req)),
         Event::Violation { property, detail } => format!("VIOLATION {property}: {detail}"),
+        Event::Decode { ev } => format!("D: {}", event_text(sys, ev)?),
+        Event::Router { text } => text.clone(),
         Event::WrongVictims { got, want, policy } => {
             let order = match policy {
                 crate::system::rules::HostLru::ReleaseOrder => "0.24 release",

@@ -64,6 +64,8 @@ pub struct Engine {
     pub aux: Option<Box<AuxState>>,
     /// Trace replay's read cache (not state; off in the checker).
     pub reads: Side<ReadCache>,
+    /// P/D: the decode instance and the router (`src/system/pd`), on the prefill engine.
+    pub pd: Option<Box<super::pd::PdState>>,
 }
 
 /// A batch in flight: what was scheduled and what the worker reported for it.
@@ -116,6 +118,7 @@ impl Engine {
                 Box::new(AuxState::new(n, c.store_objects, capacity, rules.aux_store_evicts_live))
             }),
             reads: Side::default(),
+            pd: None,
         }
     }
 
@@ -167,7 +170,10 @@ impl Engine {
 
     /// Requests not yet finished, or finished but still holding blocks or connector state.
     pub fn has_work(&self) -> bool {
-        self.has_requests() || !self.batches.is_empty() || !self.deferred_frees.is_empty()
+        self.has_requests()
+            || !self.batches.is_empty()
+            || !self.deferred_frees.is_empty()
+            || self.pd.as_ref().is_some_and(|x| x.has_work())
     }
 
     /// `Scheduler.has_requests`: unfinished requests, finished ones not yet reported or still
@@ -258,7 +264,9 @@ impl Engine {
     /// The engine is gone: the rows worker raised (rows-present) or the scheduler's connector
     /// asserted (connector-assert). Nothing moves any more.
     pub fn is_dead(&self) -> bool {
-        self.aux.as_ref().is_some_and(|a| a.dead) || self.ghost.has(Breach::ConnectorAssert)
+        self.aux.as_ref().is_some_and(|a| a.dead)
+            || self.ghost.has(Breach::ConnectorAssert)
+            || self.pd.as_ref().is_some_and(|x| x.d.is_dead())
     }
 
     /// One engine step. Synchronous scheduling: `schedule()`, the worker (connector hooks
@@ -318,11 +326,18 @@ impl Engine {
             && self.processed_seq == o.processed_seq
             && self.deferred_frees == o.deferred_frees
             && self.aux == o.aux
+            && match (&self.pd, &o.pd) {
+                (Some(x), Some(y)) => x.route == y.route && x.d.same_ignoring_marks(&y.d),
+                (x, y) => x.is_none() && y.is_none(),
+            }
     }
 
     /// Make equal histories equal states (the model checker only): renumber job ids and
     /// LRU ranks densely, and step sequence numbers relative to the processed one.
     pub fn canonicalize(&mut self) {
+        if let Some(x) = self.pd.as_mut() {
+            x.d.canonicalize();
+        }
         self.conn.canonicalize(self.batches.iter_mut().flat_map(|b| b.wout.completed.iter_mut()));
         let base = self.processed_seq;
         if base > 0 {

@@ -177,6 +177,14 @@ pub enum Event {
         req: ReqId,
         blocks: Vec<BlockId>,
     },
+    /// P/D: something the decode instance did (its own events, rendered as "D: ...").
+    Decode {
+        ev: Box<Event>,
+    },
+    /// P/D: what the router did.
+    Router {
+        text: String,
+    },
     /// A property's predicate failed inside a transition (read integrity, source freshness,
     /// load safety, coverage).
     Violation {

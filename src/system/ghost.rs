@@ -49,6 +49,9 @@ pub enum Breach {
     /// NIXL P/D: the consumer read a block from the producer's host buffer whose copy is not
     /// the KV of the request's tokens (copied before its last write) (handoff-integrity).
     PdStaleSend = 1 << 14,
+    /// P/D with router replay: the router's merged rows are not what a colocated engine returns
+    /// for the request, or the merge refused with HTTP 500 (pd-equals-colocated).
+    PdNotColocated = 1 << 15,
 }
 
 /// What a transition did, for reachability guards.
@@ -96,6 +99,10 @@ pub enum Mark {
     /// NIXL P/D: a block was copied to the host buffer while its request had written only
     /// part of the prompt positions it holds.
     PdPartialSave = 1 << 25,
+    /// P/D: the decode instance's NIXL read of a request's prompt KV landed or failed.
+    PdRemoteLoad = 1 << 26,
+    /// P/D: the router merged a request's P and D rows (or refused to).
+    PdMerged = 1 << 27,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]

@@ -1,6 +1,7 @@
 //! The system's input: everything the environment of one vLLM engine can do to it (a request
 //! arrives, the engine steps, a copy finishes or fails, a client aborts, a request errors, a
-//! streaming session sends its next chunk, a P/D consumer reads), and [`System`], which applies
+//! streaming session sends its next chunk, a P/D consumer reads; with a P/D pair, the decode
+//! instance's and the router's inputs, `Input::Decode`), and [`System`], which applies
 //! one input to an engine state. The checker explores every enabled input ([`System::inputs`]),
 //! replay and conformance apply the inputs a trace or a log dictates; all three go through
 //! [`System::apply`], so a rule lives in one place.
@@ -39,6 +40,8 @@ pub enum Input {
     /// NIXL P/D: the consumer (decode instance) reads finished request `r`'s blocks from the
     /// producer's host buffer.
     ConsumerRead(u16),
+    /// P/D with router replay: an input of the decode instance or the router (`src/system/pd`).
+    Decode(super::pd::PdInput),
 }
 
 impl Input {
@@ -101,6 +104,8 @@ pub struct System {
     pub workload: Workload,
     pub env: Environment,
     pub rules: Rules,
+    /// P/D: the decode instance's configuration and workload (None: one engine).
+    pub pd: Option<Box<super::pd::PdSys>>,
 }
 
 impl System {
@@ -110,7 +115,11 @@ impl System {
 
     /// The initial engine state.
     pub fn init(&self) -> Engine {
-        Engine::new(&self.cfg, &self.workload, &self.rules)
+        let mut e = Engine::new(&self.cfg, &self.workload, &self.rules);
+        if let Some(pd) = &self.pd {
+            e.pd = Some(Box::new(super::pd::PdState::new(pd, &self.rules)));
+        }
+        e
     }
 
     fn arrival_enabled(&self, e: &Engine, r: usize) -> bool {
@@ -120,6 +129,9 @@ impl System {
         if let Some(a) = self.env.after[r] {
             if !e.reqs[a as usize].status.is_finished() {
                 return false;
+            }
+            if e.pd.as_ref().is_some_and(|x| !x.answered(a)) {
+                return false; // P/D: the client waits for the router's answer
             }
         }
         match self.env.arrivals {
@@ -138,7 +150,28 @@ impl System {
     /// without, it keeps the real counters (stories, replays).
     pub fn apply(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool) -> Option<Engine> {
         let mut e = s.clone();
-        if !apply_in_place(self.ctx(), &mut e, a, ev) {
+        if let Some(pd) = &self.pd {
+            // P/D: the decode side's inputs, and the router after every input.
+            e.ghost.marks = 0;
+            if let Some(x) = e.pd.as_mut() {
+                x.d.ghost.marks = 0;
+            }
+            let moved = match a {
+                Input::Decode(x) => super::pd::apply(self, pd, &mut e, x, ev),
+                _ => apply_in_place(self.ctx(), &mut e, a, ev),
+            };
+            if !moved {
+                return None;
+            }
+            super::pd::sync(self, pd, &mut e, ev);
+            if let Input::Decode(super::pd::PdInput::Step) = a {
+                let before = s.pd.as_ref().expect("a P/D state");
+                let after = e.pd.as_ref().expect("a P/D state");
+                if after.d.same_ignoring_marks(&before.d) && after.route == before.route {
+                    return None; // D's step changed nothing
+                }
+            }
+        } else if !apply_in_place(self.ctx(), &mut e, a, ev) {
             return None;
         }
         if canonical {
@@ -185,7 +218,10 @@ impl System {
         if s.next_transfer(Direction::Store).is_some() || s.next_transfer(Direction::Load).is_some() {
             return false;
         }
-        if !s.consumer_readable().is_empty() {
+        if self.pd.is_none() && !s.consumer_readable().is_empty() {
+            return false;
+        }
+        if super::pd::can_move(self, s) {
             return false;
         }
         self.apply(s, Input::Step, &mut Events::off(), true).is_none()
@@ -243,8 +279,15 @@ impl System {
                 out.push(Input::StreamInput(r));
             }
         }
-        for r in e.consumer_readable() {
-            out.push(Input::ConsumerRead(r));
+        if self.pd.is_some() {
+            // P/D: D's reads are the consumer's; the router and D move too.
+            let mut d = Vec::new();
+            super::pd::inputs(self, e, &mut d);
+            out.extend(d.into_iter().map(Input::Decode));
+        } else {
+            for r in e.consumer_readable() {
+                out.push(Input::ConsumerRead(r));
+            }
         }
         for (r, q) in e.reqs.iter().enumerate() {
             if f.abort && q.status.is_live() {
@@ -291,6 +334,7 @@ pub fn apply_in_place(ctx: Ctx<'_>, e: &mut Engine, a: Input, ev: &mut Events) -
         Input::Error(r) => e.error(ctx, r, ev),
         Input::StreamInput(r) => e.stream_input(ctx, r, ev),
         Input::ConsumerRead(r) => e.consumer_read(ctx, r, ev),
+        Input::Decode(_) => return false, // only a P/D System applies these
     }
     true
 }

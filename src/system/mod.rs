@@ -1,6 +1,7 @@
 //! The reference system: a pure, deterministic model of one vLLM engine (G1 pool, scheduler,
 //! OffloadingConnector, SimpleCPUOffloadConnector or MooncakeStoreConnector, host tier or shared pool), following vLLM 0.33.0. All three drivers (the checker,
-//! replay, conformance) run exactly this code.
+//! replay, conformance) run exactly this code. A P/D pair with router replay (`pd`) is two
+//! such engines, the decode one held by the prefill one, and prime-rl's router.
 
 pub mod choice;
 pub mod collections;
@@ -15,6 +16,7 @@ pub mod gpu_pool;
 pub mod input;
 pub mod kv_manager;
 pub mod model_runner;
+pub mod pd;
 pub mod request;
 pub mod rules;
 pub mod scheduler;

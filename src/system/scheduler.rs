@@ -77,7 +77,8 @@ fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
         // Preemption is a teardown for the rows worker (vLLM calls request_finished).
         let q = &e.reqs[r as usize];
         let spec = ctx.wl.spec(r, q.turn);
-        a.sched.request_finished(r, spec, q, &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size);
+        let reset = ctx.rules.aux_decode_floor == crate::system::rules::DecodeFloor::ResetOnPreempt;
+        a.sched.request_finished(r, spec, q, &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size, reset);
     }
     free_request_blocks(e, ctx, r);
     let q = &mut e.reqs[r as usize];
@@ -236,7 +237,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             .scheduled
             .iter()
             .map(|s| (s.req, s.tokens, ctx.wl.spec(s.req, reqs[s.req as usize].turn), &reqs[s.req as usize]));
-        scratch.aux = Some(a.sched.build_meta(sched, ctx.rules, cfg.block_size));
+        scratch.aux = Some(a.sched.build_meta(sched, ctx.rules, cfg.block_size, cfg.is_pd_decode()));
     }
 
     if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
@@ -367,7 +368,8 @@ fn schedule_waiting(
             if e.aux.is_some() {
                 // prime-rl: cut local hits at the first externally loaded block from blk(s) on,
                 // and clamp external loads at block_floor(s).
-                let keep = rows_sched::cut_hits(ctx.rules, k.spec, q, &h, &e.pool, b);
+                let decode = cfg.is_pd_decode();
+                let keep = rows_sched::cut_hits(ctx.rules, k.spec, q, &h, &e.pool, b, decode);
                 if keep < h.len() {
                     let was = l;
                     h.truncate(keep);
@@ -375,7 +377,7 @@ fn schedule_waiting(
                     e.ghost.mark(Mark::RowsCut);
                     ev.emit(|| Event::RowsCut { req: r, from: was, to: l });
                 }
-                max_new = rows_sched::load_limit(ctx.rules, k.spec, q, l, b);
+                max_new = rows_sched::load_limit(ctx.rules, k.spec, q, l, b, decode);
             }
             // prime-rl's limit goes into the connector (OffloadingConnector's
             // `_max_loadable_tokens`, the Mooncake store's wrapped lookup), unless the

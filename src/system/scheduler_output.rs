@@ -228,7 +228,10 @@ fn check_rows(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
         crate::system::rules::EmitStart::V033 => spec.rows_start.min(spec.prompt_len),
     };
     let rec = a.rows[r as usize].clone();
-    let exact = !rec.gap && if start >= t1 { rec.is_empty() } else { rec.first == Some(start) && rec.end == t1 };
+    // A P/D decode-side request emits from its first forward (the floor), not from the start:
+    // its rows are contiguous up to T - 1 (the router's merge is checked by pd-equals-colocated).
+    let from = if ctx.cfg.is_pd_decode() { rec.first.filter(|&f| f >= start).unwrap_or(start) } else { start };
+    let exact = !rec.gap && if from >= t1 { rec.is_empty() } else { rec.first == Some(from) && rec.end == t1 };
     if !exact {
         e.ghost.breach(Breach::RowsInexact);
         ev.emit(|| Event::Violation {
@@ -244,14 +247,23 @@ fn check_rows(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
         });
     }
     if let Some(f) = rec.first {
-        let anchored = t1.checked_sub(rec.count);
+        // The response's start (R6): end-anchored, or on a P/D instance without prime-rl's
+        // packed /generate, `routed_experts_prompt_start`.
+        let pd = ctx.cfg.connector_kind() == crate::system::config::ConnectorKind::Nixl;
+        let anchored =
+            if pd && !ctx.rules.pd_start_end_anchored { Some(spec.rows_start) } else { t1.checked_sub(rec.count) };
         if anchored != Some(f) {
             e.ghost.breach(Breach::StartNotAnchored);
             ev.emit(|| Event::Violation {
                 property: "start-anchored",
                 detail: format!(
-                    "{}: len(prompt) + len(completion) - 1 - len(rows) = {} but the first row is at {f}",
+                    "{}: {} = {} but the first row is at {f}",
                     spec.name,
+                    if pd && !ctx.rules.pd_start_end_anchored {
+                        "/generate answers start = routed_experts_prompt_start"
+                    } else {
+                        "len(prompt) + len(completion) - 1 - len(rows)"
+                    },
                     anchored.map_or("negative".to_string(), |x| x.to_string())
                 ),
             });
@@ -343,7 +355,16 @@ fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events
     e.ghost.idle_steps = 0;
     let spec = ctx.wl.spec(r, e.reqs[r as usize].turn);
     if let Some(a) = e.aux.as_mut() {
-        a.sched.request_finished(r, spec, &e.reqs[r as usize], &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size);
+        let reset = ctx.rules.aux_decode_floor == crate::system::rules::DecodeFloor::ResetOnPreempt;
+        a.sched.request_finished(
+            r,
+            spec,
+            &e.reqs[r as usize],
+            &e.pool,
+            ctx.rules.aux_retain,
+            ctx.cfg.block_size,
+            reset,
+        );
     }
     let q = RequestRef { id: r, state: &e.reqs[r as usize], spec };
     let delay_free = e

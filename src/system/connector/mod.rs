@@ -27,6 +27,7 @@ pub use super::collections::bit_set::BitSet;
 pub use hooks::{HookCtx, KvConnector, NoConnector, RequestRef, WorkerCtx, WorkerStep};
 
 pub use mooncake::MooncakeState;
+pub use nixl::consumer::NixlConsumer;
 pub use nixl::NixlState;
 pub use offloading::{Job, JobKind, OffloadingReq, OffloadingState, Phase};
 pub use simple_cpu::SimpleCpuState;
@@ -39,6 +40,7 @@ pub enum Connector {
     SimpleCpu(Box<SimpleCpuState>),
     Mooncake(Box<MooncakeState>),
     Nixl(Box<NixlState>),
+    NixlDecode(Box<NixlConsumer>),
 }
 
 impl Connector {
@@ -53,6 +55,7 @@ impl Connector {
                 Connector::Mooncake(Box::new(MooncakeState::new(num_reqs, m, cfg.block_size)))
             }
             ConnectorConfig::Nixl => Connector::Nixl(Box::new(NixlState::new(cfg.num_gpu_blocks))),
+            ConnectorConfig::NixlDecode => Connector::NixlDecode(Box::new(NixlConsumer::new(num_reqs))),
         }
     }
     pub fn nixl(&self) -> Option<&NixlState> {
@@ -64,6 +67,18 @@ impl Connector {
     pub fn nixl_mut(&mut self) -> Option<&mut NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn nixl_decode(&self) -> Option<&NixlConsumer> {
+        match self {
+            Connector::NixlDecode(s) => Some(s),
+            _ => None,
+        }
+    }
+    pub fn nixl_decode_mut(&mut self) -> Option<&mut NixlConsumer> {
+        match self {
+            Connector::NixlDecode(s) => Some(s),
             _ => None,
         }
     }
@@ -123,6 +138,7 @@ macro_rules! forward_hooks {
                         Connector::SimpleCpu(s) => KvConnector::$name(&mut **s, $($arg),*),
                         Connector::Mooncake(s) => KvConnector::$name(&mut **s, $($arg),*),
                         Connector::Nixl(s) => KvConnector::$name(&mut **s, $($arg),*),
+                        Connector::NixlDecode(s) => KvConnector::$name(&mut **s, $($arg),*),
                     }
                 }
             )*
@@ -135,6 +151,7 @@ macro_rules! forward_hooks {
                         Connector::SimpleCpu(s) => KvConnector::$rname(&**s, $($rarg),*),
                         Connector::Mooncake(s) => KvConnector::$rname(&**s, $($rarg),*),
                         Connector::Nixl(s) => KvConnector::$rname(&**s, $($rarg),*),
+                        Connector::NixlDecode(s) => KvConnector::$rname(&**s, $($rarg),*),
                     }
                 }
             )*

@@ -2,12 +2,13 @@
 //! starts, block-hash keys, terminal events, and the row retention and hit gating that keep
 //! every GPU-cached or loadable block's rows in the store) and prime-rl's patches to the 0.31
 //! scheduler (`_routed_experts_load_limit` — the load clamp —, `_track_externally_loaded_blocks`
-//! and `_first_loaded_block` — the loaded-block cut).
+//! and `_first_loaded_block` — the loaded-block cut; on a P/D decode instance `_emit_floors`,
+//! the decode emit floor, and `_is_pd_decode_request`'s exemptions from the clamp and the cut).
 
 use super::{AuxState, WorkerReq};
 use crate::system::gpu_pool::GpuPool;
 use crate::system::request::ReqState;
-use crate::system::rules::{Clamp, Cut, EmitStart, Rules};
+use crate::system::rules::{Clamp, Cut, DecodeFloor, EmitStart, Rules};
 use crate::system::types::{cdiv, BlockHash, BlockId, ReqId};
 use crate::system::workload::RequestSpec;
 
@@ -37,6 +38,9 @@ pub struct AuxSched {
     capacity: u32,
     retained: Vec<BlockHash>,
     released: Vec<BlockHash>,
+    /// prime-rl `_emit_floors` (P/D decode side): per request, `num_computed_tokens` when it
+    /// was first scheduled.
+    floors: Vec<Option<u32>>,
 }
 
 /// `emit start` (R3): the first position whose row the client still needs.
@@ -51,8 +55,11 @@ pub fn emit_start(rules: &Rules, spec: &RequestSpec, q: &ReqState) -> u32 {
 
 /// prime-rl `_routed_experts_load_limit`: how many tokens past the local hit `nc` an external
 /// load may reach (None: unbounded).
-pub fn load_limit(rules: &Rules, spec: &RequestSpec, q: &ReqState, nc: u32, b: u32) -> Option<u32> {
+pub fn load_limit(rules: &Rules, spec: &RequestSpec, q: &ReqState, nc: u32, b: u32, decode: bool) -> Option<u32> {
     let clamp = rules.aux_clamp?;
+    if decode && rules.aux_decode_exempt {
+        return None; // `_is_pd_decode_request`: D never reads prompt rows (D7)
+    }
     if rules.aux_clamp_exempts_resumed && q.num_output > 0 {
         return None;
     }
@@ -65,10 +72,19 @@ pub fn load_limit(rules: &Rules, spec: &RequestSpec, q: &ReqState, nc: u32, b: u
 }
 
 /// prime-rl's cut (`_first_loaded_block`): the number of local-hit blocks to keep.
-pub fn cut_hits(rules: &Rules, spec: &RequestSpec, q: &ReqState, hits: &[BlockId], pool: &GpuPool, b: u32) -> usize {
+#[allow(clippy::too_many_arguments)]
+pub fn cut_hits(
+    rules: &Rules,
+    spec: &RequestSpec,
+    q: &ReqState,
+    hits: &[BlockId],
+    pool: &GpuPool,
+    b: u32,
+    decode: bool,
+) -> usize {
     let Some(cut) = rules.aux_cut else { return hits.len() };
-    if q.num_output > 0 {
-        return hits.len(); // resumed requests are exempt
+    if q.num_output > 0 || (decode && rules.aux_decode_exempt) {
+        return hits.len(); // resumed and decode-side requests are exempt
     }
     let from = (spec.rows_start / b) as usize + usize::from(cut == Cut::AfterStart);
     (from..hits.len()).find(|&i| pool.loaded[hits[i] as usize]).unwrap_or(hits.len())
@@ -93,18 +109,21 @@ impl AuxSched {
             capacity,
             retained: Vec::new(),
             released: Vec::new(),
+            floors: vec![None; num_reqs],
         }
     }
 
     /// Trace replay: one more request slot.
     pub fn add_slot(&mut self) {
         self.sent.push(None);
+        self.floors.push(None);
     }
 
     /// Trace replay: no hashes sent for `r`'s request, no terminal event or load of it
     /// waiting for the next metadata.
     pub fn slot_idle(&self, r: ReqId) -> bool {
         self.sent[r as usize].is_none()
+            && self.floors[r as usize].is_none()
             && self.finished.iter().all(|(x, _)| *x != r)
             && self.loading.iter().all(|(x, _)| *x != r)
     }
@@ -120,12 +139,20 @@ impl AuxSched {
         hashes[sent as usize..keyed as usize].to_vec()
     }
 
-    /// `build_connector_meta` for the scheduled requests `(r, tokens, spec, state)`.
+    /// The decode floor of `r` (P/D decode side), if set.
+    pub fn floor(&self, r: ReqId) -> Option<u32> {
+        self.floors[r as usize]
+    }
+
+    /// `build_connector_meta` for the scheduled requests `(r, tokens, spec, state)`; on a P/D
+    /// decode instance (`decode`) prime-rl's wrapper raises each emit start to the request's
+    /// floor, `setdefault(num_computed_tokens)` read before the step advances it.
     pub fn build_meta<'a>(
         &mut self,
         scheduled: impl Iterator<Item = (ReqId, u32, &'a RequestSpec, &'a ReqState)>,
         rules: &Rules,
         b: u32,
+        decode: bool,
     ) -> AuxMeta {
         let mut m = AuxMeta::default();
         for (r, tokens, spec, q) in scheduled {
@@ -137,7 +164,11 @@ impl AuxSched {
                 m.hashes.push((r, new));
             }
             self.loading.retain(|(x, _)| *x != r);
-            m.requests.push((r, emit_start(rules, spec, q)));
+            let mut e = emit_start(rules, spec, q);
+            if decode && rules.aux_decode_floor != DecodeFloor::None {
+                e = e.max(*self.floors[r as usize].get_or_insert(q.num_computed));
+            }
+            m.requests.push((r, e));
         }
         for (r, hashes) in std::mem::take(&mut self.finished) {
             m.finished.push(r);
@@ -207,8 +238,14 @@ impl AuxSched {
         pool: &GpuPool,
         retain: bool,
         b: u32,
+        floor_reset: bool,
     ) {
         self.loading.retain(|(x, _)| *x != r);
+        // prime-rl pops the decode floor only when the request is finished (the variant
+        // floor-reset-on-preemption pops it on every call).
+        if q.status.is_finished() || floor_reset {
+            self.floors[r as usize] = None;
+        }
         let hashes = q.block_hashes(spec, b);
         if retain {
             for h in hashes.iter().take((q.num_computed / b) as usize) {

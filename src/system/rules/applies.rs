@@ -47,6 +47,11 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         }
         "mc_save_pins" => kind == ConnectorKind::Mooncake,
         "nixl_resave_partial" => kind == ConnectorKind::Nixl,
+        // P/D pairs: a NIXL producer with router replay runs a decode instance and a router.
+        "nixl_consumer_full_prompt" | "aux_decode_floor" | "aux_decode_exempt" | "aux_pd_bypass" => {
+            kind == ConnectorKind::Nixl && cfg.router_replay.is_some()
+        }
+        r if r.starts_with("pd_") => kind == ConnectorKind::Nixl && cfg.router_replay.is_some(),
         r if r.starts_with("aux_") => cfg.router_replay.is_some(),
         r if r.starts_with("scpu_") => kind == ConnectorKind::SimpleCpu,
         "cursor_reset_on_lookup"

@@ -12,6 +12,28 @@ mod table;
 mod variants;
 pub use applies::{connector_name, switch_read_by, variant_applies_to};
 pub use table::{RuleRow, RuleValue, Rules, RULE_ROWS};
+
+/// P/D, prime-rl's decode emit floor (`_emit_floors`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum DecodeFloor {
+    /// No floor: a decode-side request emits from `routed_experts_prompt_start`.
+    None,
+    /// `setdefault(num_computed_tokens)` at the first schedule, popped only at finish.
+    Persist,
+    /// Popped on every `request_finished`, preemption included (set again at the resume).
+    ResetOnPreempt,
+}
+
+/// P/D: the router's merge of P's and D's routed-expert rows.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum RouterMerge {
+    /// v0.2.2: drop the first `P.len` decode rows by count.
+    ByCount,
+    /// v0.2.3: `overlap = P.start + P.len - D.start`, `0 <= overlap <= D.len`.
+    ByStart,
+    /// Payload segments: decode rows below the prefill's last position are dropped.
+    Segments,
+}
 pub use variants::VARIANTS;
 
 /// The store watermark of a finished request (OffloadingConnectorScheduler._build_store_jobs).
@@ -131,6 +153,12 @@ fn vllm_033() -> Rules {
         aux_partial_skip: false,
         aux_store_evicts_live: false,
         aux_emit_last_token: false,
+        nixl_consumer_full_prompt: true,
+        aux_pd_bypass: false,
+        aux_decode_floor: DecodeFloor::None,
+        aux_decode_exempt: false,
+        pd_start_end_anchored: false,
+        pd_router_merge: RouterMerge::ByCount,
         aux_clamp_in_core: false,
         aux_cap_trims: false,
     }
@@ -167,7 +195,17 @@ fn vllm_032() -> Rules {
 /// loaded-block cut and the partial-block skip; the engine rules of the closest release kvmc
 /// models (0.32).
 fn prime_rl() -> Rules {
-    Rules { aux_clamp: Some(Clamp::Floor), aux_cut: Some(Cut::FromStart), aux_partial_skip: true, ..vllm_032() }
+    Rules {
+        aux_clamp: Some(Clamp::Floor),
+        aux_cut: Some(Cut::FromStart),
+        aux_partial_skip: true,
+        aux_pd_bypass: true,
+        aux_decode_floor: DecodeFloor::Persist,
+        aux_decode_exempt: true,
+        pd_start_end_anchored: true,
+        pd_router_merge: RouterMerge::ByStart,
+        ..vllm_032()
+    }
 }
 
 /// 0.24.0's connector and host tier on the 0.32/0.33 core scheduler: release-order LRU with

@@ -6,7 +6,7 @@
 //! (or a row without a switch) cannot compile. Add a switch here, then give it a value in
 //! every profile (`super::vllm_033` and the profiles built on it).
 
-use super::{Clamp, Cut, EmitStart, FinishWatermark, HostLru};
+use super::{Clamp, Cut, DecodeFloor, EmitStart, FinishWatermark, HostLru, RouterMerge};
 
 /// One row of the rules table: a switch, what it decides, and its value per profile.
 pub struct RuleRow {
@@ -71,6 +71,26 @@ impl RuleValue for Option<Cut> {
             None => "none".into(),
             Some(Cut::FromStart) => "from blk(s)".into(),
             Some(Cut::AfterStart) => "from blk(s)+1".into(),
+        }
+    }
+}
+
+impl RuleValue for DecodeFloor {
+    fn show(&self) -> String {
+        match self {
+            DecodeFloor::None => "none".into(),
+            DecodeFloor::Persist => "kept until finish".into(),
+            DecodeFloor::ResetOnPreempt => "reset on preemption".into(),
+        }
+    }
+}
+
+impl RuleValue for RouterMerge {
+    fn show(&self) -> String {
+        match self {
+            RouterMerge::ByCount => "v0.2.2: drop P.len rows by count".into(),
+            RouterMerge::ByStart => "v0.2.3: overlap from D's start".into(),
+            RouterMerge::Segments => "payload segments by position".into(),
         }
     }
 }
@@ -198,6 +218,26 @@ rules_table! {
     /// (`skip_remote_prefill_partial_block`).
     aux_partial_skip: bool
         => "router replay: mid-block first capture not buffered", "prime-rl skip_remote_prefill_partial_block";
+    /// P/D, the NIXL consumer's remote hit: the whole prompt less the local hit, the last
+    /// prompt token recomputed after the load (0.33 `get_num_new_matched_tokens`, then
+    /// `_update_waiting_for_remote_kv`); false: the prompt less one token (older releases).
+    nixl_consumer_full_prompt: bool
+        => "P/D: the decoder's remote hit is the whole prompt (else prompt - 1)", "NixlConnectorScheduler.get_num_new_matched_tokens";
+    /// P/D, prime-rl: vLLM's refusal of routed experts with NixlConnector is bypassed
+    /// (`monkey_patch_routed_experts_with_pd_connectors`); false: the model is refused as vLLM
+    /// refuses it (`_verify_aux_output_compatibility`).
+    aux_pd_bypass: bool
+        => "router replay with NixlConnector allowed", "prime-rl monkey_patch_routed_experts_with_pd_connectors";
+    /// P/D, prime-rl: the decode emit floor (`_emit_floors`): a decode-side request emits from
+    /// its first forward, read before the step advances it.
+    aux_decode_floor: DecodeFloor => "P/D: decode-side emit floor", "prime-rl _emit_floors";
+    /// P/D, prime-rl: decode-side requests are exempt from the load clamp and the cut (D7).
+    aux_decode_exempt: bool => "P/D: no clamp and no cut for decode-side requests", "prime-rl _is_pd_decode_request";
+    /// P/D, prime-rl `/generate`: the response start is end-anchored
+    /// (`len(prompt) + len(completion) - 1 - len(rows)`); false: `routed_experts_prompt_start`.
+    pd_start_end_anchored: bool => "P/D: response start end-anchored (else the sampling start)", "prime-rl serving_tokens";
+    /// P/D: how the router merges P's and D's rows.
+    pd_router_merge: RouterMerge => "P/D: the router's row merge", "PrimeIntellect-ai/router routed_experts_merge.rs";
     /// Variant: the row store evicts referenced rows too.
     aux_store_evicts_live: bool => "row store evicts referenced rows", "(variant)";
     /// Mutation: the worker also emits the row of the last sampled token.

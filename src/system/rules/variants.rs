@@ -1,7 +1,7 @@
 //! Every named variant: one upstream fix undone (`pre-NNNNN`, `no-*`), one fix applied early
 //! (`fix-*`), or a mutation no upstream code had (`mut-*`, a negative control).
 
-use super::{Clamp, Cut, FinishWatermark, Variant};
+use super::{Clamp, Cut, DecodeFloor, FinishWatermark, RouterMerge, Variant};
 
 pub const VARIANTS: &[Variant] = &[
         Variant {
@@ -295,5 +295,57 @@ pub const VARIANTS: &[Variant] = &[
         summary: "a completed SimpleCPU store frees its CPU blocks tail first (as the GPU manager frees a table)",
         upstream: "mutation",
         apply: |r| r.scpu_release_head_first = false,
+    },
+    Variant {
+        name: "no-decode-floor",
+        summary: "P/D: the decode instance emits from routed_experts_prompt_start, not from its first forward (no _emit_floors)",
+        upstream: "prime-rl router replay x P/D",
+        apply: |r| r.aux_decode_floor = DecodeFloor::None,
+    },
+    Variant {
+        name: "floor-no-skip",
+        summary: "P/D: the decode floor without skip_remote_prefill_partial_block (the first capture starts mid-block)",
+        upstream: "prime-rl router replay x P/D",
+        apply: |r| r.aux_partial_skip = false,
+    },
+    Variant {
+        name: "floor-reset-on-preempt",
+        summary: "P/D: the decode floor is popped on preemption too and set again at the resume",
+        upstream: "mutation (prime-rl pops it only when the request is finished)",
+        apply: |r| {
+            if r.aux_decode_floor != DecodeFloor::None {
+                r.aux_decode_floor = DecodeFloor::ResetOnPreempt
+            }
+        },
+    },
+    Variant {
+        name: "decode-not-exempt",
+        summary: "P/D: the load clamp and the loaded-block cut also apply to decode-side requests",
+        upstream: "mutation",
+        apply: |r| r.aux_decode_exempt = false,
+    },
+    Variant {
+        name: "start-from-params",
+        summary: "P/D: /generate answers start = routed_experts_prompt_start (prime-rl HEAD) instead of the end-anchored start",
+        upstream: "prime-rl HEAD 559b4477 serving_tokens",
+        apply: |r| r.pd_start_end_anchored = false,
+    },
+    Variant {
+        name: "router-v0.2.2",
+        summary: "P/D: the router drops P.len decode rows by count (router v0.2.2)",
+        upstream: "PrimeIntellect-ai/router v0.2.2",
+        apply: |r| r.pd_router_merge = RouterMerge::ByCount,
+    },
+    Variant {
+        name: "router-segments",
+        summary: "P/D: the router merges payload segments by position (the newest router)",
+        upstream: "PrimeIntellect-ai/router routed_experts_merge.rs (payload segments)",
+        apply: |r| r.pd_router_merge = RouterMerge::Segments,
+    },
+    Variant {
+        name: "nixl-hit-prompt-minus-one",
+        summary: "P/D: the decoder's NIXL hit is the prompt less one token (the older rule) instead of the whole prompt",
+        upstream: "NixlConnectorScheduler.get_num_new_matched_tokens (before the whole-prompt count)",
+        apply: |r| r.nixl_consumer_full_prompt = false,
     },
 ];

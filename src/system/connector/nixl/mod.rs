@@ -42,6 +42,7 @@
 //! heterogeneous TP and block-size mapping, hybrid (SWA, Mamba) groups and the prefill
 //! backoff, bidirectional transfer, async scheduling, streaming sessions.
 
+pub mod consumer;
 mod hooks;
 
 use crate::system::connector::{ConnCtx, SchedOut, StepScratch};

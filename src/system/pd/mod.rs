@@ -1,0 +1,297 @@
+//! Disaggregated prefill/decode with router replay: a prefill instance P, a decode instance D
+//! and the router between them, as one system (PrimeIntellect-ai/router `vllm_pd_router.rs`,
+//! prime-rl's patched vLLM on both instances; design notes §6, scenarios (C) and (D)).
+//!
+//! P is the system's own engine (NixlConnector's producer side, `connector/nixl`): every
+//! request reaches it with `max_tokens = 1` and `do_remote_decode`, forwards the prompt,
+//! samples one discarded token and keeps its blocks in the host buffer for D. D is a second
+//! engine with its own G1, scheduler, row store and connector (NixlConnector's consumer side,
+//! `connector/nixl/consumer.rs`), built from the same `[engine]` table; the router sends it
+//! the same request (same sampling parameters, so the same `routed_experts_prompt_start`,
+//! and the scripted output) with P's `kv_transfer_params` once P answered. D loads the prompt
+//! KV from P's host buffer (the read notifies P, which frees its blocks), recomputes the last
+//! prompt token and decodes. When D answers, the router merges both answers' rows
+//! (`router.rs`); an error in either stage (P or D finishing with an error or aborted, the
+//! merge refusing) is HTTP 500.
+//!
+//! The checker explores both instances' interleavings: D's inputs are [`PdInput`]s (the router
+//! sends a request, D steps, D's NIXL read lands or fails from a block on), beside P's own.
+//! D's ghost flags and marks are P's too (the properties read one ghost); its load failures
+//! count against the one fault budget. Not modelled: faults injected on D other than load
+//! failures (client aborts, errors), several decode instances, streaming sessions.
+
+pub mod router;
+
+use super::config::{ConnectorConfig, EngineConfig};
+use super::engine::{Ctx, Engine};
+use super::events::{Event, Events};
+use super::ghost::{Breach, Mark};
+use super::input::System;
+use super::rules::{EmitStart, Rules};
+use super::types::{ContentTag, FinishReason, ReqId, Status};
+use super::workload::{RequestSpec, Workload};
+use super::Direction;
+use router::{merge, Resp};
+
+/// What the decode side adds to a system: D's configuration and workload.
+#[derive(Clone, Debug)]
+pub struct PdSys {
+    pub cfg: EngineConfig,
+    pub wl: Workload,
+}
+
+impl PdSys {
+    /// D for a P/D scope: P's engine table with the consumer connector; `full` holds every
+    /// request with its whole scripted output (P's workload keeps the first token only).
+    pub fn new(p_cfg: &EngineConfig, full: Workload) -> Self {
+        PdSys { cfg: EngineConfig { connector: ConnectorConfig::NixlDecode, ..p_cfg.clone() }, wl: full }
+    }
+
+    pub fn ctx<'a>(&'a self, rules: &'a Rules) -> Ctx<'a> {
+        Ctx { cfg: &self.cfg, rules, wl: &self.wl }
+    }
+}
+
+/// Where the router is with one request.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Route {
+    /// P has not answered.
+    Prefill,
+    /// P answered; the router may send D the request.
+    Prefilled(Resp),
+    /// D has the request.
+    Decoding(Resp),
+    /// Both answered and the merge succeeded.
+    Merged,
+    /// HTTP 500: a stage failed (`stage` true) or the merge refused.
+    Http500 { stage: bool },
+}
+
+/// The decode instance and the router.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct PdState {
+    pub d: Engine,
+    pub route: Vec<Route>,
+}
+
+/// An input of the decode side.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum PdInput {
+    /// The router sends request `r` to D with P's `kv_transfer_params`.
+    Send(u16),
+    /// One step of D.
+    Step,
+    /// D's oldest NIXL read lands.
+    ReadDone,
+    /// D's oldest NIXL read fails from its `k`-th block on.
+    ReadFails(u32),
+}
+
+impl PdState {
+    pub fn new(pd: &PdSys, rules: &Rules) -> Self {
+        let n = pd.wl.requests.len();
+        PdState { d: Engine::new(&pd.cfg, &pd.wl, rules), route: vec![Route::Prefill; n] }
+    }
+
+    /// The router answered request `r` (merged rows or HTTP 500).
+    pub fn answered(&self, r: u16) -> bool {
+        matches!(self.route[r as usize], Route::Merged | Route::Http500 { .. })
+    }
+
+    /// D has work, or the router still has a request to send or to merge.
+    pub fn has_work(&self) -> bool {
+        self.d.has_work() || self.route.iter().any(|r| matches!(r, Route::Prefilled(_) | Route::Decoding(_)))
+    }
+}
+
+/// A request's `/generate` answer on one instance (R6): its rows as the frontend concatenated
+/// them, and the start it names — end-anchored (`len(prompt) + len(completion) - 1 - len(rows)`,
+/// prime-rl's packed `/generate`) or `routed_experts_prompt_start` (prime-rl HEAD).
+pub fn response(e: &Engine, rules: &Rules, spec: &RequestSpec, r: ReqId) -> Resp {
+    let t1 = e.reqs[r as usize].num_tokens(spec) - 1;
+    let rec = e.aux.as_ref().map(|a| a.record(r).clone()).unwrap_or_default();
+    let start = if rules.pd_start_end_anchored { t1.saturating_sub(rec.count) } else { spec.rows_start };
+    Resp { start, rows: rec.first.map(|f| (f, rec.end)), len: rec.count, gap: rec.gap }
+}
+
+/// The start the colocated engine would answer with.
+pub fn colocated_start(rules: &Rules, spec: &RequestSpec) -> u32 {
+    match rules.aux_emit {
+        EmitStart::V031 => spec.rows_start,
+        EmitStart::V033 => spec.rows_start.min(spec.prompt_len),
+    }
+}
+
+/// The router's side after any input: P's answers become sendable (or HTTP 500), D's answers
+/// are merged with P's.
+pub fn sync(sys: &System, pd: &PdSys, e: &mut Engine, ev: &mut Events) {
+    let Some(mut st) = e.pd.take() else { return };
+    for r in 0..st.route.len() {
+        let rid = r as ReqId;
+        match st.route[r] {
+            Route::Prefill => match e.reqs[r].status {
+                Status::Finished(FinishReason::Stopped | FinishReason::LengthCapped) => {
+                    let spec = sys.workload.spec(rid, 0);
+                    st.route[r] = Route::Prefilled(response(e, &sys.rules, spec, rid));
+                }
+                Status::Finished(_) => {
+                    st.route[r] = Route::Http500 { stage: true };
+                    let name = sys.workload.requests[r].name.clone();
+                    ev.emit(|| Event::Router { text: format!("router: HTTP 500 for {name} (the prefill failed)") });
+                }
+                _ => {}
+            },
+            Route::Decoding(p) => match st.d.reqs[r].status {
+                Status::Finished(FinishReason::Stopped | FinishReason::LengthCapped) => {
+                    let spec = pd.wl.spec(rid, 0);
+                    let d = response(&st.d, &sys.rules, spec, rid);
+                    let (start, t1) = (colocated_start(&sys.rules, spec), spec.prompt_len + spec.max_tokens - 1);
+                    let t1 = t1.min(st.d.reqs[r].num_tokens(spec) - 1);
+                    e.ghost.mark(Mark::PdMerged);
+                    let name = spec.name.clone();
+                    match merge(sys.rules.pd_router_merge, &p, &d) {
+                        Ok(m) if m.equals_colocated(start, t1) => {
+                            st.route[r] = Route::Merged;
+                            ev.emit(|| Event::Router { text: format!("router merges {name}: {}", m.describe()) });
+                        }
+                        Ok(m) => {
+                            st.route[r] = Route::Merged;
+                            e.ghost.breach(Breach::PdNotColocated);
+                            ev.emit(|| Event::Violation {
+                                property: "pd-equals-colocated",
+                                detail: format!(
+                                    "the router answers {name} with {} (P answered {}; D answered {}); a colocated engine answers start {start}, {} rows at [{start},{t1})",
+                                    m.describe(),
+                                    p.describe(),
+                                    d.describe(),
+                                    t1.saturating_sub(start)
+                                ),
+                            });
+                        }
+                        Err(why) => {
+                            st.route[r] = Route::Http500 { stage: false };
+                            e.ghost.breach(Breach::PdNotColocated);
+                            ev.emit(|| Event::Violation {
+                                property: "pd-equals-colocated",
+                                detail: format!(
+                                    "the router answers {name} with HTTP 500 \"Request processing failed: {why}\"; a colocated engine answers {} rows from {start}",
+                                    t1.saturating_sub(start)
+                                ),
+                            });
+                        }
+                    }
+                }
+                Status::Finished(_) => {
+                    st.route[r] = Route::Http500 { stage: true };
+                    let name = sys.workload.requests[r].name.clone();
+                    ev.emit(|| Event::Router { text: format!("router: HTTP 500 for {name} (the decode failed)") });
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    e.pd = Some(st);
+}
+
+/// Every decode-side input enabled in `e`, in a fixed order.
+pub fn inputs(sys: &System, e: &Engine, out: &mut Vec<PdInput>) {
+    let Some(st) = e.pd.as_ref() else { return };
+    for (r, route) in st.route.iter().enumerate() {
+        if matches!(route, Route::Prefilled(_)) {
+            out.push(PdInput::Send(r as u16));
+        }
+    }
+    out.push(PdInput::Step);
+    if let Some(x) = st.d.conn.nixl_decode().and_then(|c| c.next_read()) {
+        out.push(PdInput::ReadDone);
+        let f = &sys.env.faults;
+        if f.load_failure && e.ghost.faults < f.max_load_failures {
+            for k in 0..x.blocks.len() as u32 {
+                out.push(PdInput::ReadFails(k));
+            }
+        }
+    }
+}
+
+/// Apply a decode-side input; false when it has nothing to act on.
+pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Events) -> bool {
+    let Some(mut st) = e.pd.take() else { return false };
+    let ctx = pd.ctx(&sys.rules);
+    let mut dev = if ev.is_on() { Events::on() } else { Events::off() };
+    let ok = match a {
+        PdInput::Send(r) => {
+            if !matches!(st.route[r as usize], Route::Prefilled(_)) {
+                false
+            } else {
+                if let Route::Prefilled(p) = st.route[r as usize] {
+                    st.route[r as usize] = Route::Decoding(p);
+                }
+                st.d.conn.nixl_decode_mut().expect("D runs the consumer").remote_prefill(r);
+                st.d.arrive(ctx, r, &mut dev);
+                let name = pd.wl.requests[r as usize].name.clone();
+                dev.emit(|| Event::Router { text: format!("router sends {name} to D with P's kv_transfer_params") });
+                true
+            }
+        }
+        PdInput::Step => {
+            st.d.step(ctx, &Default::default(), &mut dev);
+            true
+        }
+        PdInput::ReadDone | PdInput::ReadFails(_) => {
+            let Some(x) = st.d.conn.nixl_decode().and_then(|c| c.next_read()).cloned() else {
+                e.pd = Some(st);
+                return false;
+            };
+            let fail = match a {
+                PdInput::ReadFails(k) => {
+                    e.ghost.faults += 1;
+                    e.ghost.mark(Mark::LoadFailure);
+                    Some(k)
+                }
+                _ => None,
+            };
+            // The NIXL READ of the producer's host-buffer slots for the same block indices;
+            // the producer is notified and frees its blocks at its next step.
+            let tags: Vec<_> = e
+                .conn
+                .nixl()
+                .and_then(|n| n.sending.iter().find(|s| s.req == x.req && !s.read))
+                .map(|s| {
+                    let host = &e.conn.nixl().expect("P runs the producer").host;
+                    (0..x.blocks.len())
+                        .map(|j| s.blocks.get(x.first as usize + j).map_or(ContentTag::Empty, |&b| host[b as usize]))
+                        .collect()
+                })
+                .unwrap_or_default();
+            e.consumer_read(sys.ctx(), x.req, ev);
+            let mut cx =
+                crate::system::connector::WorkerCtx { ctx, pool: &mut st.d.pool, ghost: &mut st.d.ghost, ev: &mut dev };
+            st.d.conn.nixl_decode_mut().expect("D runs the consumer").read_done(x.req, &tags, fail, &mut cx);
+            st.d.ghost.mark(Mark::PdRemoteLoad);
+            let blocks = x.blocks.clone();
+            dev.emit(|| Event::PdRead { req: x.req, blocks });
+            true
+        }
+    };
+    // D's flags and marks are the system's.
+    e.ghost.violations |= st.d.ghost.violations;
+    e.ghost.marks |= st.d.ghost.marks;
+    for x in dev.list {
+        ev.emit(|| Event::Decode { ev: Box::new(x) });
+    }
+    e.pd = Some(st);
+    ok
+}
+
+/// D's next read of `Direction::Load` (for `is_stuck`).
+pub fn can_move(sys: &System, e: &Engine) -> bool {
+    let Some(st) = e.pd.as_ref() else { return false };
+    if st.route.iter().any(|r| matches!(r, Route::Prefilled(_))) || st.d.next_transfer(Direction::Load).is_some() {
+        return true;
+    }
+    let pd = sys.pd.as_ref().expect("a P/D system");
+    let mut x = e.clone();
+    apply(sys, pd, &mut x, PdInput::Step, &mut Events::off());
+    !x.pd.as_ref().expect("kept").d.same_ignoring_marks(&st.d)
+}
