@@ -51,6 +51,22 @@ impl Hooks<KvModel> for KvHooks {
         Some(KvState { engine: e, sys: s.sys.clone() })
     }
 
+    /// `System::apply_into` on the engine the search reuses: no allocation for a successor it
+    /// drops.
+    fn next_state_into(&self, model: &KvModel, s: &KvState, a: Action, out: &mut Option<KvState>) -> bool {
+        use stateright::Model;
+        match out {
+            Some(o) => model.sys.apply_into(&s.engine, a, &mut crate::system::Events::off(), true, &mut o.engine),
+            None => match model.next_state(s, a) {
+                Some(n) => {
+                    *out = Some(n);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
     fn fairness_class(&self, _model: &KvModel, a: &Action) -> Option<u8> {
         use crate::system::Direction;
         match a {

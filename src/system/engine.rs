@@ -4,6 +4,7 @@
 //! An engine moves only through the inputs below. The model checker chooses them
 //! nondeterministically; trace replay and conformance take them from a trace or a log.
 
+use crate::system::collections::clone_fields;
 use super::collections::side::{ReadCache, Side};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
@@ -36,7 +37,7 @@ pub enum Direction {
     Load,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct Engine {
     pub pool: GpuPool,
     pub reqs: Vec<ReqState>,
@@ -66,12 +67,16 @@ pub struct Engine {
     pub reads: Side<ReadCache>,
 }
 
+clone_fields!(Engine { pool, reqs, running, waiting, kv_holding, finished_since, finished_recving, failed_recving, conn, ghost, batches, sched_seq, processed_seq, deferred_frees, aux, reads });
+
 /// A batch in flight: what was scheduled and what the worker reported for it.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct Batch {
     pub(crate) out: SchedOut,
     pub(crate) wout: WorkerOut,
 }
+
+clone_fields!(Batch { out, wout });
 
 /// The environment's choices for one engine step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

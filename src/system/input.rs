@@ -138,8 +138,22 @@ impl System {
     /// without, it keeps the real counters (stories, replays).
     pub fn apply(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool) -> Option<Engine> {
         let mut e = s.clone();
-        if !apply_in_place(self.ctx(), &mut e, a, ev) {
-            return None;
+        self.apply_on_copy(s, &mut e, a, ev, canonical).then_some(e)
+    }
+
+    /// [`System::apply`] written into `out`, whose allocations are reused (`out` becomes a
+    /// copy of `s` first, whatever it held): the checker's search keeps one such engine per
+    /// thread, so a successor it drops (seen before, or no transition) costs no allocation.
+    /// False (and `out` unspecified) when the input changes nothing.
+    pub fn apply_into(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool, out: &mut Engine) -> bool {
+        out.clone_from(s);
+        self.apply_on_copy(s, out, a, ev, canonical)
+    }
+
+    /// The rest of [`System::apply`], on `e`, a fresh copy of `s`.
+    fn apply_on_copy(&self, s: &Engine, e: &mut Engine, a: Input, ev: &mut Events, canonical: bool) -> bool {
+        if !apply_in_place(self.ctx(), e, a, ev) {
+            return false;
         }
         if canonical {
             // The bounded step counter is for single runs (scenarios, stories); in the
@@ -149,11 +163,11 @@ impl System {
         }
         if let Input::StepSyncLoadFails(_) = a {
             if !e.ghost.marked(Mark::LoadFailure) {
-                return None; // no sync load failed: same as a plain step
+                return false; // no sync load failed: same as a plain step
             }
         }
         if matches!(a, Input::StepDrain | Input::StepStoresDrain) && !e.ghost.marked(Mark::Drained) {
-            return None; // nothing finished within the step: same as a plain step
+            return false; // nothing finished within the step: same as a plain step
         }
         if canonical {
             e.canonicalize();
@@ -168,10 +182,10 @@ impl System {
                 x.same_ignoring_marks(&y)
             };
             if unchanged {
-                return None;
+                return false;
             }
         }
-        Some(e)
+        true
     }
 
     /// True when work remains and nothing but a fault can move the engine (a deadlock).
@@ -188,7 +202,15 @@ impl System {
         if !s.consumer_readable().is_empty() {
             return false;
         }
-        self.apply(s, Input::Step, &mut Events::off(), true).is_none()
+        // One reused engine per thread: this runs on every state the checker visits.
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Option<Engine>> = const { std::cell::RefCell::new(None) };
+        }
+        SCRATCH.with(|c| {
+            let mut c = c.borrow_mut();
+            let out = c.get_or_insert_with(|| s.clone());
+            !self.apply_into(s, Input::Step, &mut Events::off(), true, out)
+        })
     }
 
     /// The most blocks an async load of the next load job has (for failure choices).

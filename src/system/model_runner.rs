@@ -7,6 +7,7 @@
 //! read (per layer), so a request may read a block another request writes in the same pass.
 //! A request that reads wrong KV writes wrong KV (taint), and so does anyone who reads that.
 
+use crate::system::collections::clone_fields;
 use super::collections::side::FastMap;
 use super::connector::{BitSet, SchedOut, StepScratch, WorkerCtx, WorkerStep};
 use super::engine::{Ctx, Engine, StepInput};
@@ -18,7 +19,7 @@ use super::workload::RequestSpec;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct WorkerOut {
     pub(crate) completed: Vec<JobId>,
     pub(crate) finished_recving: Vec<ReqId>,
@@ -28,6 +29,8 @@ pub struct WorkerOut {
     /// Router replay: the rows each request emitted (`aux_output_connector_output`).
     pub(crate) rows: Vec<RowsOutput>,
 }
+
+clone_fields!(WorkerOut { completed, finished_recving, invalid_blocks, finished_sending, rows });
 
 /// Run the worker side of one step.
 pub fn execute(
