@@ -332,6 +332,16 @@ fn schedule_waiting(
             update_waiting_for_remote_kv(e, ctx, r, ev);
             let q = &mut e.reqs[r as usize];
             q.status = if q.preempted { Status::Preempted } else { Status::Waiting };
+            if ctx.rules.failed_load_requeue && q.num_computed == 0 && q.table.is_empty() {
+                // The proposed fix (findings 20, 23d): a request its failed load reset holds
+                // nothing; it leaves `_inflight_prefills` and, if it came from the KV-holding
+                // queue, waits in `waiting` so that the loads behind it are promoted first.
+                q.inflight_prefill = false;
+                if from_kv {
+                    skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
+                    continue;
+                }
+            }
         }
         let q = &e.reqs[r as usize];
         if q.stale > 0 {

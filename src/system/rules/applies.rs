@@ -33,6 +33,10 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         "delay_cache_async_loads" | "reserve_for_async_loads" | "reserve_excludes_self" => {
             matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)
         }
+        "failed_load_requeue" => {
+            load_failure
+                && matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)
+        }
         "evict_invalid_on_recompute" => {
             load_failure && cfg.load_failure_policy == crate::system::LoadFailurePolicy::Recompute
         }

@@ -91,6 +91,7 @@ fn vllm_033() -> Rules {
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,
+        failed_load_requeue: false,
         full_table_resets_mirror: true,
         cursor_reset_on_lookup: true,
         inflight_lookup_guard: true,

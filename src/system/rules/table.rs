@@ -121,6 +121,12 @@ rules_table! {
     /// async load failed from its first block stays in `_inflight_prefills` and reserves its
     /// own remaining blocks when it is admitted again).
     reserve_excludes_self: bool => "an async load's reservation leaves out the request itself", "(proposed)";
+    /// Not in vLLM: a request whose async load failed from its first block (back to 0 computed
+    /// tokens, no blocks) leaves `_inflight_prefills` and the KV-holding queue when it is
+    /// promoted, so the requests behind it in `kv_holding_waiting` are promoted first (findings
+    /// 20 and 23d: otherwise it can stay at the queue's head forever).
+    failed_load_requeue: bool
+        => "a request reset by a failed load leaves _inflight_prefills and kv_holding_waiting", "(proposed)";
     /// Not in vLLM: under `recompute`, also evict the invalid blocks' hashes (a fix for GP S10).
     evict_invalid_on_recompute: bool => "recompute policy evicts invalid blocks' hashes", "(proposed)";
     /// `get_num_new_matched_tokens` resets the store cursor to 0 (#63010).

@@ -124,6 +124,12 @@ pub const VARIANTS: &[Variant] = &[
         apply: |r| r.reserve_excludes_self = true,
     },
     Variant {
+        name: "fix-load-retry",
+        summary: "a request whose async load failed from its first block leaves _inflight_prefills and the KV-holding queue when promoted (the requests behind it are promoted first)",
+        upstream: "(proposed)",
+        apply: |r| r.failed_load_requeue = true,
+    },
+    Variant {
         name: "mut-mc-no-save-pin",
         summary: "Mooncake save jobs do not reference their GPU blocks (a finished or preempted request's blocks are reused before the put reads them)",
         upstream: "mutation",
