@@ -4,7 +4,6 @@
 //! An engine moves only through the inputs below. The model checker chooses them
 //! nondeterministically; trace replay and conformance take them from a trace or a log.
 
-use crate::system::collections::clone_fields;
 use super::collections::side::{ReadCache, Side};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
@@ -19,6 +18,7 @@ use super::rules::Rules;
 use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
 use super::workload::Workload;
 use super::{model_runner, scheduler, scheduler_output};
+use crate::system::collections::clone_fields;
 
 /// What every transition reads and never changes.
 #[derive(Clone, Copy)]
@@ -67,7 +67,24 @@ pub struct Engine {
     pub reads: Side<ReadCache>,
 }
 
-clone_fields!(Engine { pool, reqs, running, waiting, kv_holding, finished_since, finished_recving, failed_recving, conn, ghost, batches, sched_seq, processed_seq, deferred_frees, aux, reads });
+clone_fields!(Engine {
+    pool,
+    reqs,
+    running,
+    waiting,
+    kv_holding,
+    finished_since,
+    finished_recving,
+    failed_recving,
+    conn,
+    ghost,
+    batches,
+    sched_seq,
+    processed_seq,
+    deferred_frees,
+    aux,
+    reads
+});
 
 /// A batch in flight: what was scheduled and what the worker reported for it.
 #[derive(PartialEq, Eq, Hash, Debug)]

@@ -9,11 +9,11 @@
 //! block keeps its hash while it sits in the free queue; the hash is dropped only when the
 //! slot is handed out again (`get_new_blocks`).
 
-use crate::system::collections::clone_fields;
 use super::collections::side::{KeyMap, KeyMapIter, PoolLog, Side};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
+use crate::system::collections::clone_fields;
 
 const NIL: u32 = u32::MAX;
 const OUT: u32 = u32::MAX - 1;

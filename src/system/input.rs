@@ -190,6 +190,7 @@ impl System {
 
     /// True when work remains and nothing but a fault can move the engine (a deadlock).
     pub fn is_stuck(&self, s: &Engine) -> bool {
+        clear_step_memo();
         if !s.has_work() || s.is_dead() {
             return false;
         }
@@ -202,14 +203,44 @@ impl System {
         if !s.consumer_readable().is_empty() {
             return false;
         }
-        // One reused engine per thread: this runs on every state the checker visits.
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Option<Engine>> = const { std::cell::RefCell::new(None) };
-        }
-        SCRATCH.with(|c| {
+        // One reused engine per thread: this runs on every state the checker visits. The step
+        // is kept for the search's own step of the same state (`take_step_memo`).
+        STEP_MEMO.with(|c| {
             let mut c = c.borrow_mut();
-            let out = c.get_or_insert_with(|| s.clone());
-            !self.apply_into(s, Input::Step, &mut Events::off(), true, out)
+            let m = c.get_or_insert_with(|| StepMemo {
+                sys: 0,
+                src: s.clone(),
+                out: s.clone(),
+                changed: false,
+                valid: false,
+            });
+            m.out.clone_from(s);
+            m.changed = self.apply_on_copy(s, &mut m.out, Input::Step, &mut Events::off(), true);
+            m.src.clone_from(s);
+            m.sys = self as *const System as usize;
+            m.valid = true;
+            !m.changed
+        })
+    }
+
+    /// The checker's `Input::Step` from `s` (canonical, events off) if the deadlock check
+    /// ([`System::is_stuck`]) on this thread last computed it, from an engine equal to `s`, for
+    /// this system: `Some(changed)`, with the successor moved into `out` when it changed.
+    /// Every property is evaluated on a state just before the search expands it, so the step
+    /// is taken once, not twice. Call [`clear_step_memo`] when a run begins (a memo names its
+    /// system by address, which a later system may reuse).
+    pub fn take_step_memo(&self, s: &Engine, out: &mut Engine) -> Option<bool> {
+        STEP_MEMO.with(|c| {
+            let mut c = c.borrow_mut();
+            let m = c.as_mut()?;
+            if !m.valid || m.sys != self as *const System as usize || m.src != *s {
+                return None;
+            }
+            m.valid = false;
+            if m.changed {
+                std::mem::swap(out, &mut m.out);
+            }
+            Some(m.changed)
         })
     }
 
@@ -277,6 +308,29 @@ impl System {
             }
         }
     }
+}
+
+/// The last step [`System::is_stuck`] took on this thread (see [`System::take_step_memo`]).
+struct StepMemo {
+    /// The system's address (valid within one run: see [`clear_step_memo`]).
+    sys: usize,
+    src: Engine,
+    out: Engine,
+    changed: bool,
+    valid: bool,
+}
+
+thread_local! {
+    static STEP_MEMO: std::cell::RefCell<Option<StepMemo>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Forget this thread's kept step (a checker run calls it when it begins).
+pub fn clear_step_memo() {
+    STEP_MEMO.with(|c| {
+        if let Some(m) = c.borrow_mut().as_mut() {
+            m.valid = false;
+        }
+    });
 }
 
 /// Apply `a` to `e` in place, with the ghost marks of the last input cleared first (replay's

@@ -7,7 +7,6 @@
 //! read (per layer), so a request may read a block another request writes in the same pass.
 //! A request that reads wrong KV writes wrong KV (taint), and so does anyone who reads that.
 
-use crate::system::collections::clone_fields;
 use super::collections::side::FastMap;
 use super::connector::{BitSet, SchedOut, StepScratch, WorkerCtx, WorkerStep};
 use super::engine::{Ctx, Engine, StepInput};
@@ -16,6 +15,7 @@ use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOu
 use super::ghost::Breach;
 use super::types::{cdiv, fold_token_iter, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
+use crate::system::collections::clone_fields;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.

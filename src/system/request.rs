@@ -5,9 +5,9 @@
 //! script's first `num_tokens()` tokens, and its block hashes are the script's hashes of
 //! the full blocks among them (vLLM hashes eagerly, `Request.update_block_hashes`).
 
-use crate::system::collections::clone_fields;
 use super::types::{BlockHash, BlockId, ReqId, Status};
 use super::workload::RequestSpec;
+use crate::system::collections::clone_fields;
 
 #[derive(PartialEq, Eq, Hash, Debug)]
 pub struct ReqState {
@@ -42,7 +42,22 @@ pub struct ReqState {
     pub sent: u8,
 }
 
-clone_fields!(ReqState { status, num_computed, num_output, table, num_cached_block, preempted, inflight_prefill, placeholders, in_flight, stale, last_sched_seq, drop_stale, turn, sent });
+clone_fields!(ReqState {
+    status,
+    num_computed,
+    num_output,
+    table,
+    num_cached_block,
+    preempted,
+    inflight_prefill,
+    placeholders,
+    in_flight,
+    stale,
+    last_sched_seq,
+    drop_stale,
+    turn,
+    sent
+});
 
 impl ReqState {
     pub fn new() -> Self {

@@ -12,7 +12,6 @@ pub mod nixl;
 pub mod offloading;
 pub mod simple_cpu;
 
-use crate::system::collections::clone_fields;
 use super::config::{ConnectorConfig, EngineConfig, MooncakeConfig};
 use super::engine::Direction;
 use super::events::Events;
@@ -22,6 +21,7 @@ use super::request::ReqState;
 use super::rules::Rules;
 use super::types::{BlockId, JobId, ReqId};
 use super::workload::Workload;
+use crate::system::collections::clone_fields;
 use std::collections::BTreeSet;
 
 pub use super::collections::bit_set::BitSet;

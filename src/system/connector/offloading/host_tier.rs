@@ -30,9 +30,9 @@
 
 mod observe;
 
-use crate::system::collections::clone_fields;
 use super::host_arc::ArcLists;
 use super::reference_order::{RefOrder, RefPlace};
+use crate::system::collections::clone_fields;
 use crate::system::collections::pos_map::PosMap;
 use crate::system::collections::rank_queue::{first_n, RankSet};
 use crate::system::collections::side::{HostLog, KeyMap, KeyMapIter, Side};
@@ -112,7 +112,21 @@ pub struct HostTier {
     pub log: Side<HostLog>,
 }
 
-clone_fields!(HostTier { capacity, num_allocated, free_list, entries, evictable, next_rank, num_evictable, num_write_pending, policy, evict_mru, order, arc, log });
+clone_fields!(HostTier {
+    capacity,
+    num_allocated,
+    free_list,
+    entries,
+    evictable,
+    next_rank,
+    num_evictable,
+    num_write_pending,
+    policy,
+    evict_mru,
+    order,
+    arc,
+    log
+});
 
 impl HostTier {
     /// A 0.33 (request-rank) host tier.

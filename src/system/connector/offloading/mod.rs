@@ -53,7 +53,18 @@ pub struct OffloadingReq {
     pub(crate) refused: BitSet,
 }
 
-clone_fields!(OffloadingReq { num_keys, mirror, mirror_ok, cursor, transfer_jobs, finished_signaled, num_local, access, owed, refused });
+clone_fields!(OffloadingReq {
+    num_keys,
+    mirror,
+    mirror_ok,
+    cursor,
+    transfer_jobs,
+    finished_signaled,
+    num_local,
+    access,
+    owed,
+    refused
+});
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum JobKind {
@@ -489,10 +500,12 @@ impl OffloadingState {
         let dense =
             self.jobs.iter().enumerate().all(|(i, j)| j.id == i as JobId) && self.next_job == self.jobs.len() as JobId;
         if !dense {
-            let map: BTreeMap<JobId, JobId> = self.jobs.iter().enumerate().map(|(i, j)| (j.id, i as JobId)).collect();
+            // The new id is the old one's place (the last, as the map this replaced kept it; a
+            // few jobs at most: a scan, no map).
+            let old: smallvec::SmallVec<[JobId; 8]> = self.jobs.iter().map(|j| j.id).collect();
             // A reported id whose job is gone is a bug being recorded (BadCompletion); keep
             // it out of the live range.
-            let m = |id: &mut JobId| *id = map.get(id).copied().unwrap_or(JobId::MAX);
+            let m = |id: &mut JobId| *id = old.iter().rposition(|x| x == id).map_or(JobId::MAX, |i| i as JobId);
             for j in &mut self.jobs {
                 m(&mut j.id);
             }
