@@ -34,6 +34,7 @@ impl KvHooks {
         let connector_ok =
             matches!(kind, ConnectorKind::None | ConnectorKind::Offloading) && sys.cfg.router_replay.is_none();
         let in_order = sys.env.arrivals == Arrivals::InOrder;
+        crate::system::input::clear_step_memo();
         let roles = if symmetry { Roles::new(&sys.workload, &sys.env.after, in_order, connector_ok) } else { None };
         KvHooks { roles }
     }
@@ -49,6 +50,27 @@ impl Hooks<KvModel> for KvHooks {
         let roles = self.roles.as_ref()?;
         let e = crate::system::symmetry::representative(&s.engine, roles)?;
         Some(KvState { engine: e, sys: s.sys.clone() })
+    }
+
+    /// `System::apply_into` on the engine the search reuses: no allocation for a successor it
+    /// drops.
+    fn next_state_into(&self, model: &KvModel, s: &KvState, a: Action, out: &mut Option<KvState>) -> bool {
+        use stateright::Model;
+        if a == Action::Step {
+            if let Some(changed) = out.as_mut().and_then(|o| model.sys.take_step_memo(&s.engine, &mut o.engine)) {
+                return changed;
+            }
+        }
+        match out {
+            Some(o) => model.sys.apply_into(&s.engine, a, &mut crate::system::Events::off(), true, &mut o.engine),
+            None => match model.next_state(s, a) {
+                Some(n) => {
+                    *out = Some(n);
+                    true
+                }
+                None => false,
+            },
+        }
     }
 
     fn fairness_class(&self, _model: &KvModel, a: &Action) -> Option<u8> {

@@ -57,7 +57,7 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
                     .into(),
             )
         }
-        ConnectorConfig::Nixl => {
+        ConnectorConfig::Nixl | ConnectorConfig::NixlDecode => {
             return Some(
                 "NixlConnector (P/D) needs a second instance reading over NIXL; the recorder drives one \
                  engine with the OffloadingConnector, the SimpleCPUOffloadConnector or no connector"

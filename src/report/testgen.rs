@@ -64,6 +64,7 @@ fn action_item(a: &Action) -> String {
         Input::Error(_) => "action: error".into(),
         Input::StreamInput(_) => "action: next session input".into(),
         Input::ConsumerRead(_) => "action: consumer read".into(),
+        Input::Decode(_) => "action: decode instance".into(),
     }
 }
 

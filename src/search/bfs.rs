@@ -72,7 +72,8 @@ where
     M::State: Hash,
     H: Hooks<M>,
 {
-    fn expand_chunk(&self, chunk: Vec<M::State>, acts: &mut Vec<M::Action>) -> ChunkOut<M::State> {
+    fn expand_chunk(&self, chunk: Vec<M::State>, scratch: &mut Scratch<M>) -> ChunkOut<M::State> {
+        let Scratch { acts, next: reuse } = scratch;
         let mut out = ChunkOut {
             done: 0,
             hits: vec![0; chunk.len() * self.words],
@@ -111,23 +112,26 @@ where
                 for (i, a) in acts.drain(..).enumerate() {
                     let class =
                         if self.live { liveness::class_of(self.hooks, self.model, &a) } else { liveness::NO_CLASS };
-                    let Some(next) = self.model.next_state(s, a) else {
+                    // The successor is written into `reuse`; it is moved out only when kept.
+                    if !self.hooks.next_state_into(self.model, s, a, reuse) {
                         continue;
-                    };
-                    if !self.model.within_boundary(&next) {
+                    }
+                    let next = reuse.as_ref().expect("next_state_into gave a successor");
+                    if !self.model.within_boundary(next) {
                         continue;
                     }
                     generated += 1;
-                    let next = match self.hooks.representative(self.model, &next) {
-                        Some(r) => r,
-                        None => next,
-                    };
-                    let fp = fingerprint(&next, self.seed);
+                    let rep = self.hooks.representative(self.model, next);
+                    let fp = fingerprint(rep.as_ref().unwrap_or(next), self.seed);
                     let known = match self.visited.get(fp) {
                         Some(_) if !self.live => continue,
                         Some(id) => id,
                         None => {
-                            out.news.push((fp, next));
+                            let kept = match rep {
+                                Some(r) => r,
+                                None => reuse.take().expect("a successor"),
+                            };
+                            out.news.push((fp, kept));
                             NEW
                         }
                     };
@@ -138,6 +142,18 @@ where
             out.done += 1;
         }
         out
+    }
+}
+
+/// A thread's reused buffers: the action list and the last successor the search dropped.
+struct Scratch<M: Model> {
+    acts: Vec<M::Action>,
+    next: Option<M::State>,
+}
+
+impl<M: Model> Scratch<M> {
+    fn new() -> Self {
+        Scratch { acts: Vec::new(), next: None }
     }
 }
 
@@ -272,13 +288,13 @@ where
 {
     let n = batch.len();
     if threads <= 1 || n <= 1 {
-        let mut acts = Vec::new();
-        return batch.into_iter().map(|c| Some(sh.expand_chunk(c, &mut acts))).collect();
+        let mut scratch = Scratch::new();
+        return batch.into_iter().map(|c| Some(sh.expand_chunk(c, &mut scratch))).collect();
     }
     let inputs: Vec<Mutex<Option<Vec<M::State>>>> = batch.into_iter().map(|c| Mutex::new(Some(c))).collect();
     let claim = AtomicUsize::new(0);
     let work = || {
-        let mut acts = Vec::new();
+        let mut scratch = Scratch::new();
         let mut mine = Vec::new();
         loop {
             let i = claim.fetch_add(1, Ordering::Relaxed);
@@ -286,7 +302,7 @@ where
                 return mine;
             }
             let chunk = inputs[i].lock().unwrap().take().expect("each chunk is claimed once");
-            mine.push((i, sh.expand_chunk(chunk, &mut acts)));
+            mine.push((i, sh.expand_chunk(chunk, &mut scratch)));
         }
     };
     let mut outs: Vec<Option<ChunkOut<M::State>>> = (0..n).map(|_| None).collect();

@@ -80,6 +80,20 @@ pub trait Hooks<M: Model>: Sync {
         None
     }
 
+    /// The successor of `s` under `a` (what `model.next_state(s, a)` gives), written into
+    /// `out`: `out` may hold an earlier successor whose memory the hook reuses, and is `None`
+    /// after the search kept the last one. False (and `out` unspecified) when there is none.
+    /// The default calls `next_state`.
+    fn next_state_into(&self, model: &M, s: &M::State, a: M::Action, out: &mut Option<M::State>) -> bool {
+        match model.next_state(s, a) {
+            Some(n) => {
+                *out = Some(n);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Weak fairness: the class (0 to 63) of action `a`, or `None` when `a` is not weakly fair.
     /// Only `Eventually` properties read it. The default: no action is fair.
     fn fairness_class(&self, _model: &M, _a: &M::Action) -> Option<u8> {

@@ -18,6 +18,7 @@ use super::rules::Rules;
 use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
 use super::workload::Workload;
 use super::{model_runner, scheduler, scheduler_output};
+use crate::system::collections::clone_fields;
 
 /// What every transition reads and never changes.
 #[derive(Clone, Copy)]
@@ -36,7 +37,7 @@ pub enum Direction {
     Load,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct Engine {
     pub pool: GpuPool,
     pub reqs: Vec<ReqState>,
@@ -68,12 +69,34 @@ pub struct Engine {
     pub pd: Option<Box<super::pd::PdState>>,
 }
 
+clone_fields!(Engine {
+    pool,
+    reqs,
+    running,
+    waiting,
+    kv_holding,
+    finished_since,
+    finished_recving,
+    failed_recving,
+    conn,
+    ghost,
+    batches,
+    sched_seq,
+    processed_seq,
+    deferred_frees,
+    aux,
+    reads,
+    pd
+});
+
 /// A batch in flight: what was scheduled and what the worker reported for it.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct Batch {
     pub(crate) out: SchedOut,
     pub(crate) wout: WorkerOut,
 }
+
+clone_fields!(Batch { out, wout });
 
 /// The environment's choices for one engine step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -13,6 +13,7 @@ use super::collections::side::{KeyMap, KeyMapIter, PoolLog, Side};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
+use crate::system::collections::clone_fields;
 
 const NIL: u32 = u32::MAX;
 const OUT: u32 = u32::MAX - 1;
@@ -27,7 +28,7 @@ pub enum Medium {
 }
 
 /// The G1 pool (or, with [`Medium::Cpu`], SimpleCPU's CPU pool).
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct GpuPool {
     pub medium: Medium,
     pub ref_cnt: Vec<u16>,
@@ -47,6 +48,8 @@ pub struct GpuPool {
     /// Trace replay's change log and read-cache counts (not state; off in the checker).
     pub log: Side<PoolLog>,
 }
+
+clone_fields!(GpuPool { medium, ref_cnt, hash, content, prev, next, head, tail, num_free, cached, loaded, log });
 
 impl GpuPool {
     /// `BlockPool.__init__`: blocks 1..n-1 free in id order; block 0 is the null block.

@@ -150,6 +150,20 @@ impl System {
     /// without, it keeps the real counters (stories, replays).
     pub fn apply(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool) -> Option<Engine> {
         let mut e = s.clone();
+        self.apply_on_copy(s, &mut e, a, ev, canonical).then_some(e)
+    }
+
+    /// [`System::apply`] written into `out`, whose allocations are reused (`out` becomes a
+    /// copy of `s` first, whatever it held): the checker's search keeps one such engine per
+    /// thread, so a successor it drops (seen before, or no transition) costs no allocation.
+    /// False (and `out` unspecified) when the input changes nothing.
+    pub fn apply_into(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool, out: &mut Engine) -> bool {
+        out.clone_from(s);
+        self.apply_on_copy(s, out, a, ev, canonical)
+    }
+
+    /// The rest of [`System::apply`], on `e`, a fresh copy of `s`.
+    fn apply_on_copy(&self, s: &Engine, e: &mut Engine, a: Input, ev: &mut Events, canonical: bool) -> bool {
         if let Some(pd) = &self.pd {
             // P/D: the decode side's inputs, and the router after every input.
             e.ghost.marks = 0;
@@ -157,22 +171,22 @@ impl System {
                 x.d.ghost.marks = 0;
             }
             let moved = match a {
-                Input::Decode(x) => super::pd::apply(self, pd, &mut e, x, ev),
-                _ => apply_in_place(self.ctx(), &mut e, a, ev),
+                Input::Decode(x) => super::pd::apply(self, pd, e, x, ev),
+                _ => apply_in_place(self.ctx(), e, a, ev),
             };
             if !moved {
-                return None;
+                return false;
             }
-            super::pd::sync(self, pd, &mut e, ev);
+            super::pd::sync(self, pd, e, ev);
             if let Input::Decode(super::pd::PdInput::Step) = a {
                 let before = s.pd.as_ref().expect("a P/D state");
                 let after = e.pd.as_ref().expect("a P/D state");
                 if after.d.same_ignoring_marks(&before.d) && after.route == before.route {
-                    return None; // D's step changed nothing
+                    return false; // D's step changed nothing
                 }
             }
-        } else if !apply_in_place(self.ctx(), &mut e, a, ev) {
-            return None;
+        } else if !apply_in_place(self.ctx(), e, a, ev) {
+            return false;
         }
         if canonical {
             // The bounded step counter is for single runs (scenarios, stories); in the
@@ -182,11 +196,11 @@ impl System {
         }
         if let Input::StepSyncLoadFails(_) = a {
             if !e.ghost.marked(Mark::LoadFailure) {
-                return None; // no sync load failed: same as a plain step
+                return false; // no sync load failed: same as a plain step
             }
         }
         if matches!(a, Input::StepDrain | Input::StepStoresDrain) && !e.ghost.marked(Mark::Drained) {
-            return None; // nothing finished within the step: same as a plain step
+            return false; // nothing finished within the step: same as a plain step
         }
         if canonical {
             e.canonicalize();
@@ -201,14 +215,15 @@ impl System {
                 x.same_ignoring_marks(&y)
             };
             if unchanged {
-                return None;
+                return false;
             }
         }
-        Some(e)
+        true
     }
 
     /// True when work remains and nothing but a fault can move the engine (a deadlock).
     pub fn is_stuck(&self, s: &Engine) -> bool {
+        clear_step_memo();
         if !s.has_work() || s.is_dead() {
             return false;
         }
@@ -224,7 +239,45 @@ impl System {
         if super::pd::can_move(self, s) {
             return false;
         }
-        self.apply(s, Input::Step, &mut Events::off(), true).is_none()
+        // One reused engine per thread: this runs on every state the checker visits. The step
+        // is kept for the search's own step of the same state (`take_step_memo`).
+        STEP_MEMO.with(|c| {
+            let mut c = c.borrow_mut();
+            let m = c.get_or_insert_with(|| StepMemo {
+                sys: 0,
+                src: s.clone(),
+                out: s.clone(),
+                changed: false,
+                valid: false,
+            });
+            m.out.clone_from(s);
+            m.changed = self.apply_on_copy(s, &mut m.out, Input::Step, &mut Events::off(), true);
+            m.src.clone_from(s);
+            m.sys = self as *const System as usize;
+            m.valid = true;
+            !m.changed
+        })
+    }
+
+    /// The checker's `Input::Step` from `s` (canonical, events off) if the deadlock check
+    /// ([`System::is_stuck`]) on this thread last computed it, from an engine equal to `s`, for
+    /// this system: `Some(changed)`, with the successor moved into `out` when it changed.
+    /// Every property is evaluated on a state just before the search expands it, so the step
+    /// is taken once, not twice. Call [`clear_step_memo`] when a run begins (a memo names its
+    /// system by address, which a later system may reuse).
+    pub fn take_step_memo(&self, s: &Engine, out: &mut Engine) -> Option<bool> {
+        STEP_MEMO.with(|c| {
+            let mut c = c.borrow_mut();
+            let m = c.as_mut()?;
+            if !m.valid || m.sys != self as *const System as usize || m.src != *s {
+                return None;
+            }
+            m.valid = false;
+            if m.changed {
+                std::mem::swap(out, &mut m.out);
+            }
+            Some(m.changed)
+        })
     }
 
     /// The most blocks an async load of the next load job has (for failure choices).
@@ -298,6 +351,29 @@ impl System {
             }
         }
     }
+}
+
+/// The last step [`System::is_stuck`] took on this thread (see [`System::take_step_memo`]).
+struct StepMemo {
+    /// The system's address (valid within one run: see [`clear_step_memo`]).
+    sys: usize,
+    src: Engine,
+    out: Engine,
+    changed: bool,
+    valid: bool,
+}
+
+thread_local! {
+    static STEP_MEMO: std::cell::RefCell<Option<StepMemo>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Forget this thread's kept step (a checker run calls it when it begins).
+pub fn clear_step_memo() {
+    STEP_MEMO.with(|c| {
+        if let Some(m) = c.borrow_mut().as_mut() {
+            m.valid = false;
+        }
+    });
 }
 
 /// Apply `a` to `e` in place, with the ghost marks of the last input cleared first (replay's

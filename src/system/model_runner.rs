@@ -15,10 +15,11 @@ use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOu
 use super::ghost::Breach;
 use super::types::{cdiv, fold_token_iter, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
+use crate::system::collections::clone_fields;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct WorkerOut {
     pub(crate) completed: Vec<JobId>,
     pub(crate) finished_recving: Vec<ReqId>,
@@ -28,6 +29,8 @@ pub struct WorkerOut {
     /// Router replay: the rows each request emitted (`aux_output_connector_output`).
     pub(crate) rows: Vec<RowsOutput>,
 }
+
+clone_fields!(WorkerOut { completed, finished_recving, invalid_blocks, finished_sending, rows });
 
 /// Run the worker side of one step.
 pub fn execute(

@@ -7,8 +7,9 @@
 
 use super::types::{BlockHash, BlockId, ReqId, Status};
 use super::workload::RequestSpec;
+use crate::system::collections::clone_fields;
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct ReqState {
     pub status: Status,
     /// `num_computed_tokens` (optimistic: counts scheduled tokens).
@@ -40,6 +41,23 @@ pub struct ReqState {
     /// end-of-session sentinel); those beyond `turn` wait in `streaming_queue`.
     pub sent: u8,
 }
+
+clone_fields!(ReqState {
+    status,
+    num_computed,
+    num_output,
+    table,
+    num_cached_block,
+    preempted,
+    inflight_prefill,
+    placeholders,
+    in_flight,
+    stale,
+    last_sched_seq,
+    drop_stale,
+    turn,
+    sent
+});
 
 impl ReqState {
     pub fn new() -> Self {

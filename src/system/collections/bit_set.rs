@@ -2,8 +2,18 @@
 //! its members) and cheap to test.
 
 /// A small growable bit set with a canonical representation (no trailing zero words).
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default)]
 pub struct BitSet(Vec<u64>);
+
+impl Clone for BitSet {
+    fn clone(&self) -> Self {
+        BitSet(self.0.clone())
+    }
+    /// Reuses the target's allocation (see `clone_fields`).
+    fn clone_from(&mut self, src: &Self) {
+        self.0.clone_from(&src.0)
+    }
+}
 
 impl BitSet {
     /// An empty set with room for members below `n` (no regrowth while it fills).

@@ -7,3 +7,27 @@ pub mod bit_set;
 pub mod pos_map;
 pub mod rank_queue;
 pub mod side;
+
+/// `impl Clone` for a struct, field by field, with a `clone_from` that reuses the target's
+/// allocations (the derived `Clone` keeps the default `clone_from`, a fresh `clone()`). The
+/// checker's search writes each successor into a reused engine (`System::apply_into`), so the
+/// vectors of a state are copied, not allocated, for every successor it then drops. Both
+/// methods destructure the struct without `..`: a field added later and not listed here is a
+/// compile error, never a field silently left uncopied.
+macro_rules! clone_fields {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl Clone for $t {
+            #[inline]
+            fn clone(&self) -> Self {
+                let $t { $($f),* } = self;
+                $t { $($f: Clone::clone($f)),* }
+            }
+            #[inline]
+            fn clone_from(&mut self, src: &Self) {
+                let $t { $($f),* } = self;
+                $( Clone::clone_from($f, &src.$f); )*
+            }
+        }
+    };
+}
+pub(crate) use clone_fields;

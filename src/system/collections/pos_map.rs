@@ -7,8 +7,18 @@ use crate::system::types::BlockHash as Key;
 /// arrive in increasing order, so an insert is usually a push. Compares and hashes exactly as
 /// a `BTreeMap<u32, Key>` (a length, then each pair), so states keep their
 /// fingerprints.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
+#[derive(PartialEq, Eq, Hash, Default)]
 pub struct PosMap(Vec<(u32, Key)>);
+
+impl Clone for PosMap {
+    fn clone(&self) -> Self {
+        PosMap(self.0.clone())
+    }
+    /// Reuses the target's allocation (see `clone_fields`).
+    fn clone_from(&mut self, src: &Self) {
+        self.0.clone_from(&src.0)
+    }
+}
 
 impl PosMap {
     fn find(&self, p: u32) -> Result<usize, usize> {

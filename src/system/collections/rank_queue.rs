@@ -357,10 +357,30 @@ impl<T: Ord + Copy> PartialEq for RankQueue<T> {
 
 /// The host tier's evictable set: a `BTreeSet` in the checker (hashed exactly as one), a
 /// [`RankQueue`] in trace replay. Same order either way.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum RankSet<T> {
     Tree(std::collections::BTreeSet<(Rank, T)>),
     Queue(Box<RankQueue<T>>),
+}
+
+impl<T: Clone + Ord> Clone for RankSet<T> {
+    fn clone(&self) -> Self {
+        match self {
+            RankSet::Tree(s) => RankSet::Tree(s.clone()),
+            RankSet::Queue(q) => RankSet::Queue(q.clone()),
+        }
+    }
+    /// The tree form is kept when it is already equal (see `clone_fields`).
+    fn clone_from(&mut self, src: &Self) {
+        match (self, src) {
+            (RankSet::Tree(a), RankSet::Tree(b)) => {
+                if a != b {
+                    *a = b.clone();
+                }
+            }
+            (a, b) => *a = b.clone(),
+        }
+    }
 }
 
 impl<T> Default for RankSet<T> {

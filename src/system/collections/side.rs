@@ -170,10 +170,38 @@ pub struct ReadCache {
 /// The hash form keeps an auxiliary value `A` next to each entry: replay's side data about
 /// the key, in the same cache line as the entry (the tree form has none). It is not part of
 /// the map's contents: equality and hashing ignore it.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum KeyMap<K, V, A = ()> {
     Tree(BTreeMap<K, V>),
     Hash(FastMap<K, (V, A)>),
+}
+
+impl<K: Clone + Ord, V: Clone, A: Clone> Clone for KeyMap<K, V, A> {
+    fn clone(&self) -> Self {
+        match self {
+            KeyMap::Tree(m) => KeyMap::Tree(m.clone()),
+            KeyMap::Hash(m) => KeyMap::Hash(m.clone()),
+        }
+    }
+    /// The tree form reuses its nodes when the keys are the same (see `clone_fields`).
+    fn clone_from(&mut self, src: &Self) {
+        match (self, src) {
+            (KeyMap::Tree(a), KeyMap::Tree(b)) => tree_clone_from(a, b),
+            (a, b) => *a = b.clone(),
+        }
+    }
+}
+
+/// `a.clone_from(b)` for a `BTreeMap`, reusing `a`'s nodes when both hold the same keys (std's
+/// `clone_from` is a fresh clone).
+pub fn tree_clone_from<K: Clone + Ord, V: Clone>(a: &mut BTreeMap<K, V>, b: &BTreeMap<K, V>) {
+    if a.len() == b.len() && a.keys().zip(b.keys()).all(|(x, y)| x == y) {
+        for (x, y) in a.values_mut().zip(b.values()) {
+            x.clone_from(y);
+        }
+    } else {
+        *a = b.clone();
+    }
 }
 
 impl<K, V, A> Default for KeyMap<K, V, A> {

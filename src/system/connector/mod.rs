@@ -21,6 +21,7 @@ use super::request::ReqState;
 use super::rules::Rules;
 use super::types::{BlockId, JobId, ReqId};
 use super::workload::Workload;
+use crate::system::collections::clone_fields;
 use std::collections::BTreeSet;
 
 pub use super::collections::bit_set::BitSet;
@@ -33,7 +34,7 @@ pub use offloading::{Job, JobKind, OffloadingReq, OffloadingState, Phase};
 pub use simple_cpu::SimpleCpuState;
 
 /// Which connector an engine runs, with its state.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub enum Connector {
     None,
     Offloading(Box<OffloadingState>),
@@ -41,6 +42,29 @@ pub enum Connector {
     Mooncake(Box<MooncakeState>),
     Nixl(Box<NixlState>),
     NixlDecode(Box<NixlConsumer>),
+}
+
+impl Clone for Connector {
+    fn clone(&self) -> Self {
+        match self {
+            Connector::None => Connector::None,
+            Connector::Offloading(s) => Connector::Offloading(s.clone()),
+            Connector::SimpleCpu(s) => Connector::SimpleCpu(s.clone()),
+            Connector::Mooncake(s) => Connector::Mooncake(s.clone()),
+            Connector::Nixl(s) => Connector::Nixl(s.clone()),
+            Connector::NixlDecode(s) => Connector::NixlDecode(s.clone()),
+        }
+    }
+    /// Reuses the target's allocations when both run the same connector (see `clone_fields`).
+    fn clone_from(&mut self, src: &Self) {
+        match (self, src) {
+            (Connector::Offloading(a), Connector::Offloading(b)) => a.clone_from(b),
+            (Connector::SimpleCpu(a), Connector::SimpleCpu(b)) => a.clone_from(b),
+            (Connector::Mooncake(a), Connector::Mooncake(b)) => a.clone_from(b),
+            (Connector::Nixl(a), Connector::Nixl(b)) => a.clone_from(b),
+            (a, b) => *a = b.clone(),
+        }
+    }
 }
 
 impl Connector {
@@ -213,7 +237,7 @@ impl ConnCtx<'_> {
 }
 
 /// One request in a step's `SchedulerOutput`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Scheduled {
     pub req: ReqId,
     /// `num_computed_tokens` before this step: the forward computes `[start, start+tokens)`.
@@ -229,8 +253,10 @@ pub struct Scheduled {
     pub resumed: bool,
 }
 
+clone_fields!(Scheduled { req, start, tokens, blocks, full_table, samples, resumed });
+
 /// The parts of `SchedulerOutput` the connector and the worker read.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct SchedOut {
     /// In `num_scheduled_tokens` order: running requests, then admissions.
     pub scheduled: Vec<Scheduled>,
@@ -240,6 +266,8 @@ pub struct SchedOut {
     /// `Rules::resumed_after_new`: the order of `scheduled_new_reqs`.
     pub resumed_after_new: bool,
 }
+
+clone_fields!(SchedOut { scheduled, preempted, finished, resumed_after_new });
 
 impl SchedOut {
     /// `yield_req_data` order (Model Runner V2): `scheduled_new_reqs`, then the cached

@@ -32,6 +32,7 @@ mod observe;
 
 use super::host_arc::ArcLists;
 use super::reference_order::{RefOrder, RefPlace};
+use crate::system::collections::clone_fields;
 use crate::system::collections::pos_map::PosMap;
 use crate::system::collections::rank_queue::{first_n, RankSet};
 use crate::system::collections::side::{HostLog, KeyMap, KeyMapIter, Side};
@@ -65,7 +66,7 @@ pub struct HostEntry {
 }
 
 /// The manager's per-request context (`ReqContext` + `_RequestCacheAccess` + `_RequestRank`).
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default)]
 pub struct ReqAccess {
     pub rank: Option<u64>,
     /// Keys this request has offered, loaded or reused, with their end-token positions.
@@ -78,6 +79,8 @@ pub struct ReqAccess {
     pub store_missed: BTreeSet<Key>,
 }
 
+clone_fields!(ReqAccess { rank, seen, finished, inserted, reused, store_missed });
+
 /// The result of a successful `prepare_store`.
 #[derive(Clone, Debug, Default)]
 pub struct StoreOut {
@@ -86,7 +89,7 @@ pub struct StoreOut {
     pub evicted: Vec<Key>,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct HostTier {
     pub capacity: u32,
     num_allocated: u32,
@@ -108,6 +111,22 @@ pub struct HostTier {
     /// Trace replay's change log (not state; off in the checker).
     pub log: Side<HostLog>,
 }
+
+clone_fields!(HostTier {
+    capacity,
+    num_allocated,
+    free_list,
+    entries,
+    evictable,
+    next_rank,
+    num_evictable,
+    num_write_pending,
+    policy,
+    evict_mru,
+    order,
+    arc,
+    log
+});
 
 impl HostTier {
     /// A 0.33 (request-rank) host tier.

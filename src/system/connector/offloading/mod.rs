@@ -15,6 +15,7 @@ pub mod host_tier;
 pub mod reference_order;
 pub mod worker;
 
+use crate::system::collections::clone_fields;
 use crate::system::collections::side::{SideVal, WordHasher};
 use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use crate::system::connector::{BitSet, ConnCtx, HookCtx, RequestRef, StepScratch};
@@ -27,7 +28,7 @@ use crate::system::workload::RequestSpec;
 use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default)]
 pub struct OffloadingReq {
     /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
     pub(crate) num_keys: u32,
@@ -52,6 +53,19 @@ pub struct OffloadingReq {
     pub(crate) refused: BitSet,
 }
 
+clone_fields!(OffloadingReq {
+    num_keys,
+    mirror,
+    mirror_ok,
+    cursor,
+    transfer_jobs,
+    finished_signaled,
+    num_local,
+    access,
+    owed,
+    refused
+});
+
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum JobKind {
     Store,
@@ -75,7 +89,7 @@ pub enum Phase {
     Reported,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct Job {
     pub(crate) id: JobId,
     pub(crate) req: ReqId,
@@ -95,6 +109,8 @@ pub struct Job {
     pub(crate) block_offset: u32,
 }
 
+clone_fields!(Job { id, req, kind, keys, blocks, slots, phase, snapshot, torn, invalid_from, block_offset });
+
 impl Job {
     pub fn is_store(&self) -> bool {
         matches!(self.kind, JobKind::Store)
@@ -105,7 +121,7 @@ impl Job {
 }
 
 /// The connector's scheduler-side state plus its host tier.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug)]
 pub struct OffloadingState {
     pub(crate) reqs: Vec<Option<OffloadingReq>>,
     /// Jobs not yet completed, ascending id.
@@ -118,6 +134,8 @@ pub struct OffloadingState {
     /// store lands, in finish order.
     pub(crate) held: Vec<Held>,
 }
+
+clone_fields!(OffloadingState { reqs, jobs, next_job, fences, host, held });
 
 /// fix-final-store (`final_store_waits`): a finished request whose blocks the connector keeps
 /// (`request_finished` returned `delay_free_blocks`) until its last store is settled and
@@ -482,10 +500,12 @@ impl OffloadingState {
         let dense =
             self.jobs.iter().enumerate().all(|(i, j)| j.id == i as JobId) && self.next_job == self.jobs.len() as JobId;
         if !dense {
-            let map: BTreeMap<JobId, JobId> = self.jobs.iter().enumerate().map(|(i, j)| (j.id, i as JobId)).collect();
+            // The new id is the old one's place (the last, as the map this replaced kept it; a
+            // few jobs at most: a scan, no map).
+            let old: smallvec::SmallVec<[JobId; 8]> = self.jobs.iter().map(|j| j.id).collect();
             // A reported id whose job is gone is a bug being recorded (BadCompletion); keep
             // it out of the live range.
-            let m = |id: &mut JobId| *id = map.get(id).copied().unwrap_or(JobId::MAX);
+            let m = |id: &mut JobId| *id = old.iter().rposition(|x| x == id).map_or(JobId::MAX, |i| i as JobId);
             for j in &mut self.jobs {
                 m(&mut j.id);
             }

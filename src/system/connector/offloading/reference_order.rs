@@ -14,17 +14,20 @@
 //! eviction-order fails when the host tier picked others.
 
 use super::host_tier::{Key, Rank};
+use crate::system::collections::clone_fields;
 use crate::system::collections::rank_queue::{first_n, RankQueue};
 use crate::system::collections::side::Side;
 use crate::system::rules::HostLru;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct RefOrder {
     /// Eviction order, first = next victim (with the 0.33 rank; unused by the other policies).
     pub(crate) list: Vec<(Key, Rank)>,
     /// Trace replay: the same sequence, indexed (`list` stays empty). Not used by the checker.
     indexed: Side<Indexed>,
 }
+
+clone_fields!(RefOrder { list, indexed });
 
 /// The list, indexed: a key's place is (order rank, arrival sequence), so "after every key
 /// whose rank is not above" is "after every key with a smaller place". Appends (the 0.24 and

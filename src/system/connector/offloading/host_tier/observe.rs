@@ -64,8 +64,10 @@ impl HostTier {
     /// Renumber rank majors densely (order preserved) so that equal histories give equal
     /// states. `live` are the request ranks still held by requests.
     pub fn canonicalize<'a>(&mut self, live: impl Iterator<Item = &'a mut Option<u64>>) {
-        let mut live: Vec<&mut Option<u64>> = live.collect();
-        let mut majors: Vec<u64> = self.entries.values().map(|e| e.rank.0).filter(|&m| m > 0).collect();
+        // Small vectors: this runs on every successor the checker generates.
+        let mut live: smallvec::SmallVec<[&mut Option<u64>; 8]> = live.collect();
+        let mut majors: smallvec::SmallVec<[u64; 16]> =
+            self.entries.values().map(|e| e.rank.0).filter(|&m| m > 0).collect();
         majors.extend(self.order.list.iter().map(|(_, r)| r.0).filter(|&m| m > 0));
         majors.extend(live.iter().filter_map(|r| **r));
         majors.sort_unstable();
