@@ -37,9 +37,12 @@ const DRAIN_BYTES: u64 = 8 << 20;
 
 #[derive(Args, Debug)]
 pub struct ExploreArgs {
+    /// The model file to explore.
     pub model: PathBuf,
+    /// Apply a bug variant on top of the profile (see `kvmc list`).
     #[arg(long)]
     pub variant: Option<String>,
+    /// Use this profile instead of the model's own.
     #[arg(long)]
     pub profile: Option<String>,
     /// Address to serve on (loopback by default).
