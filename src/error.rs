@@ -74,6 +74,7 @@ impl KvmcError {
     pub fn to_json(&self) -> serde_json::Value {
         let (file, line) = self.location();
         serde_json::json!({
+            "schema_version": crate::util::SCHEMA_VERSION,
             "kvmc_version": env!("CARGO_PKG_VERSION"),
             "ok": false,
             "exit_code": self.exit_code(),

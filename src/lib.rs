@@ -13,8 +13,10 @@
 //! - The drivers, which never import one another: the checker ([`check`], with the stateright
 //!   [`model`] and the generic [`search`] engine), [`replay`] (real request traces) and
 //!   [`conform`] (event logs recorded from real vLLM).
-//! - [`report`]: the checker's reports and counterexample files; [`cli`]: the command line.
-//! - Small neutral modules any layer may use: [`error`], [`stop`], [`hint`], [`util`].
+//! - [`report`]: the checker's reports and counterexample files; [`schema`]: the JSON
+//!   reports' contracts (docs/schema/); [`cli`]: the command line.
+//! - Small neutral modules any layer may use: [`error`], [`stop`], [`hint`], [`util`],
+//!   [`suggest`].
 //!
 //! docs/architecture.md has the map (which file holds which vLLM rule) and the recipes.
 //!
@@ -56,9 +58,11 @@ pub mod model;
 pub mod props;
 pub mod replay;
 pub mod report;
+pub mod schema;
 pub mod scope;
 pub mod search;
 pub mod stop;
+pub mod suggest;
 pub mod system;
 pub mod util;
 pub mod workload;

@@ -2,7 +2,6 @@
 
 mod alloc;
 
-use clap::Parser;
 use kvmc::cli::ReportFormat;
 use kvmc::error::KvmcError;
 
@@ -23,7 +22,11 @@ fn main() {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = match kvmc::cli::Cli::try_parse() {
+    let argv: Vec<String> = std::env::args().collect();
+    let parsed = kvmc::cli::command_for(&argv)
+        .try_get_matches_from(&argv)
+        .and_then(|m| <kvmc::cli::Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { kvmc::error::exit::USAGE } else { kvmc::error::exit::OK };

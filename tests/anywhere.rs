@@ -31,12 +31,23 @@ fn a_model_gets_the_same_verdict_from_any_directory() {
     assert_eq!(b.status.code(), Some(0), "{}", stderr(&b));
     assert_eq!(stdout(&a), stdout(&b));
     assert_eq!(stdout(&kvmc(&["list", "--rules"])), stdout(&kvmc_in(&elsewhere, &["list", "--rules"])));
-    // The gate needs the models its specs name: outside a checkout it says where to find them.
-    let o = kvmc_in(&elsewhere, &["check"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("pass --models DIR"), "{}", stderr(&o));
+    // The gate outside a checkout checks the models built into kvmc: the same verdicts as
+    // the repository's (issue 25: an installed kvmc works anywhere).
+    let verdicts = |o: &std::process::Output| -> Vec<String> {
+        stdout(o).lines().filter(|l| l.starts_with("ok ")).map(|l| l.split("  [").next().unwrap().to_string()).collect()
+    };
+    let there = kvmc_in(&elsewhere, &["check", "--shard", "3/40"]);
+    assert_eq!(there.status.code(), Some(0), "{}{}", stdout(&there), stderr(&there));
+    assert!(stderr(&there).contains("models built into this kvmc"), "{}", stderr(&there));
+    let here = kvmc(&["check", "--shard", "3/40"]);
+    assert!(!verdicts(&here).is_empty());
+    assert_eq!(verdicts(&here), verdicts(&there));
     let o = kvmc_in(&elsewhere, &["check", "--models", &abs("models"), "--shard", "1/40"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // An explicit --models that does not exist is an error, not the built-in set.
+    let o = kvmc_in(&elsewhere, &["check", "--models", "nowhere"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("pass --models DIR"), "{}", stderr(&o));
     // --specs names a directory that must exist.
     let o = kvmc(&["check", m.as_str(), "--specs", "no-such-dir"]);
     assert_eq!(o.status.code(), Some(2));
@@ -241,4 +252,28 @@ fn errors_are_json_on_stdout_with_format_json() {
     assert_eq!(v["error"]["line"], 5, "{v}");
     // Text output stays as it was: nothing on stdout.
     assert!(kvmc(&["check", m.to_str().unwrap()]).stdout.is_empty());
+}
+
+/// The models built into kvmc are the repository's `models/**/*.toml`, byte for byte.
+#[test]
+fn the_built_in_models_are_the_repositorys() {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<(String, String)>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            let r = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+            if e.path().is_dir() {
+                walk(&e.path(), &r, out);
+            } else if name.ends_with(".toml") {
+                out.push((r, std::fs::read_to_string(e.path()).unwrap()));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&root().join("models"), "", &mut files);
+    files.sort();
+    let built: Vec<(String, String)> =
+        kvmc::check::builtin_models::EMBEDDED.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
+    assert_eq!(files.len(), built.len());
+    assert_eq!(files, built);
 }

@@ -102,7 +102,15 @@ pub fn plan_tier(specs: &[Spec], models_dir: &Path, deep: bool) -> Result<Vec<Jo
                         return Err(KvmcError::input(
                             &x.at.0,
                             x.at.1,
-                            format!("no model '{}' ({} does not exist)", x.model, p.display()),
+                            format!(
+                                "no model '{}' ({} does not exist){}",
+                                x.model,
+                                p.display(),
+                                crate::suggest::did_you_mean(
+                                    &x.model,
+                                    crate::suggest::model_names(models_dir).iter().map(String::as_str)
+                                )
+                            ),
                         ));
                     }
                     let (s, f, warnings) = crate::workload::load_model(&p, &x.model)?;
@@ -164,7 +172,15 @@ pub fn plan_paths(
     for n in only {
         match props::find(n) {
             Some(p) if p.kind == Kind::Always => {}
-            _ => return Err(KvmcError::Usage(format!("--property {n}: unknown property (see kvmc list)"))),
+            _ => {
+                return Err(KvmcError::Usage(format!(
+                    "--property {n}: unknown property{}; kvmc list shows them",
+                    crate::suggest::did_you_mean(
+                        n,
+                        crate::props::REGISTRY.iter().filter(|p| p.kind == Kind::Always).map(|p| p.name)
+                    )
+                )))
+            }
         }
     }
     let mut jobs = Vec::new();
@@ -178,6 +194,9 @@ pub fn plan_paths(
             continue;
         }
         let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if !p.exists() {
+            return Err(KvmcError::io(p, format!("no such model file{}", crate::suggest::missing_model(p))));
+        }
         let (scope, family, warnings) = crate::workload::load_model(p, &stem)?;
         warnings.iter().for_each(|w| eprintln!("{w}"));
         if let Some(v) = variant {

@@ -2,6 +2,7 @@
 //! `Model`), spec expectations, verdicts.
 
 pub mod bfs;
+pub mod builtin_models;
 pub mod dfs;
 pub mod family;
 pub mod gate;

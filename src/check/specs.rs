@@ -134,7 +134,10 @@ impl Spec {
                 return Err(KvmcError::input(
                     path,
                     at(raw.property.span()),
-                    format!("unknown property '{name}' (see kvmc list)"),
+                    format!(
+                        "unknown property '{name}'{} (see kvmc list)",
+                        crate::suggest::did_you_mean(name, props::REGISTRY.iter().map(|p| p.name))
+                    ),
                 ))
             }
         }

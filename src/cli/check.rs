@@ -53,27 +53,29 @@ pub struct CheckArgs {
     /// Model files to check (all their properties, each expected to hold). None: the CI gate.
     pub paths: Vec<PathBuf>,
     /// Apply a bug variant on top of the profile (see `kvmc list`).
-    #[arg(long)]
+    #[arg(short = 'b', long)]
     pub variant: Option<String>,
-    /// Use this profile instead of the model's own.
-    #[arg(long)]
+    /// Use this profile instead of the model's own (vllm-0.24, vllm-0.32, vllm-0.33, ...).
+    #[arg(short, long)]
     pub profile: Option<String>,
     /// Check only this property (repeatable).
-    #[arg(long = "property")]
+    #[arg(short = 'P', long = "property", value_name = "PROPERTY")]
     pub properties: Vec<String>,
+    /// Search strategy: bfs (exhaustive, shortest counterexamples), dfs, or simulate (random
+    /// walks, never `holds`).
     #[arg(long, value_enum, default_value = "bfs")]
     pub strategy: StrategyArg,
     /// Explorer threads per exploration (1 to 1024): the BFS expands each level on this many
     /// threads (same counts and counterexamples for any number); dfs and simulate run on one.
     /// --jobs runs explorations in parallel.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS))]
+    #[arg(short, long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=MAX_THREADS))]
     pub threads: u64,
     /// Symmetry reduction in the BFS: requests with the same role are interchangeable
     /// (docs/checker.md). Off by default: unique-state counts stay those of the full graph.
     #[arg(long, value_enum, default_value = "off")]
     pub symmetry: OnOff,
     /// Explorations run in parallel (default: available cores).
-    #[arg(long)]
+    #[arg(short, long)]
     pub jobs: Option<usize>,
     /// Stop an exploration before it holds more than this many distinct states (simulate:
     /// states visited; default 100000 for simulate when neither this nor --timeout is given).
@@ -94,10 +96,18 @@ pub struct CheckArgs {
     /// Seed for --strategy simulate.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    #[arg(long, value_enum, default_value = "text")]
+    /// Report format: text, json (docs/schema/check.v1.json) or junit.
+    #[arg(short, long, value_enum, default_value = "text")]
     pub format: Format,
+    /// Also write the JUnit report to FILE (the text or JSON report still goes to stdout):
+    /// one run gives the CI log and its test view (docs/ci.md).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Also write the JSON report to FILE (docs/schema/check.v1.json).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Write every counterexample here (JSON steps, ITF, DOT, scenario).
-    #[arg(long)]
+    #[arg(short, long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Run only slice I of N of the planned explorations ("I/N", 1-based); a `[workload]`
     /// model's workloads are split the same way. `kvmc merge` joins the shards' JSON reports.
@@ -107,13 +117,14 @@ pub struct CheckArgs {
     #[arg(long, value_enum, default_value = "fast")]
     pub tier: Tier,
     /// Print every counterexample with its final state, not only unexpected ones.
-    #[arg(long)]
+    #[arg(short, long)]
     pub verbose: bool,
     /// Read the specs here instead of the ones built into kvmc.
     #[arg(long, value_name = "DIR")]
     pub specs: Option<PathBuf>,
-    /// Where the gate finds the models its specs name.
-    #[arg(long, value_name = "DIR", default_value = "models")]
+    /// Where the gate finds the models its specs name (default: ./models, else the models
+    /// built into kvmc).
+    #[arg(short = 'M', long, value_name = "DIR", default_value = "models")]
     pub models: PathBuf,
 }
 
@@ -165,11 +176,12 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     }
     let specs_list = specs::load(a.specs.as_deref())?;
     let mut jobs: Vec<Job> = if a.paths.is_empty() {
-        gate::check_models_dir(&a.models)?;
+        let models = crate::check::builtin_models::resolve(&a.models)?;
+        gate::check_models_dir(&models)?;
         if a.variant.is_some() || a.profile.is_some() || !a.properties.is_empty() {
             return Err(KvmcError::Usage("--variant, --profile and --property apply to explicit model paths; with no path kvmc runs the specs' expectations".into()));
         }
-        gate::plan_tier(&specs_list, &a.models, a.tier == Tier::Deep)?
+        gate::plan_tier(&specs_list, &models, a.tier == Tier::Deep)?
     } else {
         if a.tier == Tier::Deep {
             return Err(KvmcError::Usage(
@@ -197,12 +209,16 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     }
     stop::catch_interrupt();
     let width = a.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
-    if matches!(a.format, Format::Text) {
+    if matches!(a.format, Format::Text) && !super::quiet() {
         out(&header(&opts, jobs.len(), width, memory_note));
     }
     let shard = a.shard.as_deref().map(parse_shard).transpose()?;
     let mut board = Board::new(jobs, opts, a.format, a.verbose);
+    board.files = (a.junit.clone(), a.json.clone());
     board.shard = shard;
+    if super::quiet() {
+        board.bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
     board.tier = if a.paths.is_empty() { Some(a.tier) } else { None };
     let board = Arc::new(board);
     let b = board.clone();
@@ -283,19 +299,21 @@ struct Board {
     /// Set by whoever prints the report first (the run, or the watchdog).
     printed: Mutex<bool>,
     bar: indicatif::ProgressBar,
+    /// The explorations running now (the progress bar's message).
+    running: Mutex<std::collections::BTreeMap<usize, String>>,
     /// `--shard I/N` (written into the JSON report for `kvmc merge`).
     shard: Option<(usize, usize)>,
     /// The gate's tier (None for explicit model paths).
     tier: Option<Tier>,
+    /// `--junit FILE`, `--json FILE`: the report also written there.
+    files: (Option<PathBuf>, Option<PathBuf>),
 }
 
 impl Board {
     fn new(jobs: Vec<Job>, opts: RunOpts, format: Format, verbose: bool) -> Self {
         let bar =
             indicatif::ProgressBar::with_draw_target(Some(jobs.len() as u64), indicatif::ProgressDrawTarget::stderr());
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} explorations {msg}").expect("template"),
-        );
+        bar.set_style(crate::util::progress_style("explorations"));
         Board {
             results: jobs.iter().map(|_| Mutex::new(None)).collect(),
             watches: jobs.iter().map(|_| Mutex::new(None)).collect(),
@@ -304,15 +322,18 @@ impl Board {
             format,
             verbose,
             printed: Mutex::new(false),
+            running: Mutex::new(Default::default()),
             bar,
             shard: None,
             tier: None,
+            files: (None, None),
         }
     }
 
     /// Run job `i` (or, after Ctrl-C, record that it never started).
     fn run_job(&self, i: usize) {
         let job = &self.jobs[i];
+        self.show_running(i, Some(job));
         let r = if stop::interrupted() {
             Ok(incomplete_rows(job, (0, 0, 0), 0.0, "interrupt (Ctrl-C) before it started".into()))
         } else {
@@ -321,7 +342,23 @@ impl Board {
             gate::execute(job, &RunOpts { watch: Some(w), ..self.opts.clone() })
         };
         *self.results[i].lock().unwrap() = Some(r);
+        self.show_running(i, None);
         self.bar.inc(1);
+    }
+
+    /// Job `i` starts (Some) or ends (None): the bar names the models being explored.
+    fn show_running(&self, i: usize, job: Option<&Job>) {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        match job {
+            Some(j) => {
+                let v = j.variant.as_deref().map_or(String::new(), |v| format!(" --variant {v}"));
+                running.insert(i, format!("{}{v}", j.scope.name));
+            }
+            None => {
+                running.remove(&i);
+            }
+        }
+        self.bar.set_message(running.values().cloned().collect::<Vec<_>>().join(", "));
     }
 
     /// Print the report once; the exit code, or None if the watchdog printed it first.
@@ -332,28 +369,41 @@ impl Board {
         }
         *printed = true;
         let peak = stop::peak_rss_bytes();
+        if let Some(p) = &self.files.0 {
+            if let Err(e) = std::fs::write(p, report::junit(rows)) {
+                eprintln!("error: {}: {e}", p.display());
+            }
+        }
+        if let Some(p) = &self.files.1 {
+            if let Err(e) = std::fs::write(p, format!("{:#}\n", self.json_report(rows, peak))) {
+                eprintln!("error: {}: {e}", p.display());
+            }
+        }
         match self.format {
             Format::Text => out(&report::text(rows, self.verbose)),
-            Format::Json => {
-                let mut v = report::json(rows, peak);
-                v["run"] = serde_json::json!({
-                    "strategy": self.opts.strategy.as_str(),
-                    "threads": if self.opts.strategy == Strategy::Bfs { self.opts.threads } else { 1 },
-                    "symmetry": self.opts.symmetry && self.opts.strategy == Strategy::Bfs,
-                    "seed": self.opts.seed,
-                    "max_states": self.opts.state_bound(),
-                    "max_depth": self.opts.max_depth,
-                    "timeout_seconds": self.opts.timeout.map(|t| t.as_secs_f64()),
-                    "max_memory_bytes": self.opts.max_memory,
-                    "interrupted": stop::interrupted(),
-                    "shard": self.shard.map(|(i, n)| serde_json::json!({"index": i, "count": n})),
-                    "tier": self.tier.map(|t| if t == Tier::Deep { "deep" } else { "fast" }),
-                });
-                out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("json")));
-            }
+            Format::Json => out(&format!("{:#}\n", self.json_report(rows, peak))),
             Format::Junit => out(&report::junit(rows)),
         }
         Some(if stop::interrupted() { exit::INTERRUPTED } else { gate::exit_code(rows) })
+    }
+
+    /// The JSON report with the run's settings.
+    fn json_report(&self, rows: &[Row], peak: Option<u64>) -> serde_json::Value {
+        let mut v = report::json(rows, peak);
+        v["run"] = serde_json::json!({
+            "strategy": self.opts.strategy.as_str(),
+            "threads": if self.opts.strategy == Strategy::Bfs { self.opts.threads } else { 1 },
+            "symmetry": self.opts.symmetry && self.opts.strategy == Strategy::Bfs,
+            "seed": self.opts.seed,
+            "max_states": self.opts.state_bound(),
+            "max_depth": self.opts.max_depth,
+            "timeout_seconds": self.opts.timeout.map(|t| t.as_secs_f64()),
+            "max_memory_bytes": self.opts.max_memory,
+            "interrupted": stop::interrupted(),
+            "shard": self.shard.map(|(i, n)| serde_json::json!({"index": i, "count": n})),
+            "tier": self.tier.map(|t| if t == Tier::Deep { "deep" } else { "fast" }),
+        });
+        v
     }
 
     /// The watchdog's path: an exploration outlived the grace after it was told to stop.

@@ -19,6 +19,7 @@ pub struct ConformArgs {
     /// The rule set the implementation is expected to follow.
     #[arg(long, default_value = "vllm-0.33")]
     pub profile: String,
+    /// Apply a bug variant on top of the profile (see `kvmc list`).
     #[arg(long)]
     pub variant: Option<String>,
     /// Log lines shown before a divergence.

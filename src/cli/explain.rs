@@ -63,7 +63,10 @@ pub fn run(a: ExplainArgs) -> Result<i32> {
     }
     let name = a.property.clone().unwrap_or_default();
     let Some(def) = props::find(&name) else {
-        return Err(KvmcError::Usage(format!("unknown property '{name}' (see kvmc list)")));
+        return Err(KvmcError::Usage(format!(
+            "unknown property '{name}'{}; kvmc list shows them",
+            crate::suggest::did_you_mean(&name, props::REGISTRY.iter().map(|p| p.name))
+        )));
     };
     if def.kind == Kind::Sometimes {
         println!("{}: a reachability guard (sometimes). It holds an example when some reachable state satisfies it; a model whose guards are never reached is reported vacuous.", def.name);

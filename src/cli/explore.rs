@@ -16,8 +16,10 @@ pub use crate::explorer::MAX_PATH_STEPS;
 pub struct ExploreArgs {
     /// The model file (optional when --path is a scenario file, which names its model).
     pub model: Option<PathBuf>,
+    /// Apply a bug variant on top of the profile (see `kvmc list`).
     #[arg(long)]
     pub variant: Option<String>,
+    /// Use this profile instead of the model's own.
     #[arg(long)]
     pub profile: Option<String>,
     /// The property the path is about: the page marks the first state violating it.

@@ -20,7 +20,7 @@ pub struct ListArgs {
     #[arg(long, value_name = "DIR")]
     pub specs: Option<PathBuf>,
     /// The models to list (and, with --releases, the models the specs name).
-    #[arg(long, value_name = "DIR", default_value = "models")]
+    #[arg(short = 'M', long, value_name = "DIR", default_value = "models")]
     pub models: PathBuf,
 }
 
@@ -93,8 +93,9 @@ pub fn run(a: ListArgs) -> Result<i32> {
         return Ok(0);
     }
     if a.releases {
-        crate::check::gate::check_models_dir(&a.models)?;
-        print!("{}", releases_doc(&specs::load(a.specs.as_deref())?, &a.models)?);
+        let models = crate::check::builtin_models::resolve(&a.models)?;
+        crate::check::gate::check_models_dir(&models)?;
+        print!("{}", releases_doc(&specs::load(a.specs.as_deref())?, &models)?);
         return Ok(0);
     }
     let specs = specs::load(a.specs.as_deref())?;

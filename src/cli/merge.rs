@@ -27,7 +27,8 @@ pub struct MergeArgs {
     /// The shards' JSON reports (`kvmc check --shard I/N --format json > shard-I.json`).
     #[arg(required = true)]
     pub reports: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "text")]
+    /// Report format: text, or json (the layout of `kvmc check --format json`).
+    #[arg(short, long, value_enum, default_value = "text")]
     pub format: MergeFormat,
 }
 

@@ -5,6 +5,7 @@ mod check;
 mod conform;
 pub mod explain;
 mod explore;
+mod install;
 pub mod list;
 mod merge;
 pub mod replay;
@@ -23,6 +24,41 @@ use clap::{Parser, Subcommand};
 pub struct Cli {
     #[command(subcommand)]
     pub cmd: Cmd,
+    /// No progress bars and no run header (reports, notes and errors are still printed).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Colour in help and error messages: auto (a terminal, unless NO_COLOR is set), always,
+    /// never.
+    #[arg(long, value_enum, global = true, default_value = "auto", value_name = "WHEN")]
+    pub color: ColorWhen,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+/// `--quiet` was given (no progress bars, no run header).
+pub use crate::util::quiet;
+
+/// The command line, coloured as `--color` (or NO_COLOR) among `args` asks: clap's own help
+/// and errors follow it (parsed before the rest, since they are printed while parsing).
+pub fn command_for(args: &[String]) -> clap::Command {
+    use clap::CommandFactory;
+    let when = args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--color") {
+        Some("") => args.get(i + 1).map(String::as_str),
+        Some(v) => v.strip_prefix('='),
+        None => None,
+    });
+    let choice = match when {
+        Some("always") => clap::ColorChoice::Always,
+        Some("never") => clap::ColorChoice::Never,
+        _ if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) => clap::ColorChoice::Never,
+        _ => clap::ColorChoice::Auto,
+    };
+    Cli::command().color(choice)
 }
 
 #[derive(Subcommand, Debug)]
@@ -50,6 +86,10 @@ pub enum Cmd {
     /// Write recorder scenarios covering every decision and action kind a model's exploration
     /// reaches, for conformance tests of a connector implementation.
     Testgen(testgen::TestgenArgs),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell.
+    Completions(install::CompletionsArgs),
+    /// Print kvmc's man page (roff), or write one per subcommand with --dir.
+    Man(install::ManArgs),
 }
 
 /// The report format a command was asked for (`--format`): errors are reported in it too.
@@ -75,6 +115,7 @@ impl Cli {
             },
             Cmd::Replay(a) if matches!(a.format, replay::OutFormat::Json) => ReportFormat::Json,
             Cmd::Merge(a) if matches!(a.format, merge::MergeFormat::Json) => ReportFormat::Json,
+            Cmd::Bench(a) if matches!(a.format, replay::OutFormat::Json) => ReportFormat::Json,
             _ => ReportFormat::Text,
         }
     }
@@ -96,6 +137,7 @@ pub fn report_format_of_args(args: &[String]) -> ReportFormat {
 
 /// Run the command line; returns the exit code.
 pub fn run(cli: Cli) -> Result<i32> {
+    crate::util::set_quiet(cli.quiet);
     match cli.cmd {
         Cmd::Check(a) => check::run(a),
         Cmd::List(a) => list::run(a),
@@ -107,5 +149,7 @@ pub fn run(cli: Cli) -> Result<i32> {
         Cmd::Merge(a) => merge::run(a),
         Cmd::Reproduce(a) => reproduce::run(a),
         Cmd::Testgen(a) => testgen::run(a),
+        Cmd::Completions(a) => install::completions(a),
+        Cmd::Man(a) => install::man(a),
     }
 }

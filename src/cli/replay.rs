@@ -12,7 +12,9 @@ use std::path::PathBuf;
 
 #[derive(Copy, Clone, Debug, ValueEnum)]
 pub enum OutFormat {
+    /// For people.
     Text,
+    /// One JSON document (docs/schema/).
     Json,
 }
 
@@ -31,39 +33,44 @@ pub struct ReplayArgs {
     /// A Mooncake JSONL trace, or a kvmc scenario file (.toml).
     pub trace: PathBuf,
     /// The replay model (a model file with a [replay] table; a scenario names its own model).
-    #[arg(long)]
+    #[arg(short, long)]
     pub model: Option<PathBuf>,
-    #[arg(long)]
+    /// Use this profile instead of the model's (or scenario's) own.
+    #[arg(short, long)]
     pub profile: Option<String>,
-    #[arg(long)]
+    /// Apply a bug variant on top of the profile (see `kvmc list`).
+    #[arg(short = 'b', long)]
     pub variant: Option<String>,
+    /// How to read a JSONL trace (a .toml file is a scenario).
     #[arg(long, value_enum, default_value = "auto")]
     pub trace_format: TraceFormat,
-    #[arg(long, value_enum, default_value = "text")]
+    /// Report format: text or json (docs/schema/replay.v1.json, replay-scenario.v1.json).
+    #[arg(short, long, value_enum, default_value = "text")]
     pub format: OutFormat,
     /// One row per request (text table, or "requests" in JSON).
     #[arg(long)]
     pub per_request: bool,
+    /// One row per session (its turns added up) and a total: prompt, G1 hits, restored,
+    /// prefill, recomputed, preemptions ("sessions" in JSON).
+    #[arg(long)]
+    pub per_session: bool,
     /// Also evaluate every invariant over the whole state every N engine steps (1: after
     /// every action, cross-checking the incremental evaluation).
     #[arg(long)]
     pub full_check_every: Option<u64>,
     /// Where a violation's model file and scenario are written (default: current directory).
-    #[arg(long)]
+    #[arg(short, long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Replay only the first N requests of the trace.
-    #[arg(long)]
+    #[arg(short = 'n', long, value_name = "N")]
     pub limit: Option<usize>,
     /// Do not evaluate this always-property (repeatable): e.g. final-store-kept, a quality
     /// finding every release violates, to replay small host tiers to the end.
     #[arg(long, value_name = "PROPERTY")]
     pub skip_property: Vec<String>,
     /// Scenarios: show every action, not only the last few.
-    #[arg(long)]
+    #[arg(short, long)]
     pub verbose: bool,
-    /// No progress bar.
-    #[arg(long)]
-    pub quiet: bool,
 }
 
 /// Print to stdout; a closed pipe (`| head`) is not an error.
@@ -125,7 +132,7 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
         variant: a.variant.clone(),
         full_check_every: a.full_check_every,
         out_dir: a.out.clone(),
-        progress: !a.quiet && std::io::stderr().is_terminal(),
+        progress: !super::quiet() && std::io::stderr().is_terminal(),
         skip_properties: a.skip_property.clone(),
     };
     let o = replay::run_trace(&trace, &model, &opts)?;
@@ -135,8 +142,11 @@ pub fn run(a: ReplayArgs) -> Result<i32> {
             if a.per_request {
                 out(&report::requests_text(&o));
             }
+            if a.per_session {
+                out(&report::sessions_text(&o));
+            }
         }
-        OutFormat::Json => out(&format!("{:#}\n", report::json(&o, a.per_request))),
+        OutFormat::Json => out(&format!("{:#}\n", report::json(&o, a.per_request, a.per_session))),
     }
     Ok(if o.finding.is_some() {
         exit::VERDICT

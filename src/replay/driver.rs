@@ -8,11 +8,11 @@
 use super::invariants::{self, Checker, Violation};
 use super::trace::{Format, Trace};
 use crate::error::{KvmcError, Result};
-use crate::scope::replay::{Load, ReplayModel, Router};
+use crate::scope::replay::{Load, ReplayModel, Router, SameTime};
 use crate::system::events::ReqStats;
 use crate::system::ghost::Mark;
 use crate::system::input::{apply_in_place, Input};
-use crate::system::types::{JobId, ReqId, Token};
+use crate::system::types::{JobId, ReqId, Status, Token};
 use crate::system::{Ctx, Direction, EndKind, Engine, Events, RequestSpec, Rules, Workload};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -64,6 +64,11 @@ pub struct Instance {
     /// Rows in arrival order.
     pub arrived: Vec<u32>,
     pub unfinished: u32,
+    /// Times a request entered RUNNING (first admission, or again after a preemption), the
+    /// most requests RUNNING after a step, and each slot's state after the last step.
+    pub admissions: u64,
+    pub max_running: u64,
+    was_running: Vec<bool>,
 }
 
 /// Where a violation happened.
@@ -84,6 +89,9 @@ pub struct Driver<'a> {
     pub results: Vec<RowResult>,
     timed: BinaryHeap<Reverse<(u64, u32)>>,
     eligible: BinaryHeap<Reverse<u32>>,
+    /// `load = "sessions"`: first turns not started yet, and the sessions in flight.
+    fresh: BinaryHeap<Reverse<u32>>,
+    active_sessions: u32,
     session_prompt: HashMap<u32, Vec<Token>>,
     session_engine: HashMap<u32, u16>,
     prefix_engine: HashMap<u32, u16>,
@@ -134,6 +142,9 @@ impl Instance {
             log: Vec::new(),
             arrived: Vec::new(),
             unfinished: 0,
+            admissions: 0,
+            max_running: 0,
+            was_running: Vec::new(),
         }
     }
 
@@ -170,6 +181,8 @@ impl<'a> Driver<'a> {
             results: vec![RowResult::default(); trace.rows.len()],
             timed: BinaryHeap::new(),
             eligible: BinaryHeap::new(),
+            fresh: BinaryHeap::new(),
+            active_sessions: 0,
             session_prompt: HashMap::new(),
             session_engine: HashMap::new(),
             prefix_engine: HashMap::new(),
@@ -193,7 +206,7 @@ impl<'a> Driver<'a> {
             }
             let at = match model.replay.load {
                 Load::Timestamps => ((r.timestamp_us.unwrap_or(t0) - t0) as f64 / speed).round() as u64,
-                Load::ClosedLoop(_) => 0,
+                Load::ClosedLoop(_) | Load::Sessions(_) => 0,
             };
             d.timed.push(Reverse((at, i as u32)));
         }
@@ -231,16 +244,31 @@ impl<'a> Driver<'a> {
                 },
             };
             self.now = self.now.max(now);
+            // same_time = "step-first": an arrival at the time a busy engine's step starts
+            // waits for the step after.
+            let hold = self.model.replay.same_time == SameTime::StepFirst && busy_min == Some(self.now);
+            let sessions = match self.model.replay.load {
+                Load::Sessions(n) => n,
+                _ => 0,
+            };
             while let Some(&Reverse((t, r))) = self.timed.peek() {
-                if t > self.now {
+                if t > self.now || (hold && t == self.now) {
                     break;
                 }
                 self.timed.pop();
-                self.eligible.push(Reverse(r));
+                match sessions > 0 && self.trace.rows[r as usize].prev.is_none() {
+                    true => self.fresh.push(Reverse(r)),
+                    false => self.eligible.push(Reverse(r)),
+                }
+            }
+            while self.active_sessions < sessions {
+                let Some(r) = self.fresh.pop() else { break };
+                self.active_sessions += 1;
+                self.eligible.push(r);
             }
             let cap = match self.model.replay.load {
                 Load::ClosedLoop(n) => n,
-                Load::Timestamps => u32::MAX,
+                Load::Timestamps | Load::Sessions(_) => u32::MAX,
             };
             while self.unfinished < cap {
                 let Some(Reverse(r)) = self.eligible.pop() else { break };
@@ -256,7 +284,7 @@ impl<'a> Driver<'a> {
             let Some(k) =
                 (0..self.inst.len()).filter(|&k| self.inst[k].busy()).min_by_key(|&k| (self.inst[k].clock, k))
             else {
-                if self.timed.is_empty() && self.eligible.is_empty() {
+                if self.timed.is_empty() && self.eligible.is_empty() && self.fresh.is_empty() {
                     break;
                 }
                 continue;
@@ -392,8 +420,9 @@ impl<'a> Driver<'a> {
         self.results[r as usize].rejected = true;
         self.rejected += 1;
         self.finished += 1;
-        if let Some(nx) = self.trace.rows[r as usize].next {
-            self.timed.push(Reverse((self.now, nx)));
+        match self.trace.rows[r as usize].next {
+            Some(nx) => self.timed.push(Reverse((self.now, nx))),
+            None => self.active_sessions = self.active_sessions.saturating_sub(1),
         }
     }
 
@@ -474,6 +503,19 @@ impl<'a> Driver<'a> {
             let input = if store_l == 0 { Input::StepStoresDrain } else { Input::Step };
             apply_in_place(ctx, &mut inst.engine, input, &mut inst.ev);
             inst.steps += 1;
+            inst.max_running = inst.max_running.max(inst.engine.running.len() as u64);
+            for &s in &inst.live {
+                let st = inst.engine.reqs[s as usize].status;
+                let now = st == Status::Running;
+                let was = inst.was_running.get(s as usize).copied().unwrap_or(false);
+                if (now || st.is_finished()) && !was {
+                    inst.admissions += 1;
+                }
+                if inst.was_running.len() <= s as usize {
+                    inst.was_running.resize(s as usize + 1, false);
+                }
+                inst.was_running[s as usize] = now;
+            }
             let (p1, d1) = inst.ev.stats.as_ref().map_or((0, 0), |s| (s.prefill_pass_tokens, s.decode_tokens));
             inst.clock += if p1 > p0 {
                 prefill_us
@@ -544,6 +586,9 @@ impl<'a> Driver<'a> {
             res.finish_us = inst.clock;
             res.stats = stats;
             let row = &self.trace.rows[r as usize];
+            if row.next.is_none() {
+                self.active_sessions = self.active_sessions.saturating_sub(1);
+            }
             if let Some(nx) = row.next {
                 let n = &self.trace.rows[nx as usize];
                 let wait = match (n.delay_us, n.timestamp_us, row.timestamp_us) {

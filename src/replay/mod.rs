@@ -47,7 +47,8 @@ pub struct Options {
 }
 
 /// Engine-wide totals of one replay.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Metrics {
     pub requests: u64,
     pub finished: u64,
@@ -75,6 +76,14 @@ pub struct Metrics {
     pub g1_evictions: u64,
     pub host_evictions: u64,
     pub preemptions: u64,
+    /// Tokens the engine computed over all steps, cache hits excluded: prefill passes (first
+    /// time and again after preemptions) plus decode (the sum of vLLM's per-step
+    /// `num_scheduled_tokens`).
+    pub scheduled_tokens: u64,
+    /// Times a request entered RUNNING: its first admission, and again after each preemption.
+    pub admissions: u64,
+    /// The most requests RUNNING after a step (one engine; over several, the largest).
+    pub max_running: u64,
     pub steps: u64,
     pub actions: u64,
     /// Model time at the end (seconds).
@@ -82,7 +91,8 @@ pub struct Metrics {
 }
 
 /// What the invariant checks did.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Checks {
     /// Always-properties evaluated after every action.
     pub properties: Vec<&'static str>,
@@ -97,7 +107,8 @@ pub struct Checks {
 }
 
 /// A violated invariant and where its history was written.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Finding {
     pub property: String,
     pub detail: String,
@@ -115,7 +126,8 @@ pub struct Finding {
 }
 
 /// One finished trace row (`--per-request`).
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RequestRow {
     pub line: u32,
     pub session: Option<String>,
@@ -171,6 +183,7 @@ fn metrics_of(s: &Stats, steps: u64, actions: u64, clock: u64) -> Metrics {
         g1_evictions: s.g1_evictions,
         host_evictions: s.host_evictions,
         preemptions: s.preemptions,
+        scheduled_tokens: s.prefill_pass_tokens + s.decode_tokens,
         steps,
         actions,
         model_seconds: clock as f64 / 1e6,
@@ -198,11 +211,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     let mut d = driver::Driver::new(trace, model, rules, full_every, skip)?;
     let bar = opts.progress.then(|| {
         let pb = indicatif::ProgressBar::new(trace.rows.len() as u64);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} requests ({per_sec})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
+        pb.set_style(crate::util::progress_style("requests"));
         pb
     });
     let found = d.run(&mut |n| {
@@ -219,6 +228,8 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     for inst in &d.inst {
         let s = inst.ev.stats.as_deref().cloned().unwrap_or_default();
         let mut m = metrics_of(&s, inst.steps, inst.actions, inst.clock);
+        m.admissions = inst.admissions;
+        m.max_running = inst.max_running;
         let rows = d.results.iter().filter(|r| r.arrived && usize::from(r.engine) == per_engine.len());
         m.requests = rows.clone().count() as u64;
         m.finished = rows.clone().filter(|r| r.finished).count() as u64;
@@ -279,6 +290,9 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
 }
 
 fn add(t: &mut Metrics, m: &Metrics) {
+    t.scheduled_tokens += m.scheduled_tokens;
+    t.admissions += m.admissions;
+    t.max_running = t.max_running.max(m.max_running);
     t.g1_hit_tokens += m.g1_hit_tokens;
     t.host_hit_tokens += m.host_hit_tokens;
     t.prefill_tokens += m.prefill_tokens;

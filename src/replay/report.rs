@@ -32,12 +32,12 @@ fn metrics_lines(s: &mut String, m: &Metrics, indent: &str) {
     row(s, "requests", format!("{} finished of {}{rejected}", thousands(m.finished), thousands(m.requests)));
     row(s, "prompt tokens", thousands(m.prompt_tokens));
     let part = |n: u64| format!("{:>14}  {:>6}", thousands(n), pct(n, m.prompt_tokens));
-    row(s, "  served from G1 hits", part(m.g1_hit_tokens));
-    row(s, "  restored from host", part(m.host_hit_tokens));
-    row(s, "  computed (prefill)", part(m.prefill_tokens));
+    row(s, "  first reached: G1 hits", part(m.g1_hit_tokens));
+    row(s, "  first reached: restored", part(m.host_hit_tokens));
+    row(s, "  first reached: prefill", part(m.prefill_tokens));
     row(
         s,
-        "recomputed",
+        "recomputed (preemption)",
         format!(
             "{} tokens computed again after preemptions ({} served again from caches)",
             thousands(m.recomputed_tokens),
@@ -62,6 +62,16 @@ fn metrics_lines(s: &mut String, m: &Metrics, indent: &str) {
         format!("G1 {} blocks, host {} chunks", thousands(m.g1_evictions), thousands(m.host_evictions)),
     );
     row(s, "preemptions", thousands(m.preemptions));
+    row(
+        s,
+        "scheduled tokens",
+        format!("{} computed in steps (prefill passes and decode, hits excluded)", thousands(m.scheduled_tokens)),
+    );
+    row(
+        s,
+        "admissions",
+        format!("{} (requests entering RUNNING; max running {})", thousands(m.admissions), thousands(m.max_running)),
+    );
     row(
         s,
         "engine steps",
@@ -208,9 +218,85 @@ pub fn requests_text(o: &Outcome) -> String {
     s
 }
 
+/// One session's totals (`--per-session`): its turns' rows added up.
+#[derive(Clone, Debug, Default, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRow {
+    /// The trace's `session_id`, or `line N` for a row without one.
+    pub session: String,
+    pub turns: u32,
+    pub prompt_tokens: u64,
+    pub g1_hit_tokens: u64,
+    pub host_hit_tokens: u64,
+    pub prefill_tokens: u64,
+    pub recomputed_tokens: u64,
+    pub preemptions: u32,
+}
+
+/// The finished requests grouped by session, in order of first appearance.
+pub fn sessions(o: &Outcome) -> Vec<SessionRow> {
+    let mut out: Vec<SessionRow> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = Default::default();
+    for r in &o.requests {
+        let key = r.session.clone().unwrap_or_else(|| format!("line {}", r.line));
+        let i = *index.entry(key.clone()).or_insert_with(|| {
+            out.push(SessionRow { session: key, ..Default::default() });
+            out.len() - 1
+        });
+        let s = &mut out[i];
+        s.turns += 1;
+        s.prompt_tokens += u64::from(r.prompt_tokens);
+        s.g1_hit_tokens += r.g1_hit_tokens;
+        s.host_hit_tokens += r.host_hit_tokens;
+        s.prefill_tokens += r.prefill_tokens;
+        s.recomputed_tokens += r.recomputed_tokens;
+        s.preemptions += r.preemptions;
+    }
+    out
+}
+
+/// The per-session table (text), with a total row.
+pub fn sessions_text(o: &Outcome) -> String {
+    let rows = sessions(o);
+    let mut s = String::new();
+    let line = |s: &mut String, name: &str, r: &SessionRow| {
+        let _ = writeln!(
+            s,
+            "{:>12} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}",
+            name,
+            r.turns,
+            r.prompt_tokens,
+            r.g1_hit_tokens,
+            r.host_hit_tokens,
+            r.prefill_tokens,
+            r.recomputed_tokens,
+            r.preemptions
+        );
+    };
+    let _ = writeln!(
+        s,
+        "{:>12} {:>5} {:>10} {:>10} {:>10} {:>10} {:>8} {:>7}",
+        "session", "turns", "prompt", "g1_hit", "restored", "prefill", "recomp", "preempt"
+    );
+    let mut total = SessionRow::default();
+    for r in &rows {
+        line(&mut s, &r.session, r);
+        total.turns += r.turns;
+        total.prompt_tokens += r.prompt_tokens;
+        total.g1_hit_tokens += r.g1_hit_tokens;
+        total.host_hit_tokens += r.host_hit_tokens;
+        total.prefill_tokens += r.prefill_tokens;
+        total.recomputed_tokens += r.recomputed_tokens;
+        total.preemptions += r.preemptions;
+    }
+    line(&mut s, "total", &total);
+    s
+}
+
 /// The JSON report of a trace replay.
-pub fn json(o: &Outcome, per_request: bool) -> serde_json::Value {
+pub fn json(o: &Outcome, per_request: bool, per_session: bool) -> serde_json::Value {
     serde_json::json!({
+        "schema_version": crate::util::SCHEMA_VERSION,
         "kvmc_version": env!("CARGO_PKG_VERSION"),
         "ok": o.finding.is_none() && !o.interrupted,
         "incomplete": o.interrupted,
@@ -228,6 +314,7 @@ pub fn json(o: &Outcome, per_request: bool) -> serde_json::Value {
         "seconds": o.seconds,
         "peak_rss_bytes": o.peak_rss_bytes,
         "requests": if per_request { serde_json::to_value(&o.requests).unwrap_or_default() } else { serde_json::Value::Null },
+        "sessions": if per_session { serde_json::to_value(sessions(o)).unwrap_or_default() } else { serde_json::Value::Null },
     })
 }
 
@@ -318,6 +405,7 @@ pub fn abridge(story: &str) -> String {
 
 pub fn scenario_json(o: &ScenarioOutcome) -> serde_json::Value {
     serde_json::json!({
+        "schema_version": crate::util::SCHEMA_VERSION,
         "kvmc_version": env!("CARGO_PKG_VERSION"),
         "ok": o.violation.is_none(),
         "scenario": o.scenario.display().to_string(),

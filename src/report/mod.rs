@@ -1,5 +1,5 @@
-//! Reports: text for people, JSON for machines (design §3.2), JUnit for CI dashboards, and
-//! counterexample files.
+//! Reports: text for people, JSON for machines (layouts in `crate::schema`, published
+//! as docs/schema/*.json), JUnit for CI dashboards, and counterexample files.
 
 pub mod counterexample;
 pub mod coverage;
@@ -104,7 +104,7 @@ pub fn text(rows: &[Row], verbose_cx: bool) -> String {
     s
 }
 
-/// The JSON report (design §3.2).
+/// The JSON report (`crate::schema::CheckReport`, docs/schema/check.v1.json).
 pub fn json(rows: &[Row], peak_rss: Option<u64>) -> serde_json::Value {
     let results: Vec<serde_json::Value> = rows
         .iter()
@@ -140,6 +140,7 @@ pub fn json(rows: &[Row], peak_rss: Option<u64>) -> serde_json::Value {
         })
         .collect();
     serde_json::json!({
+        "schema_version": crate::util::SCHEMA_VERSION,
         "kvmc_version": env!("CARGO_PKG_VERSION"),
         "ok": rows.iter().all(|r| r.status() == Status::Ok),
         "peak_rss_bytes": peak_rss,

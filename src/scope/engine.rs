@@ -180,12 +180,9 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                     ),
                 ));
             }
-            let hc = *o.host_chunks.get_ref();
-            if !(1..=limits::HOST_CHUNKS).contains(&hc) {
-                return Err(bad(
-                    o.host_chunks.span(),
-                    format!("host_chunks must be 1..={}, got {hc}", limits::HOST_CHUNKS),
-                ));
+            let (hc, hc_span) = host_chunks_of(o, bpc, e.connector.span()).map_err(|(sp, m)| bad(sp, m))?;
+            if !(1..=u64::from(limits::HOST_CHUNKS)).contains(&hc) {
+                return Err(bad(hc_span, format!("host_chunks must be 1..={}, got {hc}", limits::HOST_CHUNKS)));
             }
             if o.sync_load_budget_tokens.get_ref() > &g1_tokens {
                 return Err(bad(
@@ -213,7 +210,7 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             };
             ConnectorConfig::Offloading(OffloadConfig {
                 eviction_policy,
-                host_chunks: *o.host_chunks.get_ref(),
+                host_chunks: hc as u32,
                 blocks_per_chunk: bpc,
                 offload_prompt_only: o.offload_prompt_only,
                 sync_load_budget_tokens: *o.sync_load_budget_tokens.get_ref(),
@@ -256,4 +253,53 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
         },
     };
     Ok((raw, profile, cfg, warnings))
+}
+
+/// The host tier's size in chunks: `host_chunks`, or `cpu_bytes_to_use` converted as vLLM
+/// 0.33's `CPUOffloadingSpec.__init__` converts it: a chunk holds `blocks_per_chunk` blocks of
+/// `kv_bytes_per_block` bytes (the worker's GPU KV bytes per block, every layer) for each of
+/// `world_size` workers, rounded up to the 4096-byte page (`SharedOffloadRegion`'s
+/// alignment); the tier has `cpu_bytes_to_use // that` chunks. (MLA's replicated layout keeps
+/// one copy: give `world_size = 1` for it.) Returns the count and the span to blame.
+fn host_chunks_of(
+    o: &super::RawOffload,
+    bpc: u32,
+    table: std::ops::Range<usize>,
+) -> std::result::Result<(u64, std::ops::Range<usize>), (std::ops::Range<usize>, String)> {
+    const PAGE: u64 = 4096;
+    match (&o.host_chunks, &o.cpu_bytes_to_use) {
+        (Some(h), None) => {
+            if o.kv_bytes_per_block.is_some() || o.world_size.is_some() {
+                return Err((h.span(), "kv_bytes_per_block and world_size go with cpu_bytes_to_use".into()));
+            }
+            Ok((u64::from(*h.get_ref()), h.span()))
+        }
+        (Some(h), Some(_)) => Err((h.span(), "give host_chunks or cpu_bytes_to_use, not both".into())),
+        (None, None) => {
+            Err((table, "connector = \"offloading\" needs host_chunks or cpu_bytes_to_use in [offload]".into()))
+        }
+        (None, Some(b)) => {
+            let Some(kv) = &o.kv_bytes_per_block else {
+                return Err((
+                    b.span(),
+                    "cpu_bytes_to_use needs kv_bytes_per_block (the worker's GPU KV bytes per block, every layer)"
+                        .into(),
+                ));
+            };
+            let ws = o.world_size.as_ref().map_or(1, |w| *w.get_ref());
+            if *kv.get_ref() == 0 || ws == 0 {
+                return Err((kv.span(), "kv_bytes_per_block and world_size must be positive".into()));
+            }
+            let chunk = kv
+                .get_ref()
+                .checked_mul(u64::from(ws) * u64::from(bpc))
+                .and_then(|c| c.checked_next_multiple_of(PAGE))
+                .ok_or_else(|| (kv.span(), "kv_bytes_per_block is too large".to_string()))?;
+            let n = *b.get_ref() / chunk;
+            if n == 0 {
+                return Err((b.span(), format!("cpu_bytes_to_use = {} holds no chunk of {chunk} bytes", b.get_ref())));
+            }
+            Ok((n, b.span()))
+        }
+    }
 }

@@ -114,7 +114,16 @@ fn default_policy() -> Spanned<String> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOffload {
-    host_chunks: Spanned<u32>,
+    /// The host tier in chunks, or as vLLM configures it: `cpu_bytes_to_use` with the
+    /// worker's GPU KV bytes per block (engine.rs, `host_chunks_of`).
+    #[serde(default)]
+    host_chunks: Option<Spanned<u32>>,
+    #[serde(default)]
+    cpu_bytes_to_use: Option<Spanned<u64>>,
+    #[serde(default)]
+    kv_bytes_per_block: Option<Spanned<u64>>,
+    #[serde(default)]
+    world_size: Option<Spanned<u32>>,
     #[serde(default = "one")]
     blocks_per_chunk: Spanned<u32>,
     #[serde(default = "yes")]

@@ -26,6 +26,10 @@ pub(crate) struct RawReplay {
     #[serde(default)]
     concurrency: Option<Spanned<u32>>,
     #[serde(default)]
+    sessions: Option<Spanned<u32>>,
+    #[serde(default)]
+    same_time: Option<Spanned<String>>,
+    #[serde(default)]
     prefill_ms: Option<Spanned<f64>>,
     #[serde(default)]
     decode_ms: Option<Spanned<f64>>,
@@ -56,6 +60,22 @@ pub enum Load {
     /// Keep this many requests unfinished, adding them in trace order (a session's later turn
     /// only once its previous turn finished and its `delay` passed).
     ClosedLoop(u32),
+    /// Keep this many sessions in flight: a session (a row without `session_id` is a session
+    /// of one turn) starts, in trace order, when fewer are active, and stays active until its
+    /// last turn finished; a later turn arrives `delay` ms (its think time) after the
+    /// previous turn finished, whatever the other sessions do.
+    Sessions(u32),
+}
+
+/// What happens first when an arrival falls on the model time at which an engine's step
+/// starts (the time its previous step, with any finishes, ended).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SameTime {
+    /// The arrival is admitted first and joins that step (kvmc's default).
+    ArrivalsFirst,
+    /// The step is scheduled first: the arrival joins the step after (event-queue simulators
+    /// that process a batch's end before arrivals at the same timestamp).
+    StepFirst,
 }
 
 /// How traffic is spread over several engines.
@@ -109,6 +129,7 @@ pub struct ReplayCfg {
     pub full_check_every: u64,
     pub engines: u32,
     pub router: Router,
+    pub same_time: SameTime,
 }
 
 impl Default for ReplayCfg {
@@ -125,6 +146,7 @@ impl Default for ReplayCfg {
             full_check_every: 0,
             engines: 1,
             router: Router::RoundRobin,
+            same_time: SameTime::ArrivalsFirst,
         }
     }
 }
@@ -146,7 +168,8 @@ pub struct ReplayModel {
 /// One engine's pools as a replay reports them, in usable units: block 0 of a block pool
 /// (G1, SimpleCPU's CPU pool) is its null block and never holds KV, so `gpu_blocks = 8192`
 /// is 8,191 usable blocks.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Pools {
     pub block_size: u32,
     pub usable_gpu_blocks: u32,
@@ -245,10 +268,40 @@ impl ReplayModel {
                     let _ = sp;
                     Load::Timestamps
                 }
+                Some(("sessions", sp)) => {
+                    if let Some((_, csp)) = conc {
+                        return Err(bad(csp, "load = \"sessions\" takes sessions = N, not concurrency".into()));
+                    }
+                    match &x.sessions {
+                        Some(n) if *n.get_ref() > 0 => Load::Sessions(*n.get_ref()),
+                        Some(n) => return Err(bad(n.span(), "sessions must be positive".into())),
+                        None => {
+                            return Err(bad(sp, "load = \"sessions\" needs sessions = N (sessions in flight)".into()))
+                        }
+                    }
+                }
                 Some((other, sp)) => {
-                    return Err(bad(sp, format!("load must be \"closed-loop\" or \"timestamps\", got \"{other}\"")))
+                    return Err(bad(
+                        sp,
+                        format!("load must be \"closed-loop\", \"timestamps\" or \"sessions\", got \"{other}\""),
+                    ))
                 }
             };
+            if let (Some(n), false) = (&x.sessions, matches!(r.load, Load::Sessions(_))) {
+                return Err(bad(n.span(), "sessions goes with load = \"sessions\"".into()));
+            }
+            if let Some(t) = &x.same_time {
+                r.same_time = match t.get_ref().as_str() {
+                    "arrivals-first" => SameTime::ArrivalsFirst,
+                    "step-first" => SameTime::StepFirst,
+                    other => {
+                        return Err(bad(
+                            t.span(),
+                            format!("same_time must be \"arrivals-first\" or \"step-first\", got \"{other}\""),
+                        ))
+                    }
+                };
+            }
             for (f, slot) in [(&x.prefill_ms, &mut r.prefill_us), (&x.decode_ms, &mut r.decode_us)] {
                 if let Some(v) = f {
                     let ms = *v.get_ref();

@@ -271,14 +271,20 @@ pub fn variant(name: &str) -> Option<&'static Variant> {
 pub fn resolve(profile_name: &str, variant_name: Option<&str>) -> Result<Rules, String> {
     let p = profile(profile_name).ok_or_else(|| {
         format!(
-            "unknown profile '{profile_name}' (known: {})",
+            "unknown profile '{profile_name}'{}; known: {}",
+            crate::suggest::did_you_mean(profile_name, PROFILES.iter().map(|p| p.name)),
             PROFILES.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
         )
     })?;
     let mut rules = (p.rules)();
     if let Some(v) = variant_name {
         let v = variant(v).ok_or_else(|| {
-            format!("unknown variant '{v}' (known: {})", VARIANTS.iter().map(|v| v.name).collect::<Vec<_>>().join(", "))
+            // Not all names: `kvmc list` shows them with what each changes.
+            format!(
+                "unknown variant '{v}'{}; `kvmc list` shows the {} variants",
+                crate::suggest::did_you_mean(v, VARIANTS.iter().map(|v| v.name)),
+                VARIANTS.len()
+            )
         })?;
         (v.apply)(&mut rules);
     }

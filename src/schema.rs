@@ -1,0 +1,345 @@
+//! The machine-readable outputs' contracts: one Rust type per JSON document kvmc prints, from
+//! which the JSON Schemas under `docs/schema/` are generated (docs/schema/README.md). The
+//! emitters build their documents with `serde_json`; the integration test `schema` runs them
+//! and validates what they print against the committed schemas, so a field added, renamed or
+//! retyped in an emitter without its type here fails it (every object refuses unknown fields).
+//!
+//! Versioning: every document carries `schema_version` ([`SCHEMA_VERSION`]). It is bumped when
+//! a field is removed, renamed or changes meaning; a field added keeps it.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+/// The version of every report's layout (`"schema_version"` in each document).
+pub use crate::util::SCHEMA_VERSION;
+
+/// A verdict, or the expectation it is compared with.
+#[derive(Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VerdictName {
+    Holds,
+    Violated,
+    Incomplete,
+}
+
+/// `kvmc check --format json` (and `kvmc merge --format json`).
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckReport {
+    /// Always [`SCHEMA_VERSION`] for this layout.
+    #[schemars(range(min = 1, max = 1))]
+    pub schema_version: u32,
+    pub kvmc_version: String,
+    /// Every result as expected (no mismatch, nothing incomplete).
+    pub ok: bool,
+    /// The process's peak resident memory (null where unknown, and in merged reports).
+    pub peak_rss_bytes: Option<u64>,
+    /// One (model, profile, variant, property) each, in the planned order.
+    pub results: Vec<CheckResult>,
+    /// How the run was made (absent in merged reports).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<CheckRun>,
+    /// `kvmc merge`: the shard reports joined.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merged: Option<Merged>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckResult {
+    pub model: String,
+    pub profile: String,
+    /// The bug variant, or "fixed".
+    pub variant: String,
+    pub property: String,
+    /// From a spec; null for explicit model paths (which expect `holds`).
+    pub expected: Option<VerdictName>,
+    pub verdict: VerdictName,
+    /// The verdict is the expectation and the result is not vacuous.
+    pub ok: bool,
+    /// A `holds` over nothing: some reachability guard of the property was never reached.
+    pub vacuous: bool,
+    pub unreached_guards: Vec<String>,
+    pub unique_states: u64,
+    pub states: u64,
+    pub max_depth: u64,
+    pub seconds: f64,
+    /// What stopped an incomplete run (a bound, the memory budget, a timeout, Ctrl-C).
+    pub stopped_by: Option<String>,
+    pub counterexample: Option<CounterexampleDoc>,
+    /// A `[workload]` model's row: what its workloads covered.
+    pub workloads: Option<WorkloadsDoc>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CounterexampleDoc {
+    pub steps: Vec<CxStepDoc>,
+    /// stateright's action-index path: `kvmc explore MODEL --path P` opens it.
+    pub path: String,
+    /// A lasso: steps from this 0-based index on lead back to the state before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle_start: Option<u64>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CxStepDoc {
+    /// The environment action ("step", "arrive A", ...).
+    pub action: String,
+    /// What the engine did, in vLLM's order.
+    pub summary: String,
+    /// What changed in G1, G2 and the requests.
+    pub changes: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadsDoc {
+    pub family: String,
+    /// Distinct workloads in the whole space, before sharding.
+    pub total: u64,
+    /// Workloads enumerated before deduplication.
+    pub raw: u64,
+    /// Workloads dropped for not fitting.
+    pub pruned: u64,
+    /// [index, count] of the shard (1-based index).
+    pub shard: [u64; 2],
+    pub in_shard: u64,
+    pub explored: u64,
+    pub skipped_after_violation: u64,
+    pub classes: Vec<WorkloadClassDoc>,
+    pub counterexample_workload: Option<CxWorkloadDoc>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadClassDoc {
+    pub requests: u64,
+    pub workloads: u64,
+    pub unique_states: u64,
+    pub states: u64,
+    pub violated: u64,
+    pub incomplete: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CxWorkloadDoc {
+    pub index: u64,
+    /// `w{index+1}`.
+    pub name: String,
+    pub summary: String,
+    /// The workload as a model file `kvmc check` re-runs.
+    pub model: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRun {
+    /// bfs, dfs or simulate.
+    pub strategy: String,
+    pub threads: u64,
+    pub symmetry: bool,
+    pub seed: u64,
+    pub max_states: Option<u64>,
+    pub max_depth: Option<u64>,
+    pub timeout_seconds: Option<f64>,
+    pub max_memory_bytes: Option<u64>,
+    pub interrupted: bool,
+    pub shard: Option<ShardDoc>,
+    /// fast or deep for the gate; null for explicit model paths.
+    pub tier: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShardDoc {
+    pub index: u64,
+    pub count: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Merged {
+    pub shards: u64,
+    pub reports: Vec<String>,
+}
+
+/// `--format json` when a command fails before it reports (docs/exit-codes.md).
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorReport {
+    #[schemars(range(min = 1, max = 1))]
+    pub schema_version: u32,
+    pub kvmc_version: String,
+    /// Always false.
+    pub ok: bool,
+    pub exit_code: i32,
+    /// Always empty: nothing ran.
+    pub results: Vec<CheckResult>,
+    pub error: ErrorDoc,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDoc {
+    /// usage, input, io or internal.
+    pub kind: String,
+    pub message: String,
+    pub file: Option<String>,
+    pub line: Option<u64>,
+    /// The whole message as printed on stderr.
+    pub text: String,
+}
+
+/// `kvmc replay TRACE --model M --format json`.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayReport {
+    #[schemars(range(min = 1, max = 1))]
+    pub schema_version: u32,
+    pub kvmc_version: String,
+    /// No invariant violated and the replay ran to the end.
+    pub ok: bool,
+    /// Ctrl-C stopped it: the figures are those reached.
+    pub incomplete: bool,
+    pub trace: String,
+    /// mooncake or mooncake-delta.
+    pub format: String,
+    pub model: String,
+    pub profile: String,
+    pub variant: Option<String>,
+    pub engines: u32,
+    /// Each engine's pools, in usable units.
+    pub pools: crate::scope::replay::Pools,
+    pub metrics: crate::replay::Metrics,
+    /// Each engine's metrics when there are several (null for one engine).
+    pub per_engine: Option<Vec<crate::replay::Metrics>>,
+    pub checks: crate::replay::Checks,
+    pub violation: Option<crate::replay::Finding>,
+    pub seconds: f64,
+    pub peak_rss_bytes: Option<u64>,
+    /// `--per-request`: one row per finished request (null otherwise).
+    pub requests: Option<Vec<crate::replay::RequestRow>>,
+    /// `--per-session`: one row per session (null otherwise).
+    pub sessions: Option<Vec<crate::replay::report::SessionRow>>,
+}
+
+/// `kvmc replay SCENARIO.toml --format json`.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioReport {
+    #[schemars(range(min = 1, max = 1))]
+    pub schema_version: u32,
+    pub kvmc_version: String,
+    pub ok: bool,
+    pub scenario: String,
+    pub model: String,
+    pub profile: String,
+    pub variant: Option<String>,
+    pub actions: u64,
+    pub evaluations: u64,
+    pub metrics: ScenarioMetrics,
+    pub violation: Option<ScenarioViolation>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioMetrics {
+    pub g1_hit_tokens: u64,
+    pub host_hit_tokens: u64,
+    pub prefill_tokens: u64,
+    pub recomputed_tokens: u64,
+    pub decode_tokens: u64,
+    pub store_jobs: u64,
+    pub stored_chunks: u64,
+    pub load_jobs: u64,
+    pub preemptions: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioViolation {
+    pub property: String,
+    /// The 1-based action after which it was violated.
+    pub action: u64,
+    pub label: String,
+}
+
+/// `kvmc bench --format json`.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchReport {
+    #[schemars(range(min = 1, max = 1))]
+    pub schema_version: u32,
+    pub kvmc_version: String,
+    /// Exploration measurements (empty with --replay).
+    pub models: Vec<BenchModel>,
+    /// Replay measurements, one per run (empty without --replay).
+    pub replays: Vec<BenchReplay>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchModel {
+    pub model: String,
+    pub unique_states: u64,
+    pub states: u64,
+    pub max_depth: u64,
+    pub seconds: f64,
+    /// CPU seconds (user + system) of the exploration; null where unknown.
+    pub cpu_seconds: Option<f64>,
+    pub states_per_second: f64,
+    pub visited_bytes_per_state: f64,
+    pub graph_bytes_per_state: f64,
+    /// The process's peak so far (models run one after another).
+    pub peak_rss_bytes: Option<u64>,
+    pub threads: u64,
+    pub symmetry: bool,
+    pub complete: bool,
+    /// `--stateright`: stateright's own checkers on the same model.
+    pub stateright: Vec<BenchStateright>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchStateright {
+    /// bfs or dfs.
+    pub checker: String,
+    pub unique_states: u64,
+    pub states: u64,
+    pub seconds: f64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BenchReplay {
+    pub trace: String,
+    pub requests: u64,
+    pub steps: u64,
+    pub actions: u64,
+    pub evaluations: u64,
+    pub seconds: f64,
+    pub cpu_seconds: Option<f64>,
+    pub steps_per_second: f64,
+    pub peak_rss_bytes: Option<u64>,
+    pub violation: bool,
+}
+
+/// Every schema kvmc publishes: (file under docs/schema/, schema). Adding a report is one
+/// line here and its type above.
+pub fn all() -> Vec<(&'static str, serde_json::Value)> {
+    fn one<T: JsonSchema>(id: &str) -> serde_json::Value {
+        let mut s = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+        s["$id"] = serde_json::Value::String(format!("urn:kvmc:schema:{id}:v{SCHEMA_VERSION}"));
+        s
+    }
+    vec![
+        ("check.v1.json", one::<CheckReport>("check")),
+        ("error.v1.json", one::<ErrorReport>("error")),
+        ("replay.v1.json", one::<ReplayReport>("replay")),
+        ("replay-scenario.v1.json", one::<ScenarioReport>("replay-scenario")),
+        ("bench.v1.json", one::<BenchReport>("bench")),
+    ]
+}
