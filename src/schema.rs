@@ -80,6 +80,20 @@ pub struct CounterexampleDoc {
     /// A lasso: steps from this 0-based index on lead back to the state before it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cycle_start: Option<u64>,
+    /// How to open this counterexample in the explorer (docs/counterexamples.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explore: Option<ExploreDoc>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExploreDoc {
+    /// The `kvmc explore` command line that opens it (same model file, profile and variant).
+    pub command: String,
+    /// The URL path (and query) on a `kvmc explore` started where `kvmc check` ran.
+    pub url: String,
+    /// The model file.
+    pub model: String,
 }
 
 #[derive(Serialize, JsonSchema)]
@@ -341,5 +355,99 @@ pub fn all() -> Vec<(&'static str, serde_json::Value)> {
         ("replay.v1.json", one::<ReplayReport>("replay")),
         ("replay-scenario.v1.json", one::<ScenarioReport>("replay-scenario")),
         ("bench.v1.json", one::<BenchReport>("bench")),
+        ("conform.v1.json", one::<ConformReport>("conform")),
     ]
+}
+
+/// `kvmc conform --format json`.
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformReport {
+    /// Always [`SCHEMA_VERSION`] for this layout.
+    pub schema_version: u32,
+    pub kvmc_version: String,
+    pub ok: bool,
+    pub exit_code: i32,
+    pub profile: String,
+    pub variant: Option<String>,
+    pub strict: bool,
+    pub logs: Vec<ConformLog>,
+    pub kv_events: Option<ConformKvEvents>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformLog {
+    pub log: String,
+    /// "conforms", "diverges", "partial" or "incomplete" (the choice search hit its bound).
+    pub verdict: String,
+    pub ok: bool,
+    pub steps: u64,
+    pub decisions: u64,
+    pub divergence: Option<ConformDivergence>,
+    pub partial: Option<ConformPartial>,
+    /// Invariants the implementation violates too (`--strict` fails on them).
+    pub findings: Vec<ConformFinding>,
+    /// The order each of vLLM's unordered sets was matched under, per step.
+    pub choices: Vec<ConformChoice>,
+    pub search_bound: Option<String>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformDivergence {
+    pub line: u64,
+    pub step: u64,
+    pub kind: String,
+    pub implementation: String,
+    pub model: String,
+    /// The set orders the shown divergence was computed under.
+    pub under: Vec<ConformChoice>,
+    pub resolutions_tried: u64,
+    pub window: Vec<ConformLine>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformLine {
+    pub line: u64,
+    pub text: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformPartial {
+    pub line: u64,
+    pub step: u64,
+    pub error: String,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformFinding {
+    pub property: String,
+    pub from_step: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformChoice {
+    pub step: u64,
+    /// The choice point (docs/conformance.md lists them).
+    pub set: String,
+    pub canonical: Vec<String>,
+    pub chosen: Vec<String>,
+    pub canonical_order: bool,
+    pub orders: u64,
+    pub resolutions_tried: u64,
+    pub resolutions_matching: u64,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformKvEvents {
+    pub file: String,
+    pub ok: bool,
+    pub problem: Option<String>,
+    pub against_model: bool,
 }

@@ -9,12 +9,13 @@ use crate::common::*;
 use kvmc::conform;
 use std::path::{Path, PathBuf};
 
-/// (directory, profile) of every per-release fixture directory.
+/// (directory, profile) of every per-release fixture directory (`vllm-X.Y`; the other
+/// subdirectories, `reproduced/`, `seeds/` and `testgen/`, have tests of their own).
 fn release_dirs() -> Vec<(PathBuf, String)> {
     let mut v: Vec<(PathBuf, String)> = std::fs::read_dir(root().join("tests/conformance/fixtures"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
+        .filter(|p| p.is_dir() && p.file_name().unwrap().to_str().unwrap().starts_with("vllm-"))
         .map(|p| {
             let name = p.file_name().unwrap().to_str().unwrap().to_string();
             (p, name)

@@ -104,6 +104,23 @@ fn real_reports_validate_and_changed_ones_do_not() {
         .expect("a scenario written");
     let s = valid("replay-scenario.v1.json", &["replay", sc.to_str().unwrap(), "--format", "json"], 10);
     assert!(!s["violation"].is_null());
+    // conform: a conforming log with matched set orders, and a divergence.
+    let seeds = root().join("tests/conformance/fixtures/seeds");
+    let seed = std::fs::read_dir(&seeds)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .min()
+        .expect("a seed fixture");
+    let c = valid("conform.v1.json", &["conform", seed.to_str().unwrap(), "--format", "json"], 0);
+    assert_eq!(c["logs"][0]["verdict"], "conforms");
+    let main_log = root().join("tests/conformance/fixtures/main.jsonl");
+    let d = valid(
+        "conform.v1.json",
+        &["conform", main_log.to_str().unwrap(), "--profile", "vllm-0.24", "--format", "json"],
+        10,
+    );
+    assert!(!d["logs"][0]["divergence"].is_null(), "{d:#}");
     // bench
     let b = valid("bench.v1.json", &["bench", "models/shared-prefix.toml", "--format", "json"], 0);
     assert_eq!(b["models"][0]["model"], "shared-prefix");

@@ -18,8 +18,20 @@ fn snapshot(name: &str, actual: &str) {
     );
 }
 
-const SUBCOMMANDS: &[&str] =
-    &["check", "list", "explain", "explore", "bench", "conform", "merge", "replay", "completions", "man"];
+const SUBCOMMANDS: &[&str] = &[
+    "check",
+    "list",
+    "explain",
+    "explore",
+    "bench",
+    "conform",
+    "merge",
+    "replay",
+    "reproduce",
+    "testgen",
+    "completions",
+    "man",
+];
 
 #[test]
 fn help_of_every_subcommand() {

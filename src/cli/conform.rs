@@ -3,6 +3,7 @@
 use super::check::Format;
 use crate::conform::{self, Report, StepChoice};
 use crate::error::{exit, KvmcError, Result};
+use crate::schema;
 use clap::Args;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -198,17 +199,17 @@ fn text(o: &Outcome) -> String {
     s
 }
 
-fn choice_json(c: &StepChoice) -> serde_json::Value {
-    serde_json::json!({
-        "step": c.step,
-        "set": c.point,
-        "canonical": c.canonical,
-        "chosen": c.chosen,
-        "canonical_order": c.chosen == c.canonical,
-        "orders": c.orders,
-        "resolutions_tried": c.tried,
-        "resolutions_matching": c.matching,
-    })
+fn choice_doc(c: &StepChoice) -> schema::ConformChoice {
+    schema::ConformChoice {
+        step: u64::from(c.step),
+        set: c.point.to_string(),
+        canonical: c.canonical.clone(),
+        chosen: c.chosen.clone(),
+        canonical_order: c.chosen == c.canonical,
+        orders: u64::from(c.orders),
+        resolutions_tried: u64::from(c.tried),
+        resolutions_matching: u64::from(c.matching),
+    }
 }
 
 fn verdict(o: &Outcome) -> &'static str {
@@ -221,48 +222,62 @@ fn verdict(o: &Outcome) -> &'static str {
 }
 
 fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32) -> serde_json::Value {
-    let logs: Vec<serde_json::Value> = outcomes
+    let logs = outcomes
         .iter()
         .map(|o| {
             let r = &o.report;
-            serde_json::json!({
-                "log": o.path.display().to_string(),
-                "verdict": verdict(o),
-                "ok": o.code == exit::OK,
-                "steps": r.steps,
-                "decisions": r.decisions,
-                "divergence": r.divergence.as_ref().map(|d| serde_json::json!({
-                    "line": d.line,
-                    "step": d.step,
-                    "kind": d.what,
-                    "implementation": d.logged,
-                    "model": d.model,
-                    "under": d.under.iter().map(choice_json).collect::<Vec<_>>(),
-                    "resolutions_tried": d.tried,
-                    "window": d.window.iter().map(|(no, t)| serde_json::json!({"line": no, "text": t})).collect::<Vec<_>>(),
-                })),
-                "partial": r.partial.as_ref().map(|p| serde_json::json!({"line": p.line, "step": p.step, "error": p.error})),
-                "findings": r.findings.iter().map(|(p, s)| serde_json::json!({"property": p, "from_step": s})).collect::<Vec<_>>(),
-                "choices": r.choices.iter().map(choice_json).collect::<Vec<_>>(),
-                "search_bound": r.search_bound,
-            })
+            schema::ConformLog {
+                log: o.path.display().to_string(),
+                verdict: verdict(o).to_string(),
+                ok: o.code == exit::OK,
+                steps: u64::from(r.steps),
+                decisions: r.decisions as u64,
+                divergence: r.divergence.as_ref().map(|d| schema::ConformDivergence {
+                    line: d.line as u64,
+                    step: u64::from(d.step),
+                    kind: d.what.clone(),
+                    implementation: d.logged.clone(),
+                    model: d.model.clone(),
+                    under: d.under.iter().map(choice_doc).collect(),
+                    resolutions_tried: u64::from(d.tried),
+                    window: d
+                        .window
+                        .iter()
+                        .map(|(no, t)| schema::ConformLine { line: *no as u64, text: t.clone() })
+                        .collect(),
+                }),
+                partial: r.partial.as_ref().map(|p| schema::ConformPartial {
+                    line: p.line as u64,
+                    step: u64::from(p.step),
+                    error: p.error.clone(),
+                }),
+                findings: r
+                    .findings
+                    .iter()
+                    .map(|(p, s)| schema::ConformFinding { property: p.clone(), from_step: u64::from(*s) })
+                    .collect(),
+                choices: r.choices.iter().map(choice_doc).collect(),
+                search_bound: r.search_bound.clone(),
+            }
         })
         .collect();
-    serde_json::json!({
-        "kvmc_version": env!("CARGO_PKG_VERSION"),
-        "ok": code == exit::OK,
-        "exit_code": code,
-        "profile": a.profile,
-        "variant": a.variant,
-        "strict": a.strict,
-        "logs": logs,
-        "kv_events": kv.map(|k| serde_json::json!({
-            "file": k.path.display().to_string(),
-            "ok": k.problem.is_none(),
-            "problem": k.problem,
-            "against_model": k.against_model,
-        })),
-    })
+    let doc = schema::ConformReport {
+        schema_version: schema::SCHEMA_VERSION,
+        kvmc_version: env!("CARGO_PKG_VERSION").to_string(),
+        ok: code == exit::OK,
+        exit_code: code,
+        profile: a.profile.clone(),
+        variant: a.variant.clone(),
+        strict: a.strict,
+        logs,
+        kv_events: kv.map(|k| schema::ConformKvEvents {
+            file: k.path.display().to_string(),
+            ok: k.problem.is_none(),
+            problem: k.problem.clone(),
+            against_model: k.against_model,
+        }),
+    };
+    serde_json::to_value(doc).expect("a conform report serializes")
 }
 
 fn xml_escape(s: &str) -> String {

@@ -47,6 +47,7 @@ pub struct ReproduceArgs {
     /// write one scenario per reproducible row into --out-dir, list the others and why.
     #[arg(long, requires = "out_dir", conflicts_with_all = ["input", "property", "profile", "output", "name", "model"])]
     pub gate: bool,
+    /// With --gate: the directory the scenarios are written into.
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
 }
