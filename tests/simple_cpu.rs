@@ -119,11 +119,9 @@ fn gpu_hit_refresh_decides_the_victim_62444() {
     let s = scope(HOT_PREFIX);
     let p0 = s.workload.requests[0].hashes[0];
     let u0 = s.workload.requests[1].hashes[0];
-    for (profile, variant, kept, evicted) in [
-        ("vllm-0.33", None, u0, p0),
-        ("vllm-0.33", Some("fix-62444"), p0, u0),
-        ("vllm-0.34", None, p0, u0),
-    ] {
+    for (profile, variant, kept, evicted) in
+        [("vllm-0.33", None, u0, p0), ("vllm-0.33", Some("fix-62444"), p0, u0), ("vllm-0.34", None, p0, u0)]
+    {
         let m = KvModel::new(s.clone(), Some(profile), variant, vec![]).unwrap();
         let e = run_to_quiet(&m, m.init().engine, &[0, 1, 2, 3]);
         let sc = e.conn.simple_cpu().expect("SimpleCPU");

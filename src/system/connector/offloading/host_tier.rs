@@ -33,6 +33,7 @@ mod observe;
 
 use super::host_arc::ArcLists;
 use super::reference_order::{RefOrder, RefPlace};
+use crate::system::choice::Point;
 use crate::system::collections::clone_fields;
 use crate::system::collections::pos_map::PosMap;
 use crate::system::collections::rank_queue::{first_n, RankSet};
@@ -40,7 +41,6 @@ use crate::system::collections::side::{HostLog, KeyMap, KeyMapIter, Side};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::rules::HostLru;
-use crate::system::choice::Point;
 use crate::system::types::{BlockHash, ContentTag, Contents};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -475,7 +475,12 @@ impl HostTier {
     /// under its release-order LRU the order in which keys become evictable is the eviction
     /// order: conformance chooses the order of the keys `releases` picks (choice point
     /// `TransferJobStatus.keys`); the other keys keep their places (they decide nothing).
-    fn walk_order<'a>(&self, keys: &'a [Key], releases: impl Fn(&HostEntry) -> bool, ev: &mut Events) -> Cow<'a, [Key]> {
+    fn walk_order<'a>(
+        &self,
+        keys: &'a [Key],
+        releases: impl Fn(&HostEntry) -> bool,
+        ev: &mut Events,
+    ) -> Cow<'a, [Key]> {
         if ev.choices.is_none() || self.policy != HostLru::ReleaseOrder || self.arc.is_some() {
             return Cow::Borrowed(keys);
         }
