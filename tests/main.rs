@@ -9,6 +9,7 @@ mod bounds;
 mod cli;
 mod common;
 mod conform;
+mod conform_async;
 mod conform_logs;
 mod conform_releases;
 mod conform_seeds;

@@ -28,6 +28,10 @@ struct Branch {
     memo: Memo,
     findings: Vec<(String, u32)>,
     kv_counts: Vec<(u32, kv_events::Counts)>,
+    /// Async scheduling: what the model cached, evicted, stored and evicted since the last
+    /// `update_from_output`, which publishes it (`Scheduler.update_from_output` takes the
+    /// KV cache manager's and the connector's events).
+    kv_unpublished: kv_events::Counts,
     choices: Vec<StepChoice>,
 }
 
@@ -73,6 +77,7 @@ pub(super) fn replay(
         memo: Memo::default(),
         findings: Vec::new(),
         kv_counts: Vec::new(),
+        kv_unpublished: kv_events::Counts::new(),
         choices: Vec::new(),
     }];
     let mut decisions = 0;
@@ -111,7 +116,7 @@ pub(super) fn replay(
                 let mut engine = b.engine.clone();
                 let mut ev = Events::on();
                 ev.choices = Some(Box::new(Choices::with_plan(p)));
-                let queued = apply_step(&mut engine, ctx, &this, &idx, &mut ev);
+                let (queued, processed) = apply_step(&mut engine, ctx, &this, &idx, &mut ev);
                 let taken = ev.choices.take().map(|c| *c).unwrap_or_default();
                 plan = taken.next_plan();
                 let here: Vec<StepChoice> = taken
@@ -156,8 +161,21 @@ pub(super) fn replay(
                     None => {
                         let mut nb = Branch { engine, memo, ..b.clone() };
                         let c = model_counts(&ev.list);
-                        if !c.is_empty() {
-                            nb.kv_counts.push((step, c));
+                        if !h.async_scheduling {
+                            if !c.is_empty() {
+                                nb.kv_counts.push((step, c));
+                            }
+                        } else {
+                            // Published by the next step that processes a batch's output
+                            // (this one, if it does): a step that only schedules keeps them.
+                            for (m, (st, rm)) in c {
+                                let e = nb.kv_unpublished.entry(m).or_default();
+                                e.0 += st;
+                                e.1 += rm;
+                            }
+                            if processed && !nb.kv_unpublished.is_empty() {
+                                nb.kv_counts.push((step, std::mem::take(&mut nb.kv_unpublished)));
+                            }
                         }
                         for p in &safety {
                             if !(p.check)(&sys, &nb.engine) && !nb.findings.iter().any(|(n, _)| n == p.name) {
@@ -220,14 +238,15 @@ pub(super) fn replay(
 }
 
 /// Apply a step's inputs to `engine` and run the step (if vLLM's engine steps); returns the
-/// length of the session's `streaming_queue` after each input the model queued.
+/// length of the session's `streaming_queue` after each input the model queued, and whether
+/// the step processed a batch's output (`update_from_output`).
 fn apply_step(
     engine: &mut Engine,
     ctx: crate::system::Ctx,
     this: &[&Line],
     idx: &dyn Fn(&str) -> u16,
     ev: &mut Events,
-) -> Vec<u32> {
+) -> (Vec<u32>, bool) {
     let mut input = StepInput::default();
     let mut queued: Vec<u32> = Vec::new();
     for l in this {
@@ -263,8 +282,14 @@ fn apply_step(
             _ => {}
         }
     }
-    if vllm_has_requests(engine) {
+    // EngineCore.has_work(): requests to schedule, or (async scheduling) batches in flight.
+    let mut processed = false;
+    if vllm_has_requests(engine) || !engine.batches.is_empty() {
+        let in_flight = engine.batches.len();
+        let first = ev.list.len();
         engine.step(ctx, &input, ev);
+        let scheduled = ev.list[first..].iter().any(|e| matches!(e, crate::system::Event::StepScheduled { .. }));
+        processed = in_flight + usize::from(scheduled) > engine.batches.len() || !ctx.cfg.async_scheduling;
     }
-    queued
+    (queued, processed)
 }

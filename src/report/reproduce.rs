@@ -68,9 +68,6 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
     if cfg.router_replay.is_some() {
         return Some("router replay (routed-expert rows) is not recorded".into());
     }
-    if cfg.async_scheduling {
-        return Some("async scheduling is not driven by the recorder yet".into());
-    }
     if !cfg.enable_prefix_caching {
         return Some("the recorder always enables prefix caching".into());
     }
@@ -309,6 +306,11 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
     let _ = writeln!(s, "long_prefill_token_threshold = {}", cfg.long_prefill_token_threshold);
     let policy = if cfg.load_failure_policy == LoadFailurePolicy::Recompute { "recompute" } else { "fail" };
     let _ = writeln!(s, "load_failure_policy = {policy:?}");
+    if cfg.async_scheduling {
+        // AsyncScheduler + EngineCore.step_with_batch_queue (record.py); a model step is one
+        // step_with_batch_queue call, as a recorder step is.
+        let _ = writeln!(s, "async_scheduling = true");
+    }
     match &cfg.connector {
         ConnectorConfig::Offloading(o) => {
             let _ = writeln!(s, "connector = \"offloading\"\n\n[offload]");

@@ -4,7 +4,7 @@ Drives, in the order of ``vllm.v1.engine.core.EngineCore._initialize_kv_caches``
 ``EngineCore.__init__`` (without an executor):
 
 * config objects from ``vllm.config``: ``ModelConfig`` (offline tiny llama, see
-  ``tiny-llama/config.json``), ``SchedulerConfig`` (``async_scheduling=False`` always),
+  ``tiny-llama/config.json``), ``SchedulerConfig`` (``async_scheduling`` as the scenario says, default False),
   ``CacheConfig`` (prefix caching on, ``num_gpu_blocks_override``), ``KVTransferConfig``
   (``OffloadingConnector`` or ``SimpleCPUOffloadConnector`` with ``num_cpu_blocks``,
   ``kv_both``), ``KVEventsConfig`` (events on, "null"
@@ -58,6 +58,12 @@ class Engine:
     hasher: object
     kv_bytes_per_token: int
     num_host_chunks: int            # what the CPU manager really got (0 without connector)
+
+    @property
+    def batch_queue_size(self) -> int:
+        """``EngineCore.batch_queue_size``: ``VllmConfig.max_concurrent_batches`` (2 under
+        async scheduling with one pipeline stage, 1 without)."""
+        return int(self.vllm_config.max_concurrent_batches)
 
     @property
     def connector(self):
@@ -124,7 +130,7 @@ def build_engine(sc: Scenario) -> Engine:
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
         long_prefill_token_threshold=sc.long_prefill_token_threshold,
-        async_scheduling=False,
+        async_scheduling=bool(getattr(sc, "async_scheduling", False)),
     )
     cache_config = CacheConfig(block_size=sc.block_size, enable_prefix_caching=True,
                                num_gpu_blocks_override=sc.gpu_blocks)
@@ -173,7 +179,8 @@ def build_engine(sc: Scenario) -> Engine:
         finally:
             os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
     assert getattr(vllm_config, "use_v2_model_runner", True)   # 0.34 has only V2
-    assert vllm_config.scheduler_config.async_scheduling is False
+    want_async = bool(getattr(sc, "async_scheduling", False))
+    assert vllm_config.scheduler_config.async_scheduling is want_async
 
     kv_cache_config, block_size, hash_block_size = _plan_kv_cache(vllm_config, spec)
 
@@ -189,8 +196,9 @@ def build_engine(sc: Scenario) -> Engine:
         block_size=block_size,
         hash_block_size=hash_block_size,
     )
-    if type(scheduler).__name__ != "Scheduler":
-        raise RuntimeError(f"expected the synchronous Scheduler, got {type(scheduler)}")
+    want_cls = "AsyncScheduler" if want_async else "Scheduler"
+    if type(scheduler).__name__ != want_cls:
+        raise RuntimeError(f"expected vLLM's {want_cls}, got {type(scheduler)}")
 
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash

@@ -192,7 +192,12 @@ class FakeWorker:
                 sampled_ids.append([])
                 continue
             name = (sample_name or {}).get(rid, rid)
-            tok = sampled_token(name, len(req.output_token_ids), eos_of.get(rid))
+            # Under async scheduling the tokens of batches still in flight are placeholders
+            # (AsyncScheduler._update_after_schedule counted this batch's in
+            # num_output_placeholders): the worker samples output token number
+            # len(output_token_ids) + placeholders - 1. Synchronous: no placeholders.
+            ahead = max(getattr(req, "num_output_placeholders", 0) - 1, 0)
+            tok = sampled_token(name, len(req.output_token_ids) + ahead, eos_of.get(rid))
             sampled_ids.append([tok])
             sampled.append((rid, tok))
         extra = {}

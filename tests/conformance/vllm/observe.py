@@ -95,7 +95,8 @@ class Recorder:
         sc = self.sc
         hdr = {
             "ev": "header", "format": 1, "implementation": "vllm", "version": _version(),
-            "scenario": sc.name, "connector": sc.connector, "async_scheduling": False,
+            "scenario": sc.name, "connector": sc.connector,
+            "async_scheduling": bool(getattr(sc, "async_scheduling", False)),
             "block_size": sc.block_size, "num_gpu_blocks": sc.gpu_blocks,
             "max_num_batched_tokens": sc.max_num_batched_tokens,
             "max_num_seqs": sc.max_num_seqs, "max_model_len": sc.max_model_len,

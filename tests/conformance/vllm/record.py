@@ -23,6 +23,7 @@ import os
 import sys
 import time
 import traceback
+from collections import deque
 from pathlib import Path
 
 
@@ -146,6 +147,7 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
     from engine import make_request
 
     sched = eng.scheduler
+    batch_queue: deque = deque()   # async scheduling: EngineCore.batch_queue
     tl = Timeline(sc)
     tokens_of: dict[str, list[int]] = {}
     step = 0
@@ -222,6 +224,19 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
             if len(session.streaming_queue) > queued:
                 rec.emit("stream_queued", req=name, queued=len(session.streaming_queue))
 
+        if sc.async_scheduling:
+            if batch_queue or sched.has_requests():   # EngineCore.has_work()
+                _batch_queue_step(eng, rec, worker, batch_queue, step)
+                continue
+            if tl.idle():
+                if rec.buf:
+                    rec.snapshots()
+                    rec.flush_step()
+                break
+            rec.snapshots()
+            rec.flush_step()
+            continue
+
         if not sched.has_requests():
             if tl.idle():
                 if rec.buf:          # inputs that found nothing to act on
@@ -255,10 +270,65 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
         rec.snapshots()
         rec.flush_step()
 
+    if batch_queue:
+        raise RuntimeError(f"{len(batch_queue)} batch(es) still in flight at the end")
     if worker.unused():
         raise ScenarioError("never applied: " + ", ".join(worker.unused()))
     return {"steps": step - 1, "build_s": t_build, "total_s": time.monotonic() - t0,
             "kv_batches": len(cap.payloads), "kv_events": cap.num_events}
+
+
+def _execute(eng, rec, worker, step: int, so):
+    """The fake worker executes SchedulerOutput `so` in `step`: the transfers it reports
+    (transfer_done / transfer_failed lines, written now) and its ModelRunnerOutput. Returns
+    (mro, sampled)."""
+    kv_out = None
+    if eng.connector is not None:
+        meta = so.kv_connector_metadata
+        worker.register(step, meta)
+        done = worker.complete(step, meta)
+        for pj in done:
+            if pj.invalid:
+                rec.emit("transfer_failed", job=pj.job_id, invalid_blocks=pj.invalid)
+            elif worker.tagged:
+                rec.emit("transfer_done", job=pj.job_id, kind=pj.kind)
+            else:
+                rec.emit("transfer_done", job=pj.job_id)
+        kv_out = worker.kv_output(done, meta)
+    return worker.model_output(so, eng.scheduler.requests, kv_out, rec.eos_of,
+                               rec.sample_name)
+
+
+def _batch_queue_step(eng, rec, worker, batch_queue: deque, step: int) -> None:
+    """One ``EngineCore.step_with_batch_queue`` (async scheduling, AsyncScheduler): if the
+    scheduler has requests, schedule a batch and execute it (the fake worker's output is
+    ready at once: its transfers are those reported in this step); the batch joins the
+    queue, and unless the queue is full (``batch_queue_size``, 2) or nothing more can be
+    scheduled, the step ends there. Otherwise the oldest batch's output is processed
+    (``update_from_output``). ``sampled`` lines are the processed batch's tokens, written in
+    the step that processes them, for requests not finished by then (``update_from_output``
+    skips those)."""
+    sched = eng.scheduler
+    size = eng.batch_queue_size
+    assert len(batch_queue) < size
+    if sched.has_requests():
+        so = sched.schedule()
+        rec.schedule_line(so)
+        mro, sampled = _execute(eng, rec, worker, step, so)
+        model_executed = so.total_num_scheduled_tokens > 0
+        batch_queue.appendleft((so, mro, sampled))
+        if len(batch_queue) < size and (model_executed or sched.has_requests()):
+            rec.snapshots()
+            rec.flush_step()
+            return
+    so, mro, sampled = batch_queue.pop()
+    for rid, tok in sampled:
+        req = sched.requests.get(rid)
+        if req is not None and not req.is_finished():
+            rec.emit("sampled", req=rid, token=tok)
+    sched.update_from_output(so, mro)
+    rec.snapshots()
+    rec.flush_step()
 
 
 def unsupported(sc: Scenario) -> str | None:

@@ -154,6 +154,8 @@ class Scenario:
     delay_overrides: list[DelayOverride] = field(default_factory=list)
     # [simple_cpu] (connector = "simple-cpu"): num_cpu_blocks, incl. the CPU pool's null block
     cpu_blocks: int = 0
+    # [engine] async_scheduling: AsyncScheduler + EngineCore.step_with_batch_queue (record.py)
+    async_scheduling: bool = False
 
     def request(self, name: str) -> RequestSpec:
         for r in self.requests:
@@ -167,7 +169,7 @@ _SEG_RE = re.compile(r"^(@?)([A-Za-z0-9_\-]+)(?::(\d+))?$")
 _ENGINE_KEYS = {
     "block_size", "gpu_blocks", "max_num_batched_tokens", "max_num_seqs",
     "max_model_len", "long_prefill_token_threshold", "load_failure_policy",
-    "connector", "profile",
+    "connector", "profile", "async_scheduling",
 }
 _OFFLOAD_KEYS = {
     "host_chunks", "blocks_per_chunk", "offload_prompt_only",
@@ -181,6 +183,12 @@ _INPUT_KEYS = {"prompt", "max_tokens", "eos_at", "end", "send", "delay"}
 _EVENT_KEYS = {"abort", "error", "step", "after", "after_arrival", "delay"}
 _TOP_KEYS = {"name", "description", "engine", "offload", "simple_cpu", "worker", "request",
              "event", "load_failure", "transfer_delay"}
+
+
+def _bool(v, where: str) -> bool:
+    if not isinstance(v, bool):
+        raise ScenarioError(f"{where} must be true or false")
+    return v
 
 
 def _check_keys(table: dict, allowed: set[str], where: str) -> None:
@@ -339,6 +347,7 @@ def _load_scenario(path: Path) -> Scenario:
         load_delay=int(wrk.get("load_delay", 1)),
         max_steps=int(wrk.get("max_steps", 200)),
         cpu_blocks=int(scpu.get("cpu_blocks", 0)),
+        async_scheduling=_bool(eng.get("async_scheduling", False), "[engine] async_scheduling"),
     )
     if connector == "simple-cpu" and sc.cpu_blocks < 2:
         raise ScenarioError("[simple_cpu] cpu_blocks must be >= 2 (block 0 is the null block)")

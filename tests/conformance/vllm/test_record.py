@@ -163,5 +163,62 @@ class HashSeed(unittest.TestCase):
             record._steps = record_steps
 
 
+class BatchQueue(unittest.TestCase):
+    """record._batch_queue_step mirrors EngineCore.step_with_batch_queue (no vLLM needed)."""
+
+    def _run(self, steps: int, requests: int, ready=lambda n: True):
+        calls: list[tuple] = []
+        sched = types.SimpleNamespace(requests={})
+
+        def has_requests():
+            return sched.left > 0
+
+        def schedule():
+            n = len([c for c in calls if c[0] == "schedule"])
+            tokens = 1 if ready(n) else 0
+            calls.append(("schedule", n, tokens))
+            return types.SimpleNamespace(total_num_scheduled_tokens=tokens, n=n)
+
+        def update_from_output(so, mro):
+            calls.append(("update", so.n))
+            if so.total_num_scheduled_tokens:
+                sched.left -= 1
+
+        sched.left = requests
+        sched.has_requests = has_requests
+        sched.schedule = schedule
+        sched.update_from_output = update_from_output
+        eng = types.SimpleNamespace(scheduler=sched, connector=None, batch_queue_size=2)
+        rec = types.SimpleNamespace(emit=lambda *a, **k: None, schedule_line=lambda so: None,
+                                    snapshots=lambda: None, eos_of={}, sample_name={},
+                                    flush_step=lambda: calls.append(("end",)))
+        worker = types.SimpleNamespace(model_output=lambda so, *a: (None, []))
+        queue = record.deque()
+        for step in range(1, steps + 1):
+            if queue or sched.has_requests():
+                record._batch_queue_step(eng, rec, worker, queue, step)
+        return calls, queue
+
+    def test_the_second_batch_is_scheduled_before_the_first_is_processed(self):
+        calls, queue = self._run(steps=4, requests=10)
+        self.assertEqual(calls, [("schedule", 0, 1), ("end",),
+                                 ("schedule", 1, 1), ("update", 0), ("end",),
+                                 ("schedule", 2, 1), ("update", 1), ("end",),
+                                 ("schedule", 3, 1), ("update", 2), ("end",)])
+        self.assertEqual(len(queue), 1)
+
+    def test_an_empty_batch_with_nothing_more_to_schedule_processes_the_oldest(self):
+        # Batch 1 schedules no tokens: with requests left the step still ends (the
+        # scheduler "has requests"), as vLLM's `model_executed or has_requests()`.
+        calls, _ = self._run(steps=3, requests=10, ready=lambda n: n != 0)
+        self.assertEqual(calls[:2], [("schedule", 0, 0), ("end",)])
+        # With no request left, the queue drains one batch per step without scheduling.
+        calls, queue = self._run(steps=4, requests=1)
+        self.assertEqual(calls, [("schedule", 0, 1), ("end",),
+                                 ("schedule", 1, 1), ("update", 0), ("end",),
+                                 ("update", 1), ("end",)])
+        self.assertEqual(len(queue), 0)
+
+
 if __name__ == "__main__":
     unittest.main()
