@@ -19,6 +19,7 @@ mod models;
 mod mooncake;
 mod nixl;
 mod parsers;
+mod pd_decode_saved;
 mod pd_rows;
 mod replay;
 mod reproduce;

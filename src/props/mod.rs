@@ -343,6 +343,9 @@ registry! {
     flag!(PdEqualsColocated, "pd-equals-colocated", [Breach::PdNotColocated], PD, "the router's merged P/D rows are what a colocated engine returns");
     mark!(ReachPdDecodeLoad, "reach-pd-decode-load", Mark::PdRemoteLoad, PD, "a P/D decoder reading prompt KV from the prefiller");
     mark!(ReachPdMerge, "reach-pd-merge", Mark::PdMerged, PD, "the P/D router merging a request's rows");
+    mark!(ReachPdDecodeSavedLoad, "reach-pd-decode-saved-load", Mark::PdDecodeSavedLoad, PD, "P loading a block only D put into the shared pool (decode-saved KV)");
+    mark!(ReachPdBridgedTurn, "reach-pd-bridged-turn", Mark::PdBridgedTurn, PD, "P looking up a bridged turn (start past 0) over decode-saved blocks");
+    mark!(ReachPdNonBridgedRetry, "reach-pd-non-bridged-retry", Mark::PdNonBridgedRetry, PD, "P looking up a non-bridged retry (start 0) over decode-saved blocks");
 }
 
 /// A state predicate over the decode instance of a P/D system (true without one).

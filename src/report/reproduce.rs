@@ -57,7 +57,10 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
                     .into(),
             )
         }
-        ConnectorConfig::Nixl | ConnectorConfig::NixlDecode => {
+        ConnectorConfig::Nixl
+        | ConnectorConfig::NixlDecode
+        | ConnectorConfig::NixlStore(_)
+        | ConnectorConfig::NixlDecodeStore(_) => {
             return Some(
                 "NixlConnector (P/D) needs a second instance reading over NIXL; the recorder drives one \
                  engine with the OffloadingConnector, the SimpleCPUOffloadConnector or no connector"

@@ -97,8 +97,13 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
     if raw.simple_cpu.is_some() && e.connector.get_ref() != "simple-cpu" {
         return Err(bad(e.connector.span(), "a [simple_cpu] table needs connector = \"simple-cpu\"".into()));
     }
-    if raw.mooncake.is_some() && e.connector.get_ref() != "mooncake" {
-        return Err(bad(e.connector.span(), "a [mooncake] table needs connector = \"mooncake\"".into()));
+    // A P/D pair (nixl with [router_replay]) may share a Mooncake pool: decode-saved KV.
+    let pd_store = e.connector.get_ref() == "nixl" && raw.router_replay.is_some();
+    if raw.mooncake.is_some() && e.connector.get_ref() != "mooncake" && !pd_store {
+        return Err(bad(
+            e.connector.span(),
+            "a [mooncake] table needs connector = \"mooncake\" (or a P/D pair: nixl with [router_replay])".into(),
+        ));
     }
     let connector = match e.connector.get_ref().as_str() {
         "none" => ConnectorConfig::None,
@@ -155,7 +160,19 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                 // pair: src/system/pd).
                 return Err(bad(e.connector.span(), super::pd_refusal(&profile)));
             }
-            ConnectorConfig::Nixl
+            match raw.mooncake.as_ref() {
+                // MultiConnector(NixlConnector, MooncakeStoreConnector) on both instances; the
+                // pair sets the roles (P kv_producer, D kv_consumer).
+                Some(mc) => {
+                    if let Some(sp) = super::mooncake::role_span(mc) {
+                        return Err(bad(sp, "a P/D pair sets kv_role itself (P kv_producer, D kv_consumer)".into()));
+                    }
+                    let mut m = super::mooncake::config(Some(mc), false, e.connector.span(), &bad)?;
+                    m.kv_role = crate::system::KvRole::Producer;
+                    ConnectorConfig::NixlStore(m)
+                }
+                None => ConnectorConfig::Nixl,
+            }
         }
         "mooncake" => ConnectorConfig::Mooncake(super::mooncake::config(
             raw.mooncake.as_ref(),

@@ -289,7 +289,7 @@ impl Scope {
     /// A P/D pair (`connector = "nixl"` with `[router_replay]`): a prefill and a decode
     /// instance behind the router (src/system/pd).
     pub fn is_pd(&self) -> bool {
-        self.cfg.connector == ConnectorConfig::Nixl && self.cfg.router_replay.is_some()
+        self.cfg.is_nixl_producer() && self.cfg.router_replay.is_some()
     }
 
     /// What the environment may do in this scope.
@@ -376,7 +376,7 @@ impl Scope {
                 ));
             }
             let pd = cfg.router_replay.is_some();
-            if cfg.connector == ConnectorConfig::Nixl && ((!pd && output.len() != 1) || !r.turns.is_empty()) {
+            if cfg.is_nixl_producer() && ((!pd && output.len() != 1) || !r.turns.is_empty()) {
                 return Err(bad(
                     r.output.span(),
                     format!(
@@ -479,7 +479,7 @@ impl Scope {
             load_failure: raw.faults.load_failure,
             max_load_failures: raw.faults.max_load_failures,
         };
-        let pd_pair = cfg.connector == ConnectorConfig::Nixl && cfg.router_replay.is_some();
+        let pd_pair = cfg.is_nixl_producer() && cfg.router_replay.is_some();
         if faults.load_failure && cfg.offload().is_none() && cfg.mooncake().is_none() && !pd_pair {
             return Err(KvmcError::input(
                 path,
@@ -489,7 +489,9 @@ impl Scope {
         }
         let mut workload = Workload::with_sessions(b, specs, sessions);
         let mut cfg = cfg;
-        if let (ConnectorConfig::Mooncake(m), Some(raw_mc)) = (&mut cfg.connector, &raw.mooncake) {
+        if let (ConnectorConfig::Mooncake(m) | ConnectorConfig::NixlStore(m), Some(raw_mc)) =
+            (&mut cfg.connector, &raw.mooncake)
+        {
             mooncake::resolve_preload(m, raw_mc, &mut workload, &bad)?;
         }
         let scope = Scope {

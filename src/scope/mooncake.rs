@@ -27,6 +27,11 @@ fn yes() -> bool {
     true
 }
 
+/// Where the table sets `kv_role` (a P/D pair sets the roles itself).
+pub(super) fn role_span(mc: &RawMooncake) -> Option<Range<usize>> {
+    mc.kv_role.as_ref().map(|r| r.span())
+}
+
 /// The connector's settings (the preload is resolved once the requests are known).
 pub(super) fn config(
     mc: Option<&RawMooncake>,

@@ -81,6 +81,12 @@ pub enum ConnectorConfig {
     /// NixlConnector, consumer (decode) side: the decode instance of a P/D pair
     /// (`src/system/pd`), loading each request's prompt KV from the producer.
     NixlDecode,
+    /// A P/D pair's prefill instance with decode-saved KV: MultiConnector(NixlConnector,
+    /// MooncakeStoreConnector) over a Mooncake pool both instances share (`src/system/pd/store.rs`).
+    NixlStore(MooncakeConfig),
+    /// The decode instance of that pair: MultiConnector(NixlConnector's consumer side,
+    /// MooncakeStoreConnector as `kv_consumer`, `save_decode_cache` as the table says).
+    NixlDecodeStore(MooncakeConfig),
 }
 
 /// Which connector, without its settings (what a property or an action applies to).
@@ -146,7 +152,9 @@ impl EngineConfig {
     }
     pub fn mooncake(&self) -> Option<&MooncakeConfig> {
         match &self.connector {
-            ConnectorConfig::Mooncake(c) => Some(c),
+            ConnectorConfig::Mooncake(c) | ConnectorConfig::NixlStore(c) | ConnectorConfig::NixlDecodeStore(c) => {
+                Some(c)
+            }
             _ => None,
         }
     }
@@ -156,12 +164,19 @@ impl EngineConfig {
             ConnectorConfig::Offloading(_) => ConnectorKind::Offloading,
             ConnectorConfig::SimpleCpu(_) => ConnectorKind::SimpleCpu,
             ConnectorConfig::Mooncake(_) => ConnectorKind::Mooncake,
-            ConnectorConfig::Nixl | ConnectorConfig::NixlDecode => ConnectorKind::Nixl,
+            ConnectorConfig::Nixl
+            | ConnectorConfig::NixlDecode
+            | ConnectorConfig::NixlStore(_)
+            | ConnectorConfig::NixlDecodeStore(_) => ConnectorKind::Nixl,
         }
     }
     /// The decode instance of a P/D pair (its requests are decode-side: `_is_pd_decode_request`).
     pub fn is_pd_decode(&self) -> bool {
-        self.connector == ConnectorConfig::NixlDecode
+        matches!(self.connector, ConnectorConfig::NixlDecode | ConnectorConfig::NixlDecodeStore(_))
+    }
+    /// NixlConnector's producer side (alone, or with the Mooncake store for decode-saved KV).
+    pub fn is_nixl_producer(&self) -> bool {
+        matches!(self.connector, ConnectorConfig::Nixl | ConnectorConfig::NixlStore(_))
     }
     /// The engine runs an offload connector (any kind).
     pub fn has_connector(&self) -> bool {

@@ -103,6 +103,14 @@ pub enum Mark {
     PdRemoteLoad = 1 << 26,
     /// P/D: the router merged a request's P and D rows (or refused to).
     PdMerged = 1 << 27,
+    /// P/D with a shared Mooncake pool: P loaded a block only D had put (decode-saved KV).
+    PdDecodeSavedLoad = 1 << 28,
+    /// P/D with a shared Mooncake pool: P looked up a request with a start past 0 (a bridged
+    /// turn) whose prompt holds decode-saved blocks.
+    PdBridgedTurn = 1 << 29,
+    /// P/D with a shared Mooncake pool: P looked up a request with start 0 (a non-bridged
+    /// retry) whose prompt holds decode-saved blocks.
+    PdNonBridgedRetry = 1 << 30,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]

@@ -27,6 +27,7 @@ use std::collections::BTreeSet;
 pub use super::collections::bit_set::BitSet;
 pub use hooks::{HookCtx, KvConnector, NoConnector, RequestRef, WorkerCtx, WorkerStep};
 
+pub use super::pd::store::PdStore;
 pub use mooncake::MooncakeState;
 pub use nixl::consumer::NixlConsumer;
 pub use nixl::NixlState;
@@ -42,6 +43,10 @@ pub enum Connector {
     Mooncake(Box<MooncakeState>),
     Nixl(Box<NixlState>),
     NixlDecode(Box<NixlConsumer>),
+    /// P of a P/D pair sharing a Mooncake pool: MultiConnector(NIXL producer, Mooncake store).
+    NixlStore(Box<PdStore<NixlState>>),
+    /// D of that pair: MultiConnector(NIXL consumer, Mooncake store as kv_consumer).
+    NixlDecodeStore(Box<PdStore<NixlConsumer>>),
 }
 
 impl Clone for Connector {
@@ -53,6 +58,8 @@ impl Clone for Connector {
             Connector::Mooncake(s) => Connector::Mooncake(s.clone()),
             Connector::Nixl(s) => Connector::Nixl(s.clone()),
             Connector::NixlDecode(s) => Connector::NixlDecode(s.clone()),
+            Connector::NixlStore(s) => Connector::NixlStore(s.clone()),
+            Connector::NixlDecodeStore(s) => Connector::NixlDecodeStore(s.clone()),
         }
     }
     /// Reuses the target's allocations when both run the same connector (see `clone_fields`).
@@ -80,41 +87,59 @@ impl Connector {
             }
             ConnectorConfig::Nixl => Connector::Nixl(Box::new(NixlState::new(cfg.num_gpu_blocks))),
             ConnectorConfig::NixlDecode => Connector::NixlDecode(Box::new(NixlConsumer::new(num_reqs))),
+            ConnectorConfig::NixlStore(m) => Connector::NixlStore(Box::new(PdStore::new(
+                NixlState::new(cfg.num_gpu_blocks),
+                MooncakeState::new(num_reqs, m, cfg.block_size),
+                num_reqs,
+            ))),
+            ConnectorConfig::NixlDecodeStore(m) => Connector::NixlDecodeStore(Box::new(PdStore::new(
+                NixlConsumer::new(num_reqs),
+                MooncakeState::new(num_reqs, m, cfg.block_size),
+                num_reqs,
+            ))),
         }
     }
     pub fn nixl(&self) -> Option<&NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),
+            Connector::NixlStore(s) => Some(&s.nixl),
             _ => None,
         }
     }
     pub fn nixl_mut(&mut self) -> Option<&mut NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),
+            Connector::NixlStore(s) => Some(&mut s.nixl),
             _ => None,
         }
     }
     pub fn nixl_decode(&self) -> Option<&NixlConsumer> {
         match self {
             Connector::NixlDecode(s) => Some(s),
+            Connector::NixlDecodeStore(s) => Some(&s.nixl),
             _ => None,
         }
     }
     pub fn nixl_decode_mut(&mut self) -> Option<&mut NixlConsumer> {
         match self {
             Connector::NixlDecode(s) => Some(s),
+            Connector::NixlDecodeStore(s) => Some(&mut s.nixl),
             _ => None,
         }
     }
     pub fn mooncake(&self) -> Option<&MooncakeState> {
         match self {
             Connector::Mooncake(s) => Some(s),
+            Connector::NixlStore(s) => Some(&s.store),
+            Connector::NixlDecodeStore(s) => Some(&s.store),
             _ => None,
         }
     }
     pub fn mooncake_mut(&mut self) -> Option<&mut MooncakeState> {
         match self {
             Connector::Mooncake(s) => Some(s),
+            Connector::NixlStore(s) => Some(&mut s.store),
+            Connector::NixlDecodeStore(s) => Some(&mut s.store),
             _ => None,
         }
     }
@@ -163,6 +188,8 @@ macro_rules! forward_hooks {
                         Connector::Mooncake(s) => KvConnector::$name(&mut **s, $($arg),*),
                         Connector::Nixl(s) => KvConnector::$name(&mut **s, $($arg),*),
                         Connector::NixlDecode(s) => KvConnector::$name(&mut **s, $($arg),*),
+                        Connector::NixlStore(s) => KvConnector::$name(&mut **s, $($arg),*),
+                        Connector::NixlDecodeStore(s) => KvConnector::$name(&mut **s, $($arg),*),
                     }
                 }
             )*
@@ -176,6 +203,8 @@ macro_rules! forward_hooks {
                         Connector::Mooncake(s) => KvConnector::$rname(&**s, $($rarg),*),
                         Connector::Nixl(s) => KvConnector::$rname(&**s, $($rarg),*),
                         Connector::NixlDecode(s) => KvConnector::$rname(&**s, $($rarg),*),
+                        Connector::NixlStore(s) => KvConnector::$rname(&**s, $($rarg),*),
+                        Connector::NixlDecodeStore(s) => KvConnector::$rname(&**s, $($rarg),*),
                     }
                 }
             )*

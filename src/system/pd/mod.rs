@@ -21,8 +21,9 @@
 //! failures (client aborts, errors), several decode instances, streaming sessions.
 
 pub mod router;
+pub mod store;
 
-use super::config::{ConnectorConfig, EngineConfig};
+use super::config::{ConnectorConfig, EngineConfig, KvRole, MooncakeConfig};
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Mark};
@@ -44,7 +45,15 @@ impl PdSys {
     /// D for a P/D scope: P's engine table with the consumer connector; `full` holds every
     /// request with its whole scripted output (P's workload keeps the first token only).
     pub fn new(p_cfg: &EngineConfig, full: Workload) -> Self {
-        PdSys { cfg: EngineConfig { connector: ConnectorConfig::NixlDecode, ..p_cfg.clone() }, wl: full }
+        let connector = match &p_cfg.connector {
+            // Decode-saved KV: D's Mooncake store is a kv_consumer (it puts decode-phase blocks
+            // only with save_decode_cache).
+            ConnectorConfig::NixlStore(m) => {
+                ConnectorConfig::NixlDecodeStore(MooncakeConfig { kv_role: KvRole::Consumer, ..m.clone() })
+            }
+            _ => ConnectorConfig::NixlDecode,
+        };
+        PdSys { cfg: EngineConfig { connector, ..p_cfg.clone() }, wl: full }
     }
 
     pub fn ctx<'a>(&'a self, rules: &'a Rules) -> Ctx<'a> {
@@ -126,6 +135,10 @@ pub fn colocated_start(rules: &Rules, spec: &RequestSpec) -> u32 {
 /// are merged with P's.
 pub fn sync(sys: &System, pd: &PdSys, e: &mut Engine, ev: &mut Events) {
     let Some(mut st) = e.pd.take() else { return };
+    // Decode-saved KV: one Mooncake pool behind one master.
+    if let (crate::system::connector::Connector::NixlStore(p), Some(d)) = (&mut e.conn, st.d.conn.mooncake_mut()) {
+        store::share_pool(p, d);
+    }
     for r in 0..st.route.len() {
         let rid = r as ReqId;
         match st.route[r] {
@@ -235,7 +248,9 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
             }
         }
         PdInput::Step => {
-            st.d.step(ctx, &Default::default(), &mut dev);
+            // D's Mooncake jobs (decode-saved KV) run within the step that queues them.
+            let input = super::engine::StepInput { drain: pd.cfg.mooncake().is_some(), ..Default::default() };
+            st.d.step(ctx, &input, &mut dev);
             true
         }
         PdInput::ReadDone | PdInput::ReadFails(_) => {
