@@ -62,7 +62,9 @@
 
 mod bfs;
 pub mod fingerprint;
+mod frontier;
 mod liveness;
+mod pool;
 mod trace;
 mod visited;
 
@@ -98,6 +100,24 @@ pub trait Hooks<M: Model>: Sync {
     /// Only `Eventually` properties read it. The default: no action is fair.
     fn fairness_class(&self, _model: &M, _a: &M::Action) -> Option<u8> {
         None
+    }
+
+    /// Frontier compaction: true when the search keeps frontier states as bytes
+    /// ([`Hooks::encode`] when a state joins the frontier, [`Hooks::decode`] when it is
+    /// expanded) instead of whole. The default: false (neither is called).
+    fn encodes(&self) -> bool {
+        false
+    }
+
+    /// Append `s`'s encoding to `out` (called only when [`Hooks::encodes`]). The state it
+    /// decodes to must equal `s` and hash as `s` does.
+    fn encode(&self, _model: &M, _s: &M::State, _out: &mut Vec<u8>) {
+        unreachable!("Hooks::encode is called only when Hooks::encodes() is true")
+    }
+
+    /// The state `bytes` encode (called only when [`Hooks::encodes`]).
+    fn decode(&self, _model: &M, _bytes: &[u8]) -> M::State {
+        unreachable!("Hooks::decode is called only when Hooks::encodes() is true")
     }
 }
 
@@ -219,6 +239,11 @@ pub struct Outcome<A> {
     pub graph_bytes: usize,
     /// The estimated probability that a fingerprint collision pruned a state.
     pub collision_probability: f64,
+    /// Encoded frontiers ([`Hooks::encodes`]): the frontier's largest size in bytes (its
+    /// chunks' arenas, by capacity), taken before each batch and at each level's end, and its
+    /// state count then (0 and 0 when states stay whole).
+    pub frontier_bytes: usize,
+    pub frontier_states: usize,
     /// One per property, in `properties()` order.
     pub properties: Vec<PropertyOutcome<A>>,
 }
