@@ -370,13 +370,15 @@ where
         'levels: while level.len > 0 {
             let expand = opts.max_depth.is_none_or(|d| depth < d);
             let mut left = level.len;
-            let level_bytes = level.bytes;
+            let mut level_bytes = level.bytes;
             let mut next: Level<M::State> = Level::new();
             let mut chunks = level.chunks.into_iter().peekable();
             while chunks.peek().is_some() {
                 let batch: Vec<Chunk<M::State>> = chunks.by_ref().take(threads * BATCH_CHUNKS).collect();
                 let lens: Vec<usize> = batch.iter().map(Chunk::len).collect();
                 frontier.see(left + next.len, level_bytes + next.bytes);
+                // This batch's chunks are freed as they are expanded.
+                level_bytes -= batch.iter().map(Chunk::bytes).sum::<usize>();
                 let progress = {
                     let v = visited.read().unwrap();
                     Progress {

@@ -18,9 +18,10 @@
 //! (96 bits of its fingerprint and its node number) plus an 8-byte node (the parent's node
 //! number and the index of the action that first reached it) in chunks of 2^16 nodes: 29 to 51
 //! bytes per state with every slack counted ([`Outcome::visited_bytes`]). A look-up reads one
-//! slot line and no node. Full states live only in the frontier (the level being expanded and
-//! the next one). A counterexample is rebuilt by re-executing the model from the initial state
-//! along the chain of parent links.
+//! slot line and no node. States live only in the frontier (the level being expanded and the
+//! next one), whole or, when the hooks encode ([`Hooks::encodes`]), as bytes in per-chunk
+//! arenas, decoded on expansion ([`Outcome::frontier_bytes`]). A counterexample is rebuilt by
+//! re-executing the model from the initial state along the chain of parent links.
 //!
 //! # Fingerprints
 //! MurmurHash3 x64_128 over the words the state's `Hash` writes, with a fixed seed (no
@@ -32,10 +33,11 @@
 //! for a bound nobody needs.
 //!
 //! # Parallelism and determinism
-//! Each level is cut into chunks of 16 states, handed out in batches of 16 chunks per thread.
-//! Threads claim chunks and expand them (the model step, the properties, the representative,
-//! the fingerprint, and a read-only look-up in the visited set that drops successors seen
-//! before the batch); then one thread merges the chunks' candidate successors in chunk order:
+//! Each level is cut into chunks of 16 states, handed out in batches of 16 chunks per thread
+//! to threads started once per run (the caller's and `threads - 1` helpers, each keeping its
+//! scratch buffers). Threads claim chunks and expand them (the model step, the properties,
+//! the representative, the fingerprint, and a read-only look-up in the visited set that drops
+//! successors seen before the batch); then one thread merges the chunks' candidate successors in chunk order:
 //! the first candidate of each new fingerprint gets the next node number and goes to the next
 //! level. The merge visits sources in the order a sequential FIFO search pops them and applies
 //! every decision (first discovery, early stop, state bound) at that source, so every count and
