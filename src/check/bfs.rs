@@ -88,5 +88,6 @@ pub fn explore(model: &KvModel, opts: &RunOpts, watch: &Watch) -> Explored {
         undecided,
         visited_bytes: o.visited_bytes,
         graph_bytes: o.graph_bytes,
+        frontier: (o.frontier_bytes, o.frontier_states),
     }
 }

@@ -15,6 +15,11 @@
 //! take them or not, finitely often (the scope bounds them). An action is enabled where it has a
 //! successor: a step that changes nothing is no step, so a request waiting on nothing but an
 //! unfair fault is a dead end, which the deadlock half of `requests-finish` reports.
+//!
+//! The frontier is kept encoded: an engine state is written with its serde derives (every
+//! state type in `crate::system` derives `Serialize` and `Deserialize`) in bincode's varint
+//! format, a few hundred bytes where the whole state's heap takes about 2 KB, and decoded when
+//! the search expands it. The state's `Side` data (never on in the checker) encodes to nothing.
 
 use crate::model::{Action, KvModel, KvState};
 use crate::search::Hooks;
@@ -25,6 +30,13 @@ use crate::system::ConnectorKind;
 pub struct KvHooks {
     /// The interchangeable requests, when symmetry reduction is on (and can apply).
     roles: Option<Roles>,
+    /// Keep frontier states encoded (the default; off: whole, for tests that compare).
+    encode: bool,
+}
+
+/// The frontier's format: bincode with varint integers, little endian.
+fn codec() -> impl bincode::Options {
+    bincode::DefaultOptions::new()
 }
 
 impl KvHooks {
@@ -36,7 +48,12 @@ impl KvHooks {
         let in_order = sys.env.arrivals == Arrivals::InOrder;
         crate::system::input::clear_step_memo();
         let roles = if symmetry { Roles::new(&sys.workload, &sys.env.after, in_order, connector_ok) } else { None };
-        KvHooks { roles }
+        KvHooks { roles, encode: true }
+    }
+
+    /// The same hooks with the frontier kept whole (`false`) or encoded (`true`).
+    pub fn with_encoding(self, encode: bool) -> Self {
+        KvHooks { encode, ..self }
     }
 
     /// Does symmetry reduction apply to this model (some requests are interchangeable)?
@@ -71,6 +88,21 @@ impl Hooks<KvModel> for KvHooks {
                 None => false,
             },
         }
+    }
+
+    fn encodes(&self) -> bool {
+        self.encode
+    }
+
+    fn encode(&self, _model: &KvModel, s: &KvState, out: &mut Vec<u8>) {
+        use bincode::Options;
+        codec().serialize_into(out, &s.engine).expect("an engine state encodes");
+    }
+
+    fn decode(&self, model: &KvModel, bytes: &[u8]) -> KvState {
+        use bincode::Options;
+        let engine = codec().deserialize(bytes).expect("a frontier state decodes");
+        KvState { engine, sys: model.sys.clone() }
     }
 
     fn fairness_class(&self, _model: &KvModel, a: &Action) -> Option<u8> {

@@ -124,6 +124,8 @@ pub struct Explored {
     pub visited_bytes: usize,
     /// Bytes of the state graph kept for liveness (`bfs` with requests-finish; 0 elsewhere).
     pub graph_bytes: usize,
+    /// The encoded frontier's peak bytes and its state count then (`bfs`; 0 elsewhere).
+    pub frontier: (usize, usize),
 }
 
 /// A discovery: the actions from the initial state, and for a lasso where its cycle starts
@@ -160,6 +162,7 @@ pub fn paths_found(props: &[stateright::Property<KvModel>], found: Vec<Option<Ve
         undecided,
         visited_bytes: 0,
         graph_bytes: 0,
+        frontier: (0, 0),
     }
 }
 
@@ -189,6 +192,8 @@ pub struct RunResult {
     pub visited_bytes: usize,
     /// Bytes of the state graph kept for liveness at the end (`bfs`).
     pub graph_bytes: usize,
+    /// The encoded frontier's peak bytes and its state count then (`bfs`).
+    pub frontier: (usize, usize),
     /// The exploration was exhaustive (no bound, timeout or sampling cut it short).
     pub complete: bool,
     /// Why it was not, if it was not.
@@ -254,6 +259,7 @@ pub fn run(model: KvModel, opts: &RunOpts) -> RunResult {
         seconds,
         visited_bytes: o.visited_bytes,
         graph_bytes: o.graph_bytes,
+        frontier: o.frontier,
         complete: cut_by.is_none(),
         cut_by,
         props,

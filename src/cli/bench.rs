@@ -232,6 +232,15 @@ pub fn run(a: BenchArgs) -> Result<i32> {
             if symmetry { "on" } else { "off" },
             if r.complete { "" } else { "  (incomplete)" }
         );
+        if r.frontier.1 > 0 {
+            let (bytes, states) = r.frontier;
+            line!(
+                json,
+                "  frontier (encoded): peak {:.1} MiB for {states} states, {:.1} B per frontier state",
+                bytes as f64 / 1048576.0,
+                bytes as f64 / states as f64
+            );
+        }
         if a.stateright {
             use stateright::{Checker, Model};
             for (name, dfs) in [("bfs", false), ("dfs", true)] {

@@ -1,18 +1,19 @@
-//! The level-synchronous parallel BFS: parallel expansion of chunks of a level, then a
-//! sequential merge in chunk order that replays exactly what a FIFO search would decide.
+//! The level-synchronous parallel BFS: parallel expansion of chunks of a level (on a pool of
+//! threads started once per run), then a sequential merge in chunk order that replays exactly
+//! what a FIFO search would decide.
 
 use super::fingerprint::{collision_probability, fingerprint, Fingerprint};
+use super::frontier::{Chunk, Level};
 use super::liveness::{self, Graph};
+use super::pool::{Batch, Fixed, Pool};
 use super::trace::Walker;
 use super::visited::{NodeId, Visited, MAX_NODES, ROOT};
 use super::{Discovery, End, Hooks, Options, Outcome, Progress, PropertyOutcome, Stop, Trace};
 use stateright::{Expectation, Model, Property};
 use std::hash::Hash;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
-/// States per chunk (the unit a thread claims and the merge visits).
-const CHUNK: usize = 16;
 /// Chunks per thread per batch (a batch is expanded, then merged).
 const BATCH_CHUNKS: usize = 16;
 
@@ -30,7 +31,7 @@ struct Succ {
 const NEW: NodeId = NodeId::MAX;
 
 /// What a thread produced for one chunk.
-struct ChunkOut<S> {
+pub(super) struct ChunkOut<S> {
     /// Sources examined (fewer than the chunk's length if the stop hook fired).
     done: usize,
     /// Per source: property bits (`words` words each).
@@ -38,32 +39,43 @@ struct ChunkOut<S> {
     /// Per source: the end of its successors in `succs`, and how many it generated.
     ends: Vec<(u32, u32)>,
     succs: Vec<Succ>,
-    /// The successors not visited before this batch, with their fingerprints, in order.
-    news: Vec<(Fingerprint, S)>,
+    /// The successors not visited before this batch (whole or encoded, as the frontier keeps
+    /// them), and their fingerprints, in order.
+    news: Chunk<S>,
+    fps: Vec<Fingerprint>,
 }
 
 impl<S> ChunkOut<S> {
-    fn empty() -> Self {
-        ChunkOut { done: 0, hits: Vec::new(), ends: Vec::new(), succs: Vec::new(), news: Vec::new() }
+    pub(super) fn empty() -> Self {
+        ChunkOut {
+            done: 0,
+            hits: Vec::new(),
+            ends: Vec::new(),
+            succs: Vec::new(),
+            news: Chunk::default(),
+            fps: Vec::new(),
+        }
     }
 }
 
 /// What every thread reads while a batch is expanded.
-struct Shared<'a, M: Model, H> {
-    model: &'a M,
-    hooks: &'a H,
-    props: &'a [Property<M>],
+pub(super) struct Shared<'a, M: Model, H> {
+    pub model: &'a M,
+    pub hooks: &'a H,
+    pub props: &'a [Property<M>],
     /// Per property: evaluate it (not yet discovered when the batch began, or `Eventually`).
-    eval: &'a [bool],
-    visited: &'a Visited,
-    seed: u64,
-    words: usize,
-    expand: bool,
-    live: bool,
-    opts: &'a Options<'a>,
-    progress: Progress,
-    halt: &'a AtomicBool,
-    reason: &'a Mutex<Option<Stop>>,
+    pub eval: &'a [bool],
+    pub visited: &'a Visited,
+    pub seed: u64,
+    pub words: usize,
+    pub expand: bool,
+    pub live: bool,
+    pub opts: &'a Options<'a>,
+    pub progress: Progress,
+    pub halt: &'a AtomicBool,
+    pub reason: &'a Mutex<Option<Stop>>,
+    /// Frontier states are kept encoded (`Hooks::encodes`).
+    pub encoded: bool,
 }
 
 impl<M, H> Shared<'_, M, H>
@@ -72,17 +84,25 @@ where
     M::State: Hash,
     H: Hooks<M>,
 {
-    fn expand_chunk(&self, chunk: Vec<M::State>, scratch: &mut Scratch<M>) -> ChunkOut<M::State> {
+    pub(super) fn expand_chunk(&self, mut chunk: Chunk<M::State>, scratch: &mut Scratch<M>) -> ChunkOut<M::State> {
         let Scratch { acts, next: reuse } = scratch;
+        let n = chunk.len();
         let mut out = ChunkOut {
             done: 0,
-            hits: vec![0; chunk.len() * self.words],
-            ends: Vec::with_capacity(chunk.len()),
+            hits: vec![0; n * self.words],
+            ends: Vec::with_capacity(n),
             succs: Vec::new(),
-            news: Vec::new(),
+            news: Chunk::default(),
+            fps: Vec::new(),
         };
-        // Each state is dropped right after its expansion, while its memory is in cache.
-        for (j, s) in chunk.into_iter().enumerate() {
+        let mut whole = std::mem::take(&mut chunk.states).into_iter();
+        // Each state is decoded right before its expansion and dropped right after it, while
+        // its memory is in cache.
+        for j in 0..n {
+            let s = match whole.next() {
+                Some(s) => s,
+                None => self.hooks.decode(self.model, chunk.encoded(j)),
+            };
             let s = &s;
             if self.halt.load(Ordering::Relaxed) {
                 break;
@@ -127,11 +147,18 @@ where
                         Some(_) if !self.live => continue,
                         Some(id) => id,
                         None => {
-                            let kept = match rep {
-                                Some(r) => r,
-                                None => reuse.take().expect("a successor"),
-                            };
-                            out.news.push((fp, kept));
+                            if self.encoded {
+                                // Encoded from the reused successor, which stays for the next.
+                                self.hooks.encode(self.model, rep.as_ref().unwrap_or(next), &mut out.news.bytes);
+                                out.news.ends.push(out.news.bytes.len() as u32);
+                            } else {
+                                let kept = match rep {
+                                    Some(r) => r,
+                                    None => reuse.take().expect("a successor"),
+                                };
+                                out.news.states.push(kept);
+                            }
+                            out.fps.push(fp);
                             NEW
                         }
                     };
@@ -146,13 +173,13 @@ where
 }
 
 /// A thread's reused buffers: the action list and the last successor the search dropped.
-struct Scratch<M: Model> {
+pub(super) struct Scratch<M: Model> {
     acts: Vec<M::Action>,
     next: Option<M::State>,
 }
 
 impl<M: Model> Scratch<M> {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Scratch { acts: Vec::new(), next: None }
     }
 }
@@ -160,7 +187,7 @@ impl<M: Model> Scratch<M> {
 /// The search's sequential state: the visited set, the graph, the counts, the decisions.
 struct Run<'a, M: Model> {
     props: &'a [Property<M>],
-    visited: Visited,
+    visited: &'a RwLock<Visited>,
     graph: Option<Graph>,
     found: Vec<Option<NodeId>>,
     generated: usize,
@@ -189,16 +216,18 @@ impl<M: Model> Run<'_, M> {
     /// false when the run ends here.
     fn merge(
         &mut self,
-        out: ChunkOut<M::State>,
+        mut out: ChunkOut<M::State>,
         len: usize,
         depth: usize,
         expand: bool,
         left: &mut usize,
-        next: &mut Vec<Vec<M::State>>,
+        next: &mut Level<M::State>,
     ) -> bool {
         let words = self.props.len().div_ceil(64);
+        let mut visited = self.visited.write().unwrap();
         let mut succs = out.succs.into_iter();
-        let mut news = out.news.into_iter();
+        let mut whole = std::mem::take(&mut out.news.states).into_iter();
+        let mut k = 0; // the next entry of `out.fps`
         let mut start = 0u32;
         for j in 0..out.done {
             let src = self.src;
@@ -232,21 +261,26 @@ impl<M: Model> Run<'_, M> {
             for s in succs.by_ref().take((end - start) as usize) {
                 let target = match s.known {
                     NEW => {
-                        let (fp, state) = news.next().expect("one entry per new successor");
-                        if self.visited.len() >= MAX_NODES {
+                        let fp = out.fps[k];
+                        k += 1;
+                        if visited.len() >= MAX_NODES {
                             self.end = Some(End::Stopped(Stop::Capacity));
                             return false;
                         }
                         // The state bound: never more than `max_states` visited states; a new
                         // one past it stops the run (it may be a repeat within this batch:
                         // conservative, the run is cut all the same).
-                        if self.max_states.is_some_and(|n| self.visited.len() >= n) && self.visited.get(fp).is_none() {
+                        if self.max_states.is_some_and(|n| visited.len() >= n) && visited.get(fp).is_none() {
                             self.end = Some(End::Stopped(Stop::MaxStates));
                             return false;
                         }
-                        match self.visited.insert(fp, src, s.action) {
+                        let state = whole.next();
+                        match visited.insert(fp, src, s.action) {
                             Ok(id) => {
-                                push_state(next, state);
+                                match state {
+                                    Some(state) => next.push_state(state),
+                                    None => next.push_encoded(out.news.encoded(k - 1)),
+                                }
                                 id
                             }
                             Err(id) => id,
@@ -267,59 +301,6 @@ impl<M: Model> Run<'_, M> {
     }
 }
 
-fn push_state<S>(next: &mut Vec<Vec<S>>, s: S) {
-    match next.last_mut() {
-        Some(c) if c.len() < CHUNK => c.push(s),
-        _ => {
-            let mut c = Vec::with_capacity(CHUNK);
-            c.push(s);
-            next.push(c);
-        }
-    }
-}
-
-/// Expand `batch` on `threads` threads; the outputs in chunk order (`None`: never claimed).
-fn expand_batch<M, H>(sh: &Shared<M, H>, batch: Vec<Vec<M::State>>, threads: usize) -> Vec<Option<ChunkOut<M::State>>>
-where
-    M: Model + Sync,
-    M::State: Hash + Send + Sync,
-    M::Action: Send + Sync,
-    H: Hooks<M>,
-{
-    let n = batch.len();
-    if threads <= 1 || n <= 1 {
-        let mut scratch = Scratch::new();
-        return batch.into_iter().map(|c| Some(sh.expand_chunk(c, &mut scratch))).collect();
-    }
-    let inputs: Vec<Mutex<Option<Vec<M::State>>>> = batch.into_iter().map(|c| Mutex::new(Some(c))).collect();
-    let claim = AtomicUsize::new(0);
-    let work = || {
-        let mut scratch = Scratch::new();
-        let mut mine = Vec::new();
-        loop {
-            let i = claim.fetch_add(1, Ordering::Relaxed);
-            if i >= n {
-                return mine;
-            }
-            let chunk = inputs[i].lock().unwrap().take().expect("each chunk is claimed once");
-            mine.push((i, sh.expand_chunk(chunk, &mut scratch)));
-        }
-    };
-    let mut outs: Vec<Option<ChunkOut<M::State>>> = (0..n).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads.min(n)).map(|_| scope.spawn(work)).collect();
-        for (i, o) in work() {
-            outs[i] = Some(o);
-        }
-        for h in handles {
-            for (i, o) in h.join().expect("a search thread panicked") {
-                outs[i] = Some(o);
-            }
-        }
-    });
-    outs
-}
-
 pub(super) fn run<M, H>(model: &M, hooks: &H, opts: &Options) -> Outcome<M::Action>
 where
     M: Model + Sync,
@@ -331,9 +312,11 @@ where
     let props = model.properties();
     let live = props.iter().any(|p| p.expectation == Expectation::Eventually);
     let words = props.len().div_ceil(64);
+    let encoded = hooks.encodes();
+    let visited = RwLock::new(Visited::new());
     let mut run: Run<M> = Run {
         props: &props,
-        visited: Visited::new(),
+        visited: &visited,
         graph: live.then(|| Graph::new(&props)),
         found: vec![None; props.len()],
         generated: 0,
@@ -345,84 +328,129 @@ where
         decided: false,
     };
     // Level 0: the initial states within the boundary, deduplicated in order.
-    let mut level: Vec<Vec<M::State>> = Vec::new();
+    let mut level: Level<M::State> = Level::new();
+    let mut buf = Vec::new();
     for (i, s) in model.init_states().into_iter().enumerate() {
         if !model.within_boundary(&s) {
             continue;
         }
         run.generated += 1;
         let s = hooks.representative(model, &s).unwrap_or(s);
-        if run.visited.insert(fingerprint(&s, opts.seed), ROOT, i as u32).is_ok() {
-            push_state(&mut level, s);
-        }
-    }
-    let roots = run.visited.len();
-    let halt = AtomicBool::new(false);
-    let reason = Mutex::new(None);
-    let mut depth = 0usize;
-    'levels: while !level.is_empty() {
-        let expand = opts.max_depth.is_none_or(|d| depth < d);
-        let mut left: usize = level.iter().map(Vec::len).sum();
-        let mut next: Vec<Vec<M::State>> = Vec::new();
-        let mut chunks = level.into_iter().peekable();
-        while chunks.peek().is_some() {
-            let batch: Vec<Vec<M::State>> = chunks.by_ref().take(threads * BATCH_CHUNKS).collect();
-            let lens: Vec<usize> = batch.iter().map(Vec::len).collect();
-            let progress = Progress {
-                unique: run.visited.len(),
-                generated: run.generated,
-                depth,
-                frontier: left + next.iter().map(Vec::len).sum::<usize>(),
-                visited_bytes: run.visited.bytes(),
-                graph_bytes: run.graph.as_ref().map_or(0, Graph::bytes),
-            };
-            let eval: Vec<bool> = props
-                .iter()
-                .zip(&run.found)
-                .map(|(p, f)| f.is_none() || p.expectation == Expectation::Eventually)
-                .collect();
-            let sh = Shared {
-                model,
-                hooks,
-                props: &props,
-                eval: &eval,
-                visited: &run.visited,
-                seed: opts.seed,
-                words,
-                expand,
-                live,
-                opts,
-                progress,
-                halt: &halt,
-                reason: &reason,
-            };
-            let outs = expand_batch(&sh, batch, threads);
-            for (out, len) in outs.into_iter().zip(lens) {
-                let out = out.unwrap_or_else(ChunkOut::empty);
-                if !run.merge(out, len, depth, expand, &mut left, &mut next) {
-                    if run.end.is_none() {
-                        let r = reason.lock().unwrap().expect("a chunk stops short only for the stop hook");
-                        run.end = Some(End::Stopped(r));
-                    }
-                    break 'levels;
-                }
+        if visited.write().unwrap().insert(fingerprint(&s, opts.seed), ROOT, i as u32).is_ok() {
+            if encoded {
+                buf.clear();
+                hooks.encode(model, &s, &mut buf);
+                level.push_encoded(&buf);
+            } else {
+                level.push_state(s);
             }
         }
-        level = next;
-        depth += 1;
     }
+    let roots = visited.read().unwrap().len();
+    let halt = AtomicBool::new(false);
+    let reason = Mutex::new(None);
+    let mut frontier = FrontierPeak::default();
+    let fixed = Fixed {
+        model,
+        hooks,
+        props: &props,
+        visited: &visited,
+        seed: opts.seed,
+        words,
+        live,
+        opts,
+        halt: &halt,
+        reason: &reason,
+        encoded,
+    };
+    std::thread::scope(|scope| {
+        let pool = Pool::start(scope, &fixed, threads);
+        let mut scratch = Scratch::new();
+        let mut depth = 0usize;
+        'levels: while level.len > 0 {
+            let expand = opts.max_depth.is_none_or(|d| depth < d);
+            let mut left = level.len;
+            let mut level_bytes = level.bytes;
+            let mut next: Level<M::State> = Level::new();
+            let mut chunks = level.chunks.into_iter().peekable();
+            while chunks.peek().is_some() {
+                let batch: Vec<Chunk<M::State>> = chunks.by_ref().take(threads * BATCH_CHUNKS).collect();
+                let lens: Vec<usize> = batch.iter().map(Chunk::len).collect();
+                frontier.see(left + next.len, level_bytes + next.bytes);
+                // This batch's chunks are freed as they are expanded.
+                level_bytes -= batch.iter().map(Chunk::bytes).sum::<usize>();
+                let progress = {
+                    let v = visited.read().unwrap();
+                    Progress {
+                        unique: v.len(),
+                        generated: run.generated,
+                        depth,
+                        frontier: left + next.len,
+                        visited_bytes: v.bytes(),
+                        graph_bytes: run.graph.as_ref().map_or(0, Graph::bytes),
+                    }
+                };
+                let eval: Vec<bool> = props
+                    .iter()
+                    .zip(&run.found)
+                    .map(|(p, f)| f.is_none() || p.expectation == Expectation::Eventually)
+                    .collect();
+                let b = Batch {
+                    inputs: batch.into_iter().map(|c| Mutex::new(Some(c))).collect(),
+                    claim: AtomicUsize::new(0),
+                    eval,
+                    progress,
+                    expand,
+                };
+                let outs = pool.expand(&fixed, &mut scratch, b);
+                for (out, len) in outs.into_iter().zip(lens) {
+                    let out = out.unwrap_or_else(ChunkOut::empty);
+                    if !run.merge(out, len, depth, expand, &mut left, &mut next) {
+                        if run.end.is_none() {
+                            let r = reason.lock().unwrap().expect("a chunk stops short only for the stop hook");
+                            run.end = Some(End::Stopped(r));
+                        }
+                        break 'levels;
+                    }
+                }
+            }
+            frontier.see(next.len, next.bytes);
+            level = next;
+            depth += 1;
+        }
+    });
     let end = run.end.unwrap_or(match run.stopped {
         Some(s) => End::Stopped(s),
         None => End::Exhausted,
     });
-    finish(model, hooks, opts, run, end, roots, threads)
+    let mut o = finish(model, hooks, opts, &run, &visited.read().unwrap(), end, roots, threads);
+    if encoded {
+        (o.frontier_bytes, o.frontier_states) = (frontier.bytes, frontier.states);
+    }
+    o
+}
+
+/// The frontier's largest size in bytes (encoded states), and its state count then.
+#[derive(Default)]
+struct FrontierPeak {
+    bytes: usize,
+    states: usize,
+}
+
+impl FrontierPeak {
+    fn see(&mut self, states: usize, bytes: usize) {
+        if bytes > self.bytes {
+            (self.bytes, self.states) = (bytes, states);
+        }
+    }
 }
 
 fn finish<M, H>(
     model: &M,
     hooks: &H,
     opts: &Options,
-    run: Run<M>,
+    run: &Run<M>,
+    visited: &Visited,
     end: End,
     roots: usize,
     threads: usize,
@@ -432,7 +460,7 @@ where
     M::State: Hash + Eq + Clone,
     H: Hooks<M>,
 {
-    let walker = Walker { model, hooks, visited: &run.visited, seed: opts.seed };
+    let walker = Walker { model, hooks, visited, seed: opts.seed };
     let roots: Vec<NodeId> = (0..roots as NodeId).collect();
     let properties = run
         .props
@@ -465,13 +493,15 @@ where
         .collect();
     Outcome {
         end,
-        unique: run.visited.len(),
+        unique: visited.len(),
         generated: run.generated,
         max_depth: run.max_depth,
         threads,
-        visited_bytes: run.visited.bytes(),
+        visited_bytes: visited.bytes(),
         graph_bytes: run.graph.as_ref().map_or(0, Graph::bytes),
-        collision_probability: collision_probability(run.visited.len() as u64),
+        collision_probability: collision_probability(visited.len() as u64),
+        frontier_bytes: 0,
+        frontier_states: 0,
         properties,
     }
 }

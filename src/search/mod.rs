@@ -18,9 +18,10 @@
 //! (96 bits of its fingerprint and its node number) plus an 8-byte node (the parent's node
 //! number and the index of the action that first reached it) in chunks of 2^16 nodes: 29 to 51
 //! bytes per state with every slack counted ([`Outcome::visited_bytes`]). A look-up reads one
-//! slot line and no node. Full states live only in the frontier (the level being expanded and
-//! the next one). A counterexample is rebuilt by re-executing the model from the initial state
-//! along the chain of parent links.
+//! slot line and no node. States live only in the frontier (the level being expanded and the
+//! next one), whole or, when the hooks encode ([`Hooks::encodes`]), as bytes in per-chunk
+//! arenas, decoded on expansion ([`Outcome::frontier_bytes`]). A counterexample is rebuilt by
+//! re-executing the model from the initial state along the chain of parent links.
 //!
 //! # Fingerprints
 //! MurmurHash3 x64_128 over the words the state's `Hash` writes, with a fixed seed (no
@@ -32,10 +33,11 @@
 //! for a bound nobody needs.
 //!
 //! # Parallelism and determinism
-//! Each level is cut into chunks of 16 states, handed out in batches of 16 chunks per thread.
-//! Threads claim chunks and expand them (the model step, the properties, the representative,
-//! the fingerprint, and a read-only look-up in the visited set that drops successors seen
-//! before the batch); then one thread merges the chunks' candidate successors in chunk order:
+//! Each level is cut into chunks of 16 states, handed out in batches of 16 chunks per thread
+//! to threads started once per run (the caller's and `threads - 1` helpers, each keeping its
+//! scratch buffers). Threads claim chunks and expand them (the model step, the properties,
+//! the representative, the fingerprint, and a read-only look-up in the visited set that drops
+//! successors seen before the batch); then one thread merges the chunks' candidate successors in chunk order:
 //! the first candidate of each new fingerprint gets the next node number and goes to the next
 //! level. The merge visits sources in the order a sequential FIFO search pops them and applies
 //! every decision (first discovery, early stop, state bound) at that source, so every count and
@@ -62,7 +64,9 @@
 
 mod bfs;
 pub mod fingerprint;
+mod frontier;
 mod liveness;
+mod pool;
 mod trace;
 mod visited;
 
@@ -98,6 +102,24 @@ pub trait Hooks<M: Model>: Sync {
     /// Only `Eventually` properties read it. The default: no action is fair.
     fn fairness_class(&self, _model: &M, _a: &M::Action) -> Option<u8> {
         None
+    }
+
+    /// Frontier compaction: true when the search keeps frontier states as bytes
+    /// ([`Hooks::encode`] when a state joins the frontier, [`Hooks::decode`] when it is
+    /// expanded) instead of whole. The default: false (neither is called).
+    fn encodes(&self) -> bool {
+        false
+    }
+
+    /// Append `s`'s encoding to `out` (called only when [`Hooks::encodes`]). The state it
+    /// decodes to must equal `s` and hash as `s` does.
+    fn encode(&self, _model: &M, _s: &M::State, _out: &mut Vec<u8>) {
+        unreachable!("Hooks::encode is called only when Hooks::encodes() is true")
+    }
+
+    /// The state `bytes` encode (called only when [`Hooks::encodes`]).
+    fn decode(&self, _model: &M, _bytes: &[u8]) -> M::State {
+        unreachable!("Hooks::decode is called only when Hooks::encodes() is true")
     }
 }
 
@@ -219,6 +241,11 @@ pub struct Outcome<A> {
     pub graph_bytes: usize,
     /// The estimated probability that a fingerprint collision pruned a state.
     pub collision_probability: f64,
+    /// Encoded frontiers ([`Hooks::encodes`]): the frontier's largest size in bytes (its
+    /// chunks' arenas, by capacity), taken before each batch and at each level's end, and its
+    /// state count then (0 and 0 when states stay whole).
+    pub frontier_bytes: usize,
+    pub frontier_states: usize,
     /// One per property, in `properties()` order.
     pub properties: Vec<PropertyOutcome<A>>,
 }

@@ -29,7 +29,7 @@ pub struct Ctx<'a> {
 }
 
 /// A transfer handler of the worker (transfers complete in submission order per handler).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Direction {
     /// GPU -> host stores.
     Store,
@@ -37,7 +37,7 @@ pub enum Direction {
     Load,
 }
 
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Engine {
     pub pool: GpuPool,
     pub reqs: Vec<ReqState>,
@@ -90,7 +90,7 @@ clone_fields!(Engine {
 });
 
 /// A batch in flight: what was scheduled and what the worker reported for it.
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Batch {
     pub(crate) out: SchedOut,
     pub(crate) wout: WorkerOut,

@@ -5,7 +5,7 @@
 //! `marks` record what the *last* transition did, for the `sometimes` reachability guards.
 
 /// A predicate checked inside transitions. Each maps to one property of the catalogue.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 #[repr(u32)]
 pub enum Breach {
     /// A forward pass read KV that is not the request's own prefix (kv-read-integrity).
@@ -55,7 +55,7 @@ pub enum Breach {
 }
 
 /// What a transition did, for reachability guards.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 #[repr(u32)]
 pub enum Mark {
     G1Hit = 1 << 0,
@@ -113,7 +113,7 @@ pub enum Mark {
     PdNonBridgedRetry = 1 << 30,
 }
 
-#[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Default, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Ghost {
     pub violations: u32,
     pub marks: u32,

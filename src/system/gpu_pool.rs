@@ -20,7 +20,7 @@ const OUT: u32 = u32::MAX - 1;
 
 /// Which tier a pool serves; decides only how an eviction and a broken reference count are
 /// reported (G1 events and g1-accounting, or host events and host-accounting).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Medium {
     Gpu,
     /// SimpleCPU's CPU `BlockPool` (`SimpleCPUOffloadScheduler.cpu_block_pool`).
@@ -28,7 +28,7 @@ pub enum Medium {
 }
 
 /// The G1 pool (or, with [`Medium::Cpu`], SimpleCPU's CPU pool).
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GpuPool {
     pub medium: Medium,
     pub ref_cnt: Vec<u16>,

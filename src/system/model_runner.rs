@@ -19,7 +19,7 @@ use crate::system::collections::clone_fields;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
-#[derive(Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct WorkerOut {
     pub(crate) completed: Vec<JobId>,
     pub(crate) finished_recving: Vec<ReqId>,

@@ -9,7 +9,7 @@ use super::types::{BlockHash, BlockId, ReqId, Status};
 use super::workload::RequestSpec;
 use crate::system::collections::clone_fields;
 
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ReqState {
     pub status: Status,
     /// `num_computed_tokens` (optimistic: counts scheduled tokens).

@@ -26,7 +26,7 @@ pub type JobId = u32;
 
 /// Chained prefix hash of one full block: it fingerprints every token up to the block's end
 /// (vLLM `hash_block_tokens` with `NONE_HASH` as the parent of block 0).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize)]
 pub struct BlockHash(pub u64);
 
 impl fmt::Debug for BlockHash {
@@ -68,7 +68,7 @@ pub fn fold_token_iter(parent: BlockHash, tokens: impl IntoIterator<Item = Token
 }
 
 /// Why a piece of KV is known to be wrong.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, serde::Serialize, serde::Deserialize)]
 pub enum BadKind {
     /// Computed by a forward pass that attended to wrong KV.
     Tainted,
@@ -79,7 +79,7 @@ pub enum BadKind {
 }
 
 /// What a GPU block or host chunk really holds.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum ContentTag {
     /// Never written since allocation (or a load has not landed yet).
     Empty,
@@ -107,7 +107,7 @@ impl fmt::Debug for ContentTag {
 }
 
 /// Why a request finished (vLLM `RequestStatus.FINISHED_*`).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, serde::Serialize, serde::Deserialize)]
 pub enum FinishReason {
     Stopped,
     LengthCapped,
@@ -127,7 +127,7 @@ impl FinishReason {
 }
 
 /// Request status (vLLM `RequestStatus`), plus `Pending` for a request that has not arrived.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Status {
     Pending,
     Waiting,

@@ -2,7 +2,7 @@
 //! its members) and cheap to test.
 
 /// A small growable bit set with a canonical representation (no trailing zero words).
-#[derive(PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct BitSet(Vec<u64>);
 
 impl Clone for BitSet {

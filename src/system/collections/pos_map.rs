@@ -7,7 +7,7 @@ use crate::system::types::BlockHash as Key;
 /// arrive in increasing order, so an insert is usually a push. Compares and hashes exactly as
 /// a `BTreeMap<u32, Key>` (a length, then each pair), so states keep their
 /// fingerprints.
-#[derive(PartialEq, Eq, Hash, Default)]
+#[derive(PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
 pub struct PosMap(Vec<(u32, Key)>);
 
 impl Clone for PosMap {

@@ -16,7 +16,7 @@ pub type Rank = (u64, i64);
 
 use std::collections::VecDeque;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 struct Bucket<T> {
     /// Sorted by (minor, T); `false` = removed (kept for order until trimmed).
     items: VecDeque<(i64, T, bool)>,
@@ -78,7 +78,7 @@ impl<T: Ord + Copy> Bucket<T> {
 }
 
 /// See the module documentation.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RankQueue<T> {
     /// `fresh[i]` holds the entry of rank `(lo + i, 0)`, if any.
     lo: u64,
@@ -357,7 +357,8 @@ impl<T: Ord + Copy> PartialEq for RankQueue<T> {
 
 /// The host tier's evictable set: a `BTreeSet` in the checker (hashed exactly as one), a
 /// [`RankQueue`] in trace replay. Same order either way.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(bound(deserialize = "T: Ord + serde::Deserialize<'de>"))]
 pub enum RankSet<T> {
     Tree(std::collections::BTreeSet<(Rank, T)>),
     Queue(Box<RankQueue<T>>),

@@ -68,9 +68,21 @@ impl<T> Eq for Side<T> {}
 impl<T> Hash for Side<T> {
     fn hash<H: Hasher>(&self, _: &mut H) {}
 }
+// Not state: the search's encoded frontier (`crate::search`) keeps none of it, and the checker
+// never turns it on. It encodes to nothing and decodes as off.
+impl<T> serde::Serialize for Side<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit()
+    }
+}
+impl<'de, T> serde::Deserialize<'de> for Side<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <()>::deserialize(d).map(|()| Side(None))
+    }
+}
 
 /// A small value outside the state, kept inline: always equal, never hashed.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct SideVal<T>(pub T);
 
 impl<T> PartialEq for SideVal<T> {
@@ -170,7 +182,10 @@ pub struct ReadCache {
 /// The hash form keeps an auxiliary value `A` next to each entry: replay's side data about
 /// the key, in the same cache line as the entry (the tree form has none). It is not part of
 /// the map's contents: equality and hashing ignore it.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(bound(
+    deserialize = "K: Ord + Hash + serde::Deserialize<'de>, V: serde::Deserialize<'de>, A: serde::Deserialize<'de>"
+))]
 pub enum KeyMap<K, V, A = ()> {
     Tree(BTreeMap<K, V>),
     Hash(FastMap<K, (V, A)>),

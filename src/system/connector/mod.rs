@@ -35,7 +35,7 @@ pub use offloading::{Job, JobKind, OffloadingReq, OffloadingState, Phase};
 pub use simple_cpu::SimpleCpuState;
 
 /// Which connector an engine runs, with its state.
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Connector {
     None,
     Offloading(Box<OffloadingState>),
@@ -266,7 +266,7 @@ impl ConnCtx<'_> {
 }
 
 /// One request in a step's `SchedulerOutput`.
-#[derive(Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Scheduled {
     pub req: ReqId,
     /// `num_computed_tokens` before this step: the forward computes `[start, start+tokens)`.
@@ -285,7 +285,7 @@ pub struct Scheduled {
 clone_fields!(Scheduled { req, start, tokens, blocks, full_table, samples, resumed });
 
 /// The parts of `SchedulerOutput` the connector and the worker read.
-#[derive(Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SchedOut {
     /// In `num_scheduled_tokens` order: running requests, then admissions.
     pub scheduled: Vec<Scheduled>,

@@ -19,7 +19,7 @@ pub use scheduler::{AuxMeta, AuxSched};
 pub use worker::{Crash, Forwarded, RowsOutput, WorkerReq};
 
 /// The rows a request's client has received so far (`routed_experts_chunks`).
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct RowsRecord {
     /// Position of the first row, if any.
     pub first: Option<u32>,
@@ -53,7 +53,7 @@ impl RowsRecord {
 }
 
 /// Everything router replay adds to one engine.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct AuxState {
     pub(crate) sched: AuxSched,
     pub(crate) row_store: RowStore,

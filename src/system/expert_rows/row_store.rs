@@ -11,7 +11,7 @@
 use crate::system::types::BlockHash;
 use std::collections::BTreeMap;
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RowStore {
     /// `num_slots` (objects); grows when everything is referenced.
     pub capacity: u32,

@@ -25,7 +25,7 @@ pub struct AuxMeta {
     pub(crate) released: Vec<BlockHash>,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct AuxSched {
     /// `_sent_hash_counts`.
     sent: Vec<Option<u32>>,

@@ -14,7 +14,7 @@ use super::row_store::RowStore;
 use crate::system::types::{BlockHash, ReqId};
 
 /// `_WorkerRequestState` plus the request's buffer tail.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct WorkerReq {
     /// `aux_output_keys`: block hashes sent so far, block 0 first.
     pub(crate) keys: Vec<BlockHash>,
@@ -39,7 +39,7 @@ pub enum Crash {
 }
 
 /// One request's rows in one step: positions `[start, end)` (end = the step's token end).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct RowsOutput {
     pub(crate) req: ReqId,
     pub(crate) start: u32,

@@ -62,7 +62,7 @@ impl PdSys {
 }
 
 /// Where the router is with one request.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Route {
     /// P has not answered.
     Prefill,
@@ -77,14 +77,14 @@ pub enum Route {
 }
 
 /// The decode instance and the router.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PdState {
     pub d: Engine,
     pub route: Vec<Route>,
 }
 
 /// An input of the decode side.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub enum PdInput {
     /// The router sends request `r` to D with P's `kv_transfer_params`.
     Send(u16),

@@ -21,7 +21,7 @@
 use crate::system::rules::RouterMerge;
 
 /// One instance's `/generate` answer.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Resp {
     /// The start the response names.
     pub start: u32,

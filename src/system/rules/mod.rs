@@ -46,7 +46,7 @@ pub enum FinishWatermark {
 }
 
 /// The host tier's eviction order (OffloadingConnector's CPU manager, `cpu/policies/lru.py`).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub enum HostLru {
     /// 0.24: an ordered list of evictable keys; a key joins the MRU end when it becomes
     /// evictable (store or last load completes), and the connector's `touch` moves a request's

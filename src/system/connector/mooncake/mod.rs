@@ -41,7 +41,7 @@ use crate::system::workload::{RequestSpec, Workload};
 use std::collections::BTreeMap;
 
 /// `LoadSpec` (data.py) for one request.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LoadSpec {
     /// `vllm_cached_tokens`: the local hit the lookup was resolved against.
     pub(crate) vllm_cached: u32,
@@ -55,7 +55,7 @@ pub struct LoadSpec {
 
 /// `RequestTracker`, the fields that decide saves (its block-id mirror is not kept: save jobs
 /// take the core's current block table, `_apply_current_save_block_ids`).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Tracker {
     /// `token_len`: tokens computed once this step's forward is done.
     pub(crate) token_len: u32,
@@ -66,7 +66,7 @@ pub struct Tracker {
 }
 
 /// The sending thread's ledger for one request (`stored_requests[r]`, `_saved_offset[r]`).
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Ledger {
     /// Save jobs of this request still queued or running, ascending.
     pub(crate) live: Vec<JobId>,
@@ -75,7 +75,7 @@ pub struct Ledger {
 }
 
 /// Everything the connector keeps per request.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct MooncakeReq {
     /// `load_specs[r]`.
     pub(crate) load_spec: Option<LoadSpec>,
@@ -88,7 +88,7 @@ pub struct MooncakeReq {
 }
 
 /// A save (put) job: `ReqMeta` with `can_save` and its `store_job_id`.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SaveJob {
     pub(crate) id: JobId,
     pub(crate) req: ReqId,
@@ -105,7 +105,7 @@ pub struct SaveJob {
 }
 
 /// A load job: `ReqMeta` with a `can_load` LoadSpec.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LoadJob {
     pub(crate) id: JobId,
     pub(crate) req: ReqId,
@@ -118,7 +118,7 @@ pub struct LoadJob {
 }
 
 /// The connector's state, the shared pool, and the worker's threads.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct MooncakeState {
     /// The Mooncake pool: key (block hash) -> the KV put under it.
     pub(crate) pool: BTreeMap<BlockHash, ContentTag>,

@@ -25,7 +25,7 @@ use crate::system::types::{cdiv, BadKind, BlockId, ContentTag, JobId, ReqId};
 use std::collections::BTreeSet;
 
 /// One read of a producer's blocks into D's blocks.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Recv {
     pub(crate) req: ReqId,
     /// D's blocks to fill, the request's block indices `first..`.
@@ -36,7 +36,7 @@ pub struct Recv {
 }
 
 /// The consumer's scheduler and worker state.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NixlConsumer {
     /// `do_remote_prefill` still set, per request.
     pub(crate) remote: Vec<bool>,

@@ -55,7 +55,7 @@ use crate::system::types::{cdiv, BlockId, ContentTag, FinishReason, ReqId, Statu
 use crate::system::workload::{RequestSpec, Workload};
 
 /// A finished request whose blocks wait for the consumer (`_reqs_need_send`).
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Send {
     pub(crate) req: ReqId,
     /// `remote_block_ids`: the request's block table when it finished.
@@ -68,7 +68,7 @@ pub struct Send {
 }
 
 /// The connector's state and the worker's host transfer buffer.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct NixlState {
     /// `host_xfer_buffers`: what each GPU block id's host slot holds.
     pub(crate) host: Vec<ContentTag>,

@@ -25,7 +25,7 @@ use super::host_tier::Key;
 use std::collections::BTreeSet;
 
 /// `target_t1_size` as the bits of an f64 (Eq/Hash on the bits; never -0.0 or NaN).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Target(u64);
 
 impl Target {
@@ -37,7 +37,7 @@ impl Target {
     }
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ArcLists {
     pub t1: Vec<Key>,
     pub t2: Vec<Key>,

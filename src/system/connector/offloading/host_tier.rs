@@ -58,7 +58,7 @@ pub enum Lookup {
     Hit,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct HostEntry {
     /// -1 write pending, 0 evictable, k > 0 pinned by k loads.
     pub ref_cnt: i32,
@@ -69,7 +69,7 @@ pub struct HostEntry {
 }
 
 /// The manager's per-request context (`ReqContext` + `_RequestCacheAccess` + `_RequestRank`).
-#[derive(PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct ReqAccess {
     pub rank: Option<u64>,
     /// Keys this request has offered, loaded or reused, with their end-token positions.
@@ -92,7 +92,7 @@ pub struct StoreOut {
     pub evicted: Vec<Key>,
 }
 
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct HostTier {
     pub capacity: u32,
     num_allocated: u32,

@@ -28,7 +28,7 @@ use crate::system::workload::RequestSpec;
 use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
-#[derive(PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct OffloadingReq {
     /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
     pub(crate) num_keys: u32,
@@ -66,14 +66,14 @@ clone_fields!(OffloadingReq {
     refused
 });
 
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub enum JobKind {
     Store,
     Load { sync: bool },
 }
 
 /// Where a job is in the worker's pipeline.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Phase {
     /// In this step's metadata; not yet handed to the worker.
     Built,
@@ -89,7 +89,7 @@ pub enum Phase {
     Reported,
 }
 
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Job {
     pub(crate) id: JobId,
     pub(crate) req: ReqId,
@@ -121,7 +121,7 @@ impl Job {
 }
 
 /// The connector's scheduler-side state plus its host tier.
-#[derive(PartialEq, Eq, Hash, Debug)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct OffloadingState {
     pub(crate) reqs: Vec<Option<OffloadingReq>>,
     /// Jobs not yet completed, ascending id.
@@ -140,7 +140,7 @@ clone_fields!(OffloadingState { reqs, jobs, next_job, fences, host, held });
 /// fix-final-store (`final_store_waits`): a finished request whose blocks the connector keeps
 /// (`request_finished` returned `delay_free_blocks`) until its last store is settled and
 /// copied; the worker then reports it in `finished_sending` and the scheduler frees them.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Held {
     pub(crate) req: ReqId,
     /// Its last store was refused for lack of room and is offered again at the next step.

@@ -19,7 +19,7 @@ use crate::system::collections::rank_queue::{first_n, RankQueue};
 use crate::system::collections::side::Side;
 use crate::system::rules::HostLru;
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct RefOrder {
     /// Eviction order, first = next victim (with the 0.33 rank; unused by the other policies).
     pub(crate) list: Vec<(Key, Rank)>,
@@ -34,7 +34,7 @@ clone_fields!(RefOrder { list, indexed });
 /// 0.32 lists) use the sequence as their order rank. Where each key sits ([`RefPlace`]) is
 /// kept by the caller next to the key's host entry (the host tier's map's side value), so
 /// that the reference costs no lookup of its own.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Indexed {
     by_place: RankQueue<(u64, Key)>,
     seq: u64,
@@ -43,7 +43,7 @@ struct Indexed {
 /// Where the indexed list holds a key: its arrival sequence (0: not listed; the top bit set
 /// when its place is its rank, as in 0.33 lists, else the place is `(sequence, 0)`) and its
 /// carried rank. Replay's side data, stored with the key's host entry.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct RefPlace {
     seq: u64,
     rank: Rank,

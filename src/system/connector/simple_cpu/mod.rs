@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 
 /// `StoreRequestState` (eager mode): the mirror of the request's block table (from
 /// `yield_req_data`), the store cursor (`num_stored_blocks`), its pending store events.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct StoreRequestState {
     pub(crate) mirror: Vec<BlockId>,
     pub(crate) cursor: u32,
@@ -41,7 +41,7 @@ pub struct StoreRequestState {
 
 /// `_pending_cpu_hits[req]`: the CPU hit blocks a lookup pinned, its hit length and the local
 /// prefix (`num_computed_tokens`) it was resolved against.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PendingHit {
     pub(crate) blocks: Vec<BlockId>,
     pub(crate) hit: u32,
@@ -49,7 +49,7 @@ pub struct PendingHit {
 }
 
 /// `LoadRequestState` with its `TransferMeta` (CPU block i is copied into GPU block i).
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LoadRequestState {
     pub(crate) gpu: Vec<BlockId>,
     pub(crate) cpu: Vec<BlockId>,
@@ -59,7 +59,7 @@ pub struct LoadRequestState {
 }
 
 /// Everything SimpleCPU keeps per request.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct SimpleCpuReq {
     pub(crate) store: Option<StoreRequestState>,
     pub(crate) pending: Option<PendingHit>,
@@ -73,7 +73,7 @@ pub struct SimpleCpuReq {
 }
 
 /// A store's blocks (`TransferMeta`): GPU block i is copied into CPU block i.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Transfer {
     pub(crate) gpu: Vec<BlockId>,
     pub(crate) cpu: Vec<BlockId>,
@@ -86,7 +86,7 @@ pub struct Transfer {
 
 /// A store event: all stores of one step (`_store_event_to_blocks` + `_store_event_to_reqs`),
 /// and where the worker is with its copy.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct StoreEvent {
     pub(crate) id: u32,
     pub(crate) parts: Vec<Transfer>,
@@ -110,7 +110,7 @@ impl StoreEvent {
 }
 
 /// A load event: all loads of one step (`_load_event_to_reqs`), with the worker's copy list.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct LoadEvent {
     pub(crate) id: u32,
     pub(crate) reqs: Vec<ReqId>,
@@ -120,7 +120,7 @@ pub struct LoadEvent {
 }
 
 /// SimpleCPU's scheduler-side state, its CPU pool, and the worker's view of its events.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SimpleCpuState {
     /// `cpu_block_pool`.
     pub cpu: GpuPool,
