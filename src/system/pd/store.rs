@@ -35,7 +35,7 @@ use crate::system::types::{BlockHash, BlockId, JobId, ReqId};
 use std::collections::BTreeSet;
 
 /// `MultiConnector([nixl, MooncakeStoreConnector])` on one instance of the pair.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PdStore<A> {
     pub(crate) nixl: A,
     pub(crate) store: MooncakeState,
