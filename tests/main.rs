@@ -18,6 +18,7 @@ mod models;
 mod mooncake;
 mod nixl;
 mod parsers;
+mod pd_replay;
 mod pd_rows;
 mod replay;
 mod reproduce;

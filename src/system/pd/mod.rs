@@ -216,9 +216,19 @@ pub fn inputs(sys: &System, e: &Engine, out: &mut Vec<PdInput>) {
 
 /// Apply a decode-side input; false when it has nothing to act on.
 pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Events) -> bool {
+    let mut dev = if ev.is_on() { Events::on() } else { Events::off() };
+    let ok = apply_with(sys, pd, e, a, ev, &mut dev);
+    for x in dev.list {
+        ev.emit(|| Event::Decode { ev: Box::new(x) });
+    }
+    ok
+}
+
+/// [`apply`] with D's own events `dev` (trace replay counts D's statistics there); D's
+/// events stay in `dev`.
+pub fn apply_with(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Events, dev: &mut Events) -> bool {
     let Some(mut st) = e.pd.take() else { return false };
     let ctx = pd.ctx(&sys.rules);
-    let mut dev = if ev.is_on() { Events::on() } else { Events::off() };
     let ok = match a {
         PdInput::Send(r) => {
             if !matches!(st.route[r as usize], Route::Prefilled(_)) {
@@ -228,14 +238,14 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
                     st.route[r as usize] = Route::Decoding(p);
                 }
                 st.d.conn.nixl_decode_mut().expect("D runs the consumer").remote_prefill(r);
-                st.d.arrive(ctx, r, &mut dev);
+                st.d.arrive(ctx, r, dev);
                 let name = pd.wl.requests[r as usize].name.clone();
                 dev.emit(|| Event::Router { text: format!("router sends {name} to D with P's kv_transfer_params") });
                 true
             }
         }
         PdInput::Step => {
-            st.d.step(ctx, &Default::default(), &mut dev);
+            st.d.step(ctx, &Default::default(), dev);
             true
         }
         PdInput::ReadDone | PdInput::ReadFails(_) => {
@@ -266,7 +276,7 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
                 .unwrap_or_default();
             e.consumer_read(sys.ctx(), x.req, ev);
             let mut cx =
-                crate::system::connector::WorkerCtx { ctx, pool: &mut st.d.pool, ghost: &mut st.d.ghost, ev: &mut dev };
+                crate::system::connector::WorkerCtx { ctx, pool: &mut st.d.pool, ghost: &mut st.d.ghost, ev: dev };
             st.d.conn.nixl_decode_mut().expect("D runs the consumer").read_done(x.req, &tags, fail, &mut cx);
             st.d.ghost.mark(Mark::PdRemoteLoad);
             let blocks = x.blocks.clone();
@@ -277,9 +287,6 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
     // D's flags and marks are the system's.
     e.ghost.violations |= st.d.ghost.violations;
     e.ghost.marks |= st.d.ghost.marks;
-    for x in dev.list {
-        ev.emit(|| Event::Decode { ev: Box::new(x) });
-    }
     e.pd = Some(st);
     ok
 }
