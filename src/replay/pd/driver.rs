@@ -11,7 +11,7 @@ use crate::scope::replay::{Load, ReplayModel, Router, SameTime};
 use crate::system::events::ReqStats;
 use crate::system::input::{apply_in_place, Arrivals, Environment, Faults, Input, StreamInput, System};
 use crate::system::pd::{self, PdInput, PdSys, Route};
-use crate::system::types::{ReqId, Status, Token};
+use crate::system::types::{ReqId, Token};
 use crate::system::{EndKind, RequestSpec, Rules, Workload};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -138,6 +138,11 @@ impl<'a> PdDriver<'a> {
         Ok(d)
     }
 
+    /// `load = "sessions"`: a session not started yet has a place.
+    fn session_waits(&self) -> bool {
+        matches!(self.model.replay.load, Load::Sessions(n) if self.active_sessions < n) && !self.fresh.is_empty()
+    }
+
     /// Run to the end of the trace, to the first violation, or to Ctrl-C.
     pub(super) fn run(&mut self, tick: &mut dyn FnMut(u32)) -> Result<Option<Found>> {
         let total = self.trace.rows.len() as u32;
@@ -158,7 +163,8 @@ impl<'a> PdDriver<'a> {
             let busy_min = busy.iter().map(|&(_, _, c)| c).min();
             let now = match busy_min {
                 Some(t) => t,
-                None if !self.eligible.is_empty() => self.now,
+                // A refused session's place may go to a session waiting for one.
+                None if !self.eligible.is_empty() || self.session_waits() => self.now,
                 None => match self.timed.peek() {
                     Some(Reverse((t, _))) => (*t).max(self.now),
                     None => break,
