@@ -238,6 +238,10 @@ pub struct ReplayReport {
     pub requests: Option<Vec<crate::replay::RequestRow>>,
     /// `--per-session`: one row per session (null otherwise).
     pub sessions: Option<Vec<crate::replay::report::SessionRow>>,
+    /// P/D models: each instance's metrics and router-replay figures, each router's answers
+    /// (null for colocated engines).
+    #[serde(default)]
+    pub pd: Option<crate::replay::pd::PdSummary>,
 }
 
 /// `kvmc replay SCENARIO.toml --format json`.

@@ -20,6 +20,7 @@ mod mooncake;
 mod nixl;
 mod parsers;
 mod pd_decode_saved;
+mod pd_replay;
 mod pd_rows;
 mod replay;
 mod reproduce;

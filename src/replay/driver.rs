@@ -217,6 +217,11 @@ impl<'a> Driver<'a> {
         Ctx { cfg: &model.cfg, rules, wl }
     }
 
+    /// `load = "sessions"`: a session not started yet has a place.
+    fn session_waits(&self) -> bool {
+        matches!(self.model.replay.load, Load::Sessions(n) if self.active_sessions < n) && !self.fresh.is_empty()
+    }
+
     /// Run to the end of the trace, to the first violation, or to Ctrl-C (then
     /// `interrupted` is set and the counts are those reached). `tick` is called now and then
     /// with the number of finished rows.
@@ -237,7 +242,8 @@ impl<'a> Driver<'a> {
             let busy_min = self.inst.iter().filter(|i| i.busy()).map(|i| i.clock).min();
             let now = match busy_min {
                 Some(t) => t,
-                None if !self.eligible.is_empty() => self.now,
+                // A refused session's place may go to a session waiting for one.
+                None if !self.eligible.is_empty() || self.session_waits() => self.now,
                 None => match self.timed.peek() {
                     Some(Reverse((t, _))) => (*t).max(self.now),
                     None => break,

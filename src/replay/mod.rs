@@ -12,10 +12,13 @@
 //! - `export`: a violation's history as a model file and a scenario (`kvmc replay` and
 //!   `kvmc explore --path` re-run it).
 //! - [`scenario`]: `kvmc replay` of a kvmc scenario file (the checker's own model and actions).
+//! - [`pd`]: P/D pairs behind prime-rl's router (a model with `connector = "nixl"` and
+//!   `[router_replay]`), per-instance metrics with the router-replay figures.
 
 mod driver;
 mod export;
 pub mod invariants;
+pub mod pd;
 mod pool_checks;
 mod predicates;
 mod reached;
@@ -165,6 +168,8 @@ pub struct Outcome {
     pub peak_rss_bytes: Option<u64>,
     /// Ctrl-C stopped the replay: the metrics and checks are those reached (incomplete).
     pub interrupted: bool,
+    /// P/D pairs: each instance's metrics and each router's answers (None: colocated).
+    pub pd: Option<pd::PdSummary>,
 }
 
 fn metrics_of(s: &Stats, steps: u64, actions: u64, clock: u64) -> Metrics {
@@ -208,12 +213,40 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
             }
         }
     }
-    let mut d = driver::Driver::new(trace, model, rules, full_every, skip)?;
     let bar = opts.progress.then(|| {
         let pb = indicatif::ProgressBar::new(trace.rows.len() as u64);
         pb.set_style(crate::util::progress_style("requests"));
         pb
     });
+    if model.cfg.connector_kind() == crate::system::ConnectorKind::Nixl {
+        let run = pd::run(trace, model, rules, &profile, full_every, skip, &mut |n| {
+            if let Some(pb) = &bar {
+                pb.set_position(u64::from(n));
+            }
+        })?;
+        if let Some(pb) = bar {
+            pb.finish_and_clear();
+        }
+        return Ok(Outcome {
+            trace: trace.path.clone(),
+            format: trace.format.name(),
+            model: model.name.clone(),
+            profile,
+            variant: opts.variant.clone(),
+            engines: 2 * model.replay.pairs,
+            pools: crate::scope::replay::Pools::of(&model.cfg),
+            metrics: run.total,
+            per_engine: Vec::new(),
+            checks: run.checks,
+            finding: run.finding,
+            requests: run.requests,
+            seconds: start.elapsed().as_secs_f64(),
+            peak_rss_bytes: crate::stop::peak_rss_bytes(),
+            interrupted: run.interrupted,
+            pd: Some(run.summary),
+        });
+    }
+    let mut d = driver::Driver::new(trace, model, rules, full_every, skip)?;
     let found = d.run(&mut |n| {
         if let Some(pb) = &bar {
             pb.set_position(u64::from(n));
@@ -286,6 +319,7 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
         seconds: start.elapsed().as_secs_f64(),
         peak_rss_bytes: crate::stop::peak_rss_bytes(),
         interrupted: d.interrupted,
+        pd: None,
     })
 }
 

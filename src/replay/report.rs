@@ -79,6 +79,54 @@ fn metrics_lines(s: &mut String, m: &Metrics, indent: &str) {
     );
 }
 
+/// P/D pairs: each instance's metrics with its router-replay figures, each router's answers.
+fn pd_lines(s: &mut String, pd: &super::pd::PdSummary) {
+    let _ = writeln!(
+        s,
+        "  {:<26} {} pair{}, routing: {}",
+        "P/D",
+        pd.pairs,
+        if pd.pairs == 1 { "" } else { "s" },
+        pd.routing
+    );
+    for r in &pd.routers {
+        let _ = writeln!(
+            s,
+            "  {:<26} {} merged, {} HTTP 500 from the row merge, {} HTTP 500 from a failed stage",
+            format!("pair {} router", r.pair),
+            thousands(r.merged),
+            thousands(r.http_500_merge),
+            thousands(r.http_500_stage)
+        );
+    }
+    for i in &pd.instances {
+        let _ = writeln!(s, "  pair {} {}:", i.pair, i.role);
+        metrics_lines(s, &i.metrics, "    ");
+        let x = &i.rows;
+        let row = |s: &mut String, k: &str, v: String| {
+            let _ = writeln!(s, "    {k:<26} {v}");
+        };
+        row(
+            s,
+            "rows emitted",
+            format!("{} ({} read back from the row store)", thousands(x.rows_emitted), thousands(x.rows_from_store)),
+        );
+        row(
+            s,
+            "loads clamped",
+            format!("{} ({} tokens given up, recomputed)", thousands(x.loads_clamped), thousands(x.clamped_tokens)),
+        );
+        row(
+            s,
+            "hits cut",
+            format!("{} ({} tokens given up, recomputed)", thousands(x.hits_cut), thousands(x.cut_tokens)),
+        );
+        if i.role == "decode" {
+            row(s, "remote hit (NIXL reads)", format!("{} tokens", thousands(x.remote_hit_tokens)));
+        }
+    }
+}
+
 /// The text report of a trace replay.
 pub fn text(o: &Outcome) -> String {
     let mut s = String::new();
@@ -105,6 +153,9 @@ pub fn text(o: &Outcome) -> String {
         );
     }
     metrics_lines(&mut s, &o.metrics, "  ");
+    if let Some(pd) = &o.pd {
+        pd_lines(&mut s, pd);
+    }
     if o.per_engine.len() > 1 {
         for (i, m) in o.per_engine.iter().enumerate() {
             let _ = writeln!(s, "  engine {i}:");
@@ -315,6 +366,7 @@ pub fn json(o: &Outcome, per_request: bool, per_session: bool) -> serde_json::Va
         "peak_rss_bytes": o.peak_rss_bytes,
         "requests": if per_request { serde_json::to_value(&o.requests).unwrap_or_default() } else { serde_json::Value::Null },
         "sessions": if per_session { serde_json::to_value(sessions(o)).unwrap_or_default() } else { serde_json::Value::Null },
+        "pd": o.pd,
     })
 }
 

@@ -49,6 +49,8 @@ pub(crate) struct RawReplay {
     engines: Option<Spanned<u32>>,
     #[serde(default)]
     router: Option<Spanned<String>>,
+    #[serde(default)]
+    pairs: Option<Spanned<u32>>,
 }
 
 /// When requests arrive.
@@ -130,6 +132,9 @@ pub struct ReplayCfg {
     pub engines: u32,
     pub router: Router,
     pub same_time: SameTime,
+    /// P/D models (`connector = "nixl"` with `[router_replay]`): prefill/decode pairs behind
+    /// one router (src/replay/pd.rs).
+    pub pairs: u32,
 }
 
 impl Default for ReplayCfg {
@@ -147,6 +152,7 @@ impl Default for ReplayCfg {
             engines: 1,
             router: Router::RoundRobin,
             same_time: SameTime::ArrivalsFirst,
+            pairs: 1,
         }
     }
 }
@@ -239,12 +245,14 @@ impl ReplayModel {
     /// `[[request]]` entries, if any, are ignored).
     pub fn parse(name: &str, path: &Path, text: &str) -> Result<ReplayModel> {
         let (raw, profile, cfg, warnings) = parse_engine(path, text)?;
-        if cfg.connector_kind() == crate::system::ConnectorKind::Nixl {
-            // Nothing in a trace plays the decode instance that reads the held blocks.
+        let pd = cfg.connector_kind() == crate::system::ConnectorKind::Nixl;
+        if pd && cfg.router_replay.is_none() {
+            // Replay's decode instance is the P/D system's (src/system/pd), which needs router
+            // replay.
             return Err(KvmcError::input(
                 path,
                 1,
-                "trace replay does not model the NIXL consumer (connector = \"nixl\" is for kvmc check)",
+                "trace replay models NIXL as a P/D pair with router replay: connector = \"nixl\" needs a [router_replay] table",
             ));
         }
         let (description, rr) = raw_parts(raw);
@@ -362,6 +370,27 @@ impl ReplayModel {
                 r.engines = *n.get_ref();
                 rr_engines_line = Some(at(n.span()));
             }
+            if let Some(n) = &x.pairs {
+                if !pd {
+                    return Err(bad(
+                        n.span(),
+                        "pairs goes with a P/D model (connector = \"nixl\" with [router_replay]); use engines".into(),
+                    ));
+                }
+                if !(1..=512).contains(n.get_ref()) {
+                    return Err(bad(n.span(), format!("pairs must be 1..=512, got {}", n.get_ref())));
+                }
+                if let Some(e) = &x.engines {
+                    return Err(bad(e.span(), "a P/D model takes pairs = N, not engines".into()));
+                }
+                r.pairs = *n.get_ref();
+                rr_engines_line = Some(at(n.span()));
+            }
+            if pd {
+                if let Some(e) = &x.engines {
+                    return Err(bad(e.span(), "a P/D model takes pairs = N, not engines".into()));
+                }
+            }
             if let Some(ro) = &x.router {
                 r.router = match ro.get_ref().as_str() {
                     "round-robin" => Router::RoundRobin,
@@ -377,7 +406,7 @@ impl ReplayModel {
             }
         }
         // Every engine allocates its pools up front: bound their sum.
-        let engines = u64::from(r.engines);
+        let engines = if pd { 2 * u64::from(r.pairs) } else { u64::from(r.engines) };
         let engines_at = rr_engines_line.unwrap_or(1);
         let blocks = u64::from(cfg.num_gpu_blocks) + cfg.simple_cpu().map_or(0, |c| u64::from(c.cpu_blocks));
         if engines * blocks > MAX_TOTAL_BLOCKS {

@@ -306,6 +306,16 @@ pub struct Stats {
     pub loaded_chunks: u64,
     pub sync_loads: u64,
     pub sampled_tokens: u64,
+    /// Router replay: rows the frontend received (`take_output`), rows the worker read back
+    /// from the row store to emit them, local hits cut at a loaded block (prime-rl's cut)
+    /// and the tokens they gave up, external loads shortened (prime-rl's clamp, 0.33's
+    /// `cap_external_hit`) and the tokens they gave up.
+    pub rows_emitted: u64,
+    pub rows_from_store: u64,
+    pub hits_cut: u64,
+    pub cut_tokens: u64,
+    pub loads_clamped: u64,
+    pub clamped_tokens: u64,
     /// Per request slot.
     pub per_req: Vec<ReqStats>,
 }

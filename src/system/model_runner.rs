@@ -73,6 +73,11 @@ pub fn execute(
                 for o in &rows {
                     if o.from_store {
                         e.ghost.mark(super::ghost::Mark::RowsFromStore);
+                        // The rows of [start, stored_end) came from the row store.
+                        let b = ctx.cfg.block_size;
+                        let keys = a.workers[o.req as usize].as_ref().map_or(0, |w| w.keys.len() as u32);
+                        let stored_end = (o.end / b).min(keys) * b;
+                        ev.stat(|s| s.rows_from_store += u64::from(stored_end.saturating_sub(o.start)));
                     }
                     ev.emit(|| Event::RowsEmitted { req: o.req, start: o.start, end: o.end, from_store: o.from_store });
                 }

@@ -381,6 +381,10 @@ fn schedule_waiting(
                     h.truncate(keep);
                     l = keep as u32 * b;
                     e.ghost.mark(Mark::RowsCut);
+                    ev.stat(|s| {
+                        s.hits_cut += 1;
+                        s.cut_tokens += u64::from(was - l);
+                    });
                     ev.emit(|| Event::RowsCut { req: r, from: was, to: l });
                 }
                 max_new = rows_sched::load_limit(ctx.rules, k.spec, q, l, b, decode);
@@ -407,6 +411,10 @@ fn schedule_waiting(
                 let full = e.conn.peek_unbounded_hit(RequestRef { id: r, state: q, spec: k.spec }, l, nt, &cc);
                 if let Some(full) = full.filter(|&f| f > ext) {
                     e.ghost.mark(Mark::RowsCut);
+                    ev.stat(|s| {
+                        s.loads_clamped += 1;
+                        s.clamped_tokens += u64::from(full - ext);
+                    });
                     ev.emit(|| Event::RowsCut { req: r, from: l + full, to: l + ext });
                 }
             }
@@ -424,6 +432,10 @@ fn schedule_waiting(
                     );
                     if capped < ext {
                         e.ghost.mark(Mark::RowsCut);
+                        ev.stat(|s| {
+                            s.loads_clamped += 1;
+                            s.clamped_tokens += u64::from(ext - capped);
+                        });
                         ev.emit(|| Event::RowsCut { req: r, from: l + ext, to: l + capped });
                     }
                     x = Some(capped);

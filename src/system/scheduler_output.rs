@@ -61,6 +61,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
                 if token_end >= o.start {
                     let end = if ctx.rules.aux_emit_last_token { token_end + 1 } else { token_end.min(o.end) };
                     a.rows[r as usize].append(o.start, end);
+                    ev.stat(|s| s.rows_emitted += u64::from(end.saturating_sub(o.start)));
                 }
             }
         }

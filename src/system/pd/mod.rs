@@ -229,9 +229,19 @@ pub fn inputs(sys: &System, e: &Engine, out: &mut Vec<PdInput>) {
 
 /// Apply a decode-side input; false when it has nothing to act on.
 pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Events) -> bool {
+    let mut dev = if ev.is_on() { Events::on() } else { Events::off() };
+    let ok = apply_with(sys, pd, e, a, ev, &mut dev);
+    for x in dev.list {
+        ev.emit(|| Event::Decode { ev: Box::new(x) });
+    }
+    ok
+}
+
+/// [`apply`] with D's own events `dev` (trace replay counts D's statistics there); D's
+/// events stay in `dev`.
+pub fn apply_with(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Events, dev: &mut Events) -> bool {
     let Some(mut st) = e.pd.take() else { return false };
     let ctx = pd.ctx(&sys.rules);
-    let mut dev = if ev.is_on() { Events::on() } else { Events::off() };
     let ok = match a {
         PdInput::Send(r) => {
             if !matches!(st.route[r as usize], Route::Prefilled(_)) {
@@ -241,7 +251,7 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
                     st.route[r as usize] = Route::Decoding(p);
                 }
                 st.d.conn.nixl_decode_mut().expect("D runs the consumer").remote_prefill(r);
-                st.d.arrive(ctx, r, &mut dev);
+                st.d.arrive(ctx, r, dev);
                 let name = pd.wl.requests[r as usize].name.clone();
                 dev.emit(|| Event::Router { text: format!("router sends {name} to D with P's kv_transfer_params") });
                 true
@@ -250,7 +260,7 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
         PdInput::Step => {
             // D's Mooncake jobs (decode-saved KV) run within the step that queues them.
             let input = super::engine::StepInput { drain: pd.cfg.mooncake().is_some(), ..Default::default() };
-            st.d.step(ctx, &input, &mut dev);
+            st.d.step(ctx, &input, dev);
             true
         }
         PdInput::ReadDone | PdInput::ReadFails(_) => {
@@ -281,7 +291,7 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
                 .unwrap_or_default();
             e.consumer_read(sys.ctx(), x.req, ev);
             let mut cx =
-                crate::system::connector::WorkerCtx { ctx, pool: &mut st.d.pool, ghost: &mut st.d.ghost, ev: &mut dev };
+                crate::system::connector::WorkerCtx { ctx, pool: &mut st.d.pool, ghost: &mut st.d.ghost, ev: dev };
             st.d.conn.nixl_decode_mut().expect("D runs the consumer").read_done(x.req, &tags, fail, &mut cx);
             st.d.ghost.mark(Mark::PdRemoteLoad);
             let blocks = x.blocks.clone();
@@ -292,9 +302,6 @@ pub fn apply(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut Even
     // D's flags and marks are the system's.
     e.ghost.violations |= st.d.ghost.violations;
     e.ghost.marks |= st.d.ghost.marks;
-    for x in dev.list {
-        ev.emit(|| Event::Decode { ev: Box::new(x) });
-    }
     e.pd = Some(st);
     ok
 }

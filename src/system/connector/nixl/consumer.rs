@@ -147,4 +147,9 @@ impl KvConnector for NixlConsumer {
     fn slot_idle(&self, r: ReqId) -> bool {
         !self.remote[r as usize] && self.recvs.iter().all(|x| x.req != r)
     }
+
+    /// P/D trace replay: one more request slot.
+    fn add_slot(&mut self) {
+        self.remote.push(false);
+    }
 }

@@ -39,8 +39,8 @@ impl KvConnector for NixlState {
         self.consumer_read(q.id, q.spec, cx.ctx.wl, cx.ctx.cfg.block_size, cx.ghost, cx.ev)
     }
 
-    /// Not replayed (the replay driver refuses NIXL models).
-    fn slot_idle(&self, _r: ReqId) -> bool {
-        false
+    /// P/D trace replay: nothing to save and no blocks held for the consumer.
+    fn slot_idle(&self, r: ReqId) -> bool {
+        self.need_save.binary_search(&r).is_err() && self.sending.iter().all(|s| s.req != r)
     }
 }
