@@ -16,9 +16,11 @@
 # pytest (with tblib and pytest-asyncio, which vLLM's conftest imports) is installed into
 # /tmp/kvmc-vllm-tests-pylib with the venv's pip if missing; the venv itself is not changed.
 # The tests run with VLLM_TARGET_DEVICE=cpu (the wheel is a CUDA build) and offline: the one
-# hub model the scheduler tests name, facebook/opt-125m, is given from a local cache entry
+# hub model the scheduler tests name, facebook/opt-125m, is given as a local directory
 # holding only its config.json (tests/conformance/vllm/opt-125m/; no weights, no tokenizer:
-# the scheduler side reads max_model_len from it). Tests that need a GPU, Triton or another
+# the scheduler side reads max_model_len from it; it is put at facebook/opt-125m/ under the
+# unpacked sdist, the tests' working directory, which ModelConfig reads as a local model
+# directory). Tests that need a GPU, Triton or another
 # download fail here and are counted as "did not run".
 set -euo pipefail
 
@@ -83,11 +85,11 @@ PYLIB="${KVMC_VLLM_TESTS_PYLIB:-/tmp/kvmc-vllm-tests-pylib}"
 if [ ! -d "$PYLIB/pytest" ]; then
   "$PY" -m pip install -q --target "$PYLIB" pytest tblib pytest-asyncio
 fi
+# The tests run in the unpacked sdist, so "facebook/opt-125m" names this local directory
+# (ModelConfig takes an existing path as a local model: no hub call, no retry delays).
 HF="$work/hf"
-snap="$HF/hub/models--facebook--opt-125m/snapshots/0000000000000000000000000000000000000000"
-mkdir -p "$snap" "$HF/hub/models--facebook--opt-125m/refs"
-printf 0000000000000000000000000000000000000000 > "$HF/hub/models--facebook--opt-125m/refs/main"
-cp "$VDIR/opt-125m/config.json" "$snap/"
+mkdir -p "$src/facebook/opt-125m" "$HF"
+cp "$VDIR/opt-125m/config.json" "$src/facebook/opt-125m/"
 
 rm -rf "$out"; mkdir -p "$out"
 cd "$src"
