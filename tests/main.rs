@@ -12,6 +12,7 @@ mod conform;
 mod conform_logs;
 mod conform_releases;
 mod conform_seeds;
+mod conform_vllm_tests;
 mod explore;
 mod explorer_browser;
 mod models;
