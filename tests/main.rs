@@ -13,6 +13,7 @@ mod conform_async;
 mod conform_logs;
 mod conform_releases;
 mod conform_seeds;
+mod conform_vllm_tests;
 mod explore;
 mod explorer_browser;
 mod models;

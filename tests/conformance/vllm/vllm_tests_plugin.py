@@ -1,0 +1,507 @@
+"""A pytest plugin that records a conformance log from every ``Scheduler`` vLLM's own unit
+tests build (tests/v1/core, tests/v1/kv_connector/unit, ...; scripts/record-vllm-tests.sh).
+
+Load it with ``-p vllm_tests_plugin`` (this directory on ``PYTHONPATH``) and set
+``KVMC_VLLM_TESTS_OUT`` to an output directory. Nothing in vLLM or in its tests is patched
+but one constructor: ``Scheduler.__init__`` is wrapped so that, after it returns, the new
+instance gets observe.py's ``Recorder`` (the same wrappers on bound methods as record.py)
+plus wrappers on ``add_request``, ``finish_requests``, ``schedule`` and
+``update_from_output`` that write the inputs a test feeds (arrivals, aborts, errors, the
+sampled tokens and transfer completions of its ``ModelRunnerOutput``) into the log.
+
+A step is one ``schedule()`` and the ``update_from_output()`` that follows; inputs between
+them belong to the next step. A (test, scheduler) pair yields ``OUT/TEST.sN.jsonl`` when the
+test passed, the scheduler was stepped at least once and nothing kvmc does not model was
+seen; otherwise the first reason is counted in ``OUT/summary.json`` (see ``_config_limits``
+and the ``_flag`` calls). Every test's outcome is counted there too: collected, passed,
+failed, skipped by pytest, and "did not run" (needs a GPU, Triton or a model download).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+_OUT = Path(os.environ.get("KVMC_VLLM_TESTS_OUT", "/tmp/kvmc-vllm-tests"))
+_current: dict = {"test": None, "scheds": []}
+_summary = {"collected": 0, "outcomes": Counter(), "did_not_run": Counter(),
+            "schedulers": 0, "logs": 0, "not_modelled": Counter(), "no_step": 0,
+            "tests_with_log": 0, "logs_of": {}, "recorder_errors": Counter(),
+            "failures": {}}
+
+# Failure text that means the test could not run here (no GPU, no Triton, no hub access).
+_DID_NOT_RUN = [
+    ("gpu", re.compile(r"CUDA|cuda|NVIDIA|nvml|Torch not compiled|no accelerator", re.I)),
+    ("model download", re.compile(r"OfflineModeIsEnabled|LocalEntryNotFound|HFValidationError|"
+                                  r"huggingface|outgoing traffic has been disabled|"
+                                  r"Can.t load tokenizer|does not appear to have a file|"
+                                  r"Invalid repository ID or local directory", re.I)),
+    ("triton", re.compile(r"triton", re.I)),
+]
+
+
+class _Eng:
+    """What observe.Recorder reads of engine.Engine, for a scheduler a test built."""
+
+    def __init__(self, sched):
+        self.scheduler = sched
+
+    @property
+    def connector(self):
+        return self.scheduler.connector
+
+    @property
+    def manager(self):
+        conn = self.scheduler.connector
+        cs = getattr(conn, "connector_scheduler", None) if conn is not None else None
+        return getattr(cs, "manager", None)
+
+    @property
+    def scpu(self):
+        conn = self.scheduler.connector
+        return getattr(conn, "scheduler_manager", None) if conn is not None else None
+
+    @property
+    def block_pool(self):
+        return self.scheduler.kv_cache_manager.block_pool
+
+    def req_to_blocks(self):
+        (mgr,) = self.scheduler.kv_cache_manager.coordinator.single_type_managers
+        return mgr.req_to_blocks
+
+
+def _config_limits(sched) -> tuple[str | None, dict]:
+    """(why kvmc does not model this scheduler's configuration or None, header fields)."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    vc = sched.vllm_config
+    sc, cc = vc.scheduler_config, vc.cache_config
+    kcc = sched.kv_cache_config
+    if type(sched).__name__ != "Scheduler":
+        return f"scheduler class {type(sched).__name__} (async scheduling)", {}
+    groups = kcc.kv_cache_groups
+    if len(groups) != 1:
+        return f"{len(groups)} KV cache groups (hybrid)", {}
+    spec = groups[0].kv_cache_spec
+    if type(spec) is not FullAttentionSpec:
+        return f"KV cache spec {type(spec).__name__}", {}
+    if getattr(spec, "sliding_window", None) or getattr(spec, "attention_chunk_size", None):
+        return "sliding window / chunked local attention", {}
+    checks = [
+        (vc.speculative_config is not None, "spec decode"),
+        (getattr(vc, "lora_config", None) is not None, "LoRA"),
+        (getattr(vc, "ec_transfer_config", None) is not None, "encoder cache connector"),
+        (vc.model_config.is_encoder_decoder, "encoder-decoder model"),
+        (getattr(sc, "policy", "fcfs") != "fcfs", "priority scheduling"),
+        (not sc.enable_chunked_prefill, "chunked prefill off"),
+        (getattr(sc, "max_num_active_seqs", None) is not None, "max_num_active_seqs"),
+        (getattr(sc, "long_prefill_token_threshold_adaptive", False),
+         "long_prefill_token_threshold_adaptive"),
+        (getattr(sc, "watermark", 0.0) > 0.0, "scheduler watermark"),
+        (getattr(sc, "prefill_schedule_interval", 1) != 1, "prefill_schedule_interval"),
+        (getattr(sc, "cache_aware_admission_window", 0) > 0,
+         "cache_aware_admission_window (0.34)"),
+        (not getattr(sc, "scheduler_reserve_full_isl", True), "scheduler_reserve_full_isl off"),
+        (vc.parallel_config.pipeline_parallel_size > 1, "pipeline parallel"),
+        (sched.block_size > 64, f"block size {sched.block_size} (kvmc: 1..=64)"),
+        (getattr(sched.kv_cache_manager, "hash_block_size", sched.block_size)
+         not in (None, sched.block_size), "hash block size != block size"),
+        (kcc.num_blocks > 1_000_000, "more than 1,000,000 GPU blocks"),
+        (sched.max_num_scheduled_tokens != sc.max_num_batched_tokens,
+         "max_num_scheduled_tokens != max_num_batched_tokens"),
+        (getattr(sched, "dcp_world_size", 1) > 1 or getattr(sched, "pcp_world_size", 1) > 1,
+         "context parallel"),
+    ]
+    for bad, why in checks:
+        if bad:
+            return why, {}
+    conn = sched.connector
+    kvt = vc.kv_transfer_config
+    hdr = {"connector": "none", "host_chunks": 0, "blocks_per_chunk": 1,
+           "offload_prompt_only": True, "eviction_policy": "lru",
+           "sync_load_budget_tokens": 0, "load_failure_policy": "fail"}
+    if conn is not None:
+        name = type(conn).__name__
+        extra = dict(kvt.kv_connector_extra_config or {})
+        hdr["load_failure_policy"] = getattr(kvt, "kv_load_failure_policy", "fail")
+        if name == "OffloadingConnector":
+            eng = _Eng(sched)
+            mgr = eng.manager
+            if mgr is None or type(mgr).__name__ != "CPUOffloadingManager":
+                return f"offloading manager {type(mgr).__name__}", {}
+            pol = type(mgr._policy).__name__
+            if pol != "LRUCachePolicy":
+                return f"eviction policy {pol}", {}
+            cs = conn.connector_scheduler
+            if extra.get("sync_load_budget_bytes"):
+                return "sync_load_budget_bytes", {}
+            hdr.update(connector="offloading",
+                       host_chunks=getattr(mgr, "_num_chunks", None) or mgr._num_blocks,
+                       blocks_per_chunk=int(extra.get("blocks_per_chunk", 1)),
+                       offload_prompt_only=bool(extra.get("offload_prompt_only", True)))
+            if getattr(cs, "blocks_per_chunk", hdr["blocks_per_chunk"]) != hdr["blocks_per_chunk"]:
+                return "blocks_per_chunk not read from the extra config", {}
+        elif name == "SimpleCPUOffloadConnector":
+            scpu = _Eng(sched).scpu
+            if scpu is None or scpu._lazy_mode:
+                return "SimpleCPU lazy mode", {}
+            hdr.update(connector="simple-cpu",
+                       cpu_blocks=scpu.cpu_block_pool.num_gpu_blocks)
+        else:
+            return f"connector {name}", {}
+    hdr.update(block_size=sched.block_size, num_gpu_blocks=kcc.num_blocks,
+               max_num_batched_tokens=sc.max_num_batched_tokens,
+               max_num_seqs=sc.max_num_seqs, max_model_len=sched.max_model_len,
+               long_prefill_token_threshold=sc.long_prefill_token_threshold,
+               enable_prefix_caching=bool(cc.enable_prefix_caching))
+    return None, hdr
+
+
+def _request_limits(req) -> str | None:
+    """Why kvmc does not model this request (or None)."""
+    sp = req.sampling_params
+    rid = req.request_id
+    if not isinstance(rid, str) or "." in rid or "@" in rid:
+        return "request id with '.' or '@' (log labels)"
+    checks = [
+        (sp is None, "pooling request"),
+        (bool(getattr(req, "mm_features", None)), "multimodal / encoder inputs"),
+        (getattr(req, "lora_request", None) is not None, "LoRA request"),
+        (getattr(req, "structured_output_request", None) is not None, "structured output"),
+        (getattr(req, "priority", 0) != 0, "request priority"),
+        (getattr(req, "resumable", False), "streaming-input session"),
+        (bool(getattr(req, "kv_transfer_params", None)), "kv_transfer_params (P/D)"),
+        (sp is not None and sp.prompt_logprobs is not None, "prompt logprobs"),
+        (sp is not None and bool(sp.stop_token_ids), "stop_token_ids"),
+        (sp is not None and bool(sp.stop), "stop strings"),
+        (sp is not None and (sp.min_tokens or 0) > 0, "min_tokens"),
+        (sp is not None and sp.max_tokens is None, "max_tokens None"),
+        (getattr(req, "prompt_embeds", None) is not None, "prompt embeds"),
+        (req.num_prompt_tokens == 0, "empty prompt"),
+    ]
+    for bad, why in checks:
+        if bad:
+            return why
+    return None
+
+
+class TestRecorder:
+    """One scheduler of one test: the log lines, or the reason there is none."""
+
+    def __init__(self, sched):
+        from observe import Recorder
+
+        self.sched = sched
+        self.why, self.hdr = _config_limits(sched)
+        self.steps = 0
+        self.in_step = False       # schedule() returned, update_from_output() not yet called
+        self.depth = 0             # inside one of the scheduler's public methods
+        self.out = io.StringIO()
+        self.rec = None
+        if self.why is not None:
+            return
+        sc = SimpleNamespace(name="", requests=[])
+        eng = _Eng(sched)
+        objs = [o for o in (sched, sched.connector, eng.manager, eng.scpu,
+                            getattr(eng.scpu, "cpu_block_pool", None)) if o is not None]
+        before = [set(vars(o)) for o in objs]
+        self.rec = Recorder(eng, sc, self.out)
+        # observe.py's wrappers, taken off again once a reason is found (they assume a
+        # recorded run, e.g. a streaming session's inputs, and must not fail a test).
+        self._observers = [(o, set(vars(o)) - b) for o, b in zip(objs, before)]
+        self.rec.step = 1
+        self._wrap()
+
+    def flag(self, why: str) -> None:
+        if self.why is None:
+            self.why = why
+            for obj, names in getattr(self, "_observers", ()):
+                for n in names:
+                    vars(obj).pop(n, None)
+
+    def _public(self, name, before=None, after=None):
+        orig = getattr(self.sched, name)
+
+        def guarded(hook, *a, **kw):
+            # The recorder must never change a test's outcome: its own error is a reason.
+            try:
+                hook(*a, **kw)
+            except Exception as e:
+                self.flag(f"recorder error in {name}: {type(e).__name__}")
+                _summary["recorder_errors"][f"{name}: {type(e).__name__}: {e}"[:200]] += 1
+
+        def wrapper(*a, **kw):
+            if self.depth == 0 and before is not None and self.why is None:
+                guarded(before, *a, **kw)
+            self.depth += 1
+            try:
+                res = orig(*a, **kw)
+            finally:
+                self.depth -= 1
+            if self.depth == 0 and after is not None and self.why is None:
+                guarded(after, res, *a, **kw)
+            return res
+
+        setattr(self.sched, name, wrapper)
+
+    def _wrap(self) -> None:
+        from vllm.v1.request import RequestStatus
+
+        rec = self.rec
+
+        def add_request(req, *a, **kw):
+            if self.in_step:
+                self.flag("add_request between schedule() and update_from_output()")
+            why = _request_limits(req)
+            if why is not None:
+                return self.flag(why)
+            if req.request_id in self.sched.requests:
+                return self.flag("request id reused")
+            rec.arrivals.append(req)
+            sp = req.sampling_params
+            rec.emit("arrive", req=req.request_id, prompt=list(req.prompt_token_ids),
+                     max_tokens=sp.max_tokens,
+                     eos_token_id=None if sp.ignore_eos else sp.eos_token_id)
+
+        def finish_requests(request_ids, status, *a, **kw):
+            if self.in_step:
+                self.flag("finish_requests between schedule() and update_from_output()")
+            kind = {RequestStatus.FINISHED_ABORTED: "abort",
+                    RequestStatus.FINISHED_ERROR: "error"}.get(status)
+            if kind is None:
+                return self.flag(f"finish_requests with {status}")
+            ids = [request_ids] if isinstance(request_ids, str) else list(request_ids or ())
+            for rid in ids:
+                if rid in self.sched.requests:
+                    rec.emit(kind, req=rid)
+
+        def schedule(*a, **kw):
+            if self.in_step:
+                self.flag("schedule() twice without update_from_output()")
+            if a or kw:
+                self.flag("schedule() with arguments")
+            # Set by a test after construction: connectors kvmc does not model.
+            if getattr(self.sched, "use_v2_model_runner", True) is False:
+                self.flag("V1 model runner (resumed requests as cached)")
+            for attr in ("aux_output_connector", "ec_connector"):
+                if getattr(self.sched, attr, None) is not None:
+                    self.flag(f"{attr} set")
+
+        def scheduled(so, *a, **kw):
+            self.in_step = True
+            rec.schedule_line(so)
+
+        def update(so, mro, *a, **kw):
+            if not self.in_step:
+                return self.flag("update_from_output() without schedule()")
+            self._inputs(so, mro)
+
+        def updated(res, so, mro, *a, **kw):
+            self.in_step = False
+            rec.snapshots()
+            rec.flush_step()
+            self.steps += 1
+            rec.step += 1
+
+        self._public("add_request", add_request)
+        self._public("finish_requests", finish_requests)
+        self._public("schedule", schedule, scheduled)
+        self._public("update_from_output", update, updated)
+        for name in ("reset_prefix_cache", "reset_connector_cache", "update_draft_token_ids",
+                     "set_pause_state"):
+            if hasattr(self.sched, name):
+                self._public(name, lambda *a, _n=name, **kw: self.flag(f"{_n}()"))
+        # The KV cache manager's and block pool's mutators called from outside the
+        # scheduler's public methods: the test pokes internals no engine calls this way.
+        kcm = self.sched.kv_cache_manager
+        for obj, names in ((kcm, ("allocate_slots", "free", "get_computed_blocks",
+                                  "cache_blocks", "evict_blocks")),
+                           (kcm.block_pool, ("get_new_blocks", "free_blocks", "touch",
+                                             "cache_full_blocks", "evict_blocks"))):
+            for name in names:
+                if hasattr(obj, name):
+                    self._internal(obj, name)
+
+    def _internal(self, obj, name):
+        orig = getattr(obj, name)
+
+        def wrapper(*a, **kw):
+            if self.depth == 0:
+                self.flag(f"test calls {type(obj).__name__}.{name} directly")
+            return orig(*a, **kw)
+
+        setattr(obj, name, wrapper)
+
+    def _inputs(self, so, mro) -> None:
+        """transfer_done / transfer_failed and sampled lines of update_from_output's input."""
+        rec = self.rec
+        kvo = getattr(mro, "kv_connector_output", None)
+        conn = self.hdr.get("connector")
+        if kvo is not None:
+            if getattr(kvo, "failed_recving", None):
+                self.flag("failed_recving (per-request load failure report)")
+            if kvo.finished_sending:
+                self.flag("finished_sending reported (not how these connectors report)")
+            wm = kvo.kv_connector_worker_meta
+            invalid = sorted(kvo.invalid_block_ids or ())
+            if conn == "offloading":
+                done = sorted((getattr(wm, "completed_jobs", None) or {}).keys())
+                if getattr(wm, "failed_jobs", None):
+                    self.flag("failed_jobs (0.34 per-job failure report)")
+                if invalid and len(done) != 1:
+                    self.flag("invalid_block_ids not attributable to one job")
+                for j in done:
+                    if invalid:
+                        rec.emit("transfer_failed", job=j, invalid_blocks=invalid)
+                    else:
+                        rec.emit("transfer_done", job=j)
+            elif conn == "simple-cpu":
+                if invalid:
+                    self.flag("invalid_block_ids with SimpleCPU")
+                scpu = _Eng(self.sched).scpu
+                loads = sorted({scpu._reqs_to_load[r].load_event
+                                for r in (kvo.finished_recving or ())
+                                if r in scpu._reqs_to_load})
+                for j in loads:
+                    rec.emit("transfer_done", job=j, kind="load")
+                for j in sorted((getattr(wm, "completed_store_events", None) or {}).keys()):
+                    rec.emit("transfer_done", job=j, kind="store")
+            elif invalid or kvo.finished_recving or wm is not None:
+                self.flag("connector output without a connector")
+        idx = {rid: i for i, rid in enumerate(mro.req_ids or ())}
+        for rid in so.num_scheduled_tokens:
+            req = self.sched.requests.get(rid)
+            i = idx.get(rid)
+            toks = list(mro.sampled_token_ids[i]) if i is not None and \
+                i < len(mro.sampled_token_ids) else []
+            if len(toks) > 1:
+                self.flag("several tokens sampled in one step")
+            if req is None:
+                continue
+            for t in toks:
+                rec.emit("sampled", req=rid, token=int(t))
+
+    def log(self, name: str) -> str:
+        hdr = {"ev": "header", "format": 1, "implementation": "vllm",
+               "version": _version(), "scenario": name, "async_scheduling": False, **self.hdr}
+        return json.dumps(hdr, separators=(",", ":")) + "\n" + self.out.getvalue()
+
+
+def _version() -> str:
+    import vllm
+
+    return vllm.__version__
+
+
+def _attach(sched) -> None:
+    _summary["schedulers"] += 1
+    try:
+        tr = TestRecorder(sched)
+    except Exception as e:   # a configuration the recorder cannot read: counted, not fatal
+        tr = SimpleNamespace(why=f"recorder error: {type(e).__name__}: {e}", steps=0)
+    _current["scheds"].append(tr)
+
+
+def _allow_cpu_platform_without_triton() -> bool:
+    """0.34's ``CpuPlatform.check_and_update_config`` refuses an x86 CPU without Triton,
+    which every test's ``VllmConfig`` runs into here. The scheduler side uses no Triton: the
+    flag it reads (``vllm.triton_utils.HAS_TRITON``) is set to True, and said in the summary.
+    Returns whether it was needed."""
+    import inspect
+
+    import vllm.triton_utils as tu
+    from vllm.platforms.cpu import CpuPlatform
+
+    src = inspect.getsource(CpuPlatform.check_and_update_config)
+    if "HAS_TRITON" not in src or tu.HAS_TRITON:
+        return False
+    tu.HAS_TRITON = True
+    return True
+
+
+def pytest_configure(config):
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    _summary["has_triton_forced"] = int(_allow_cpu_platform_without_triton())
+    _OUT.mkdir(parents=True, exist_ok=True)
+    orig = Scheduler.__init__
+
+    def init(self, *a, **kw):
+        orig(self, *a, **kw)
+        _attach(self)
+
+    Scheduler.__init__ = init
+
+
+def pytest_collection_modifyitems(session, config, items):
+    _summary["collected"] += len(items)
+
+
+def _safe(nodeid: str) -> str:
+    name = nodeid.split("tests/", 1)[-1].replace(".py::", "--")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:150]
+
+
+def pytest_runtest_setup(item):
+    _current["test"] = item.nodeid
+    _current["scheds"] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        outcome = report.outcome
+        if outcome == "failed":
+            text = str(report.longrepr)
+            for label, pat in _DID_NOT_RUN:
+                if pat.search(text):
+                    _summary["did_not_run"][label] += 1
+                    outcome = "did not run"
+                    break
+        _summary["outcomes"][outcome] += 1
+        if report.outcome == "failed":
+            crash = getattr(report.longrepr, "reprcrash", None)
+            msg = crash.message if crash is not None else str(report.longrepr)[-300:]
+            _summary["failures"][report.nodeid] = f"[{outcome}] " + msg.splitlines()[0][:240] \
+                if msg else outcome
+        _finish(report.nodeid, report.outcome == "passed" and report.when == "call")
+        _write_summary()
+
+
+def _finish(nodeid: str, passed: bool) -> None:
+    wrote = 0
+    for i, tr in enumerate(_current["scheds"]):
+        if tr.why is not None:
+            _summary["not_modelled"][re.sub(r"\d+", "N", tr.why)] += 1
+        elif tr.steps == 0:
+            _summary["no_step"] += 1
+        elif not passed:
+            _summary["not_modelled"]["test did not pass"] += 1
+        else:
+            name = f"{_safe(nodeid)}.s{i}"
+            (_OUT / f"{name}.jsonl").write_text(tr.log(name))
+            _summary["logs"] += 1
+            _summary["logs_of"][name] = nodeid
+            wrote += 1
+    if wrote:
+        _summary["tests_with_log"] += 1
+    _current["scheds"] = []
+
+
+def _write_summary() -> None:
+    """OUT/summary.json, rewritten after every test (a run cut short keeps its counts)."""
+    s = {k: (dict(v) if isinstance(v, Counter) else v) for k, v in _summary.items()}
+    tmp = _OUT / "summary.json.tmp"
+    tmp.write_text(json.dumps(s, indent=1, sort_keys=True) + "\n")
+    tmp.replace(_OUT / "summary.json")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _write_summary()
