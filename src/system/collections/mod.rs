@@ -7,6 +7,7 @@ pub mod bit_set;
 pub mod pos_map;
 pub mod rank_queue;
 pub mod side;
+pub mod vec_map;
 
 /// `impl Clone` for a struct, field by field, with a `clone_from` that reuses the target's
 /// allocations (the derived `Clone` keeps the default `clone_from`, a fresh `clone()`). The

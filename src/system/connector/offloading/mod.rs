@@ -17,6 +17,7 @@ pub mod worker;
 
 use crate::system::collections::clone_fields;
 use crate::system::collections::side::{SideVal, WordHasher};
+use crate::system::collections::vec_map::VecMap;
 use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use crate::system::connector::{BitSet, ConnCtx, HookCtx, RequestRef, StepScratch};
 use crate::system::events::Event;
@@ -25,7 +26,6 @@ use crate::system::request::ReqState;
 use crate::system::rules::{HostLru, Rules};
 use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
 use crate::system::workload::RequestSpec;
-use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
 #[derive(PartialEq, Eq, Hash, Debug, Default)]
@@ -128,7 +128,7 @@ pub struct OffloadingState {
     pub(crate) jobs: Vec<Job>,
     pub(crate) next_job: JobId,
     /// `_block_id_to_pending_jobs`: GPU blocks a finished request's stores still read.
-    pub(crate) fences: BTreeMap<BlockId, Vec<JobId>>,
+    pub(crate) fences: VecMap<BlockId, Vec<JobId>, 4>,
     pub(crate) host: HostTier,
     /// fix-final-store: finished requests whose blocks the connector holds until their last
     /// store lands, in finish order.
@@ -157,7 +157,7 @@ impl OffloadingState {
             reqs: vec![None; num_reqs],
             jobs: Vec::new(),
             next_job: 0,
-            fences: BTreeMap::new(),
+            fences: VecMap::new(),
             host,
             held: Vec::new(),
         }
@@ -429,7 +429,7 @@ impl OffloadingState {
             let blocks =
                 self.job(id).map(|j| if j.is_store() { j.blocks.clone() } else { Vec::new() }).unwrap_or_default();
             for b in blocks {
-                let v = self.fences.entry(b).or_default();
+                let v = self.fences.entry_or_default(b);
                 if !v.contains(&id) {
                     v.push(id);
                     v.sort_unstable();
