@@ -4,6 +4,7 @@
 //! Nothing here knows a vLLM rule.
 
 pub mod bit_set;
+pub mod inline_vec;
 pub mod pos_map;
 pub mod rank_queue;
 pub mod side;

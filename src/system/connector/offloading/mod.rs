@@ -24,7 +24,8 @@ use crate::system::events::Event;
 use crate::system::ghost::{Breach, Mark};
 use crate::system::request::ReqState;
 use crate::system::rules::{HostLru, Rules};
-use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
+use crate::system::collections::inline_vec::InlineVec;
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, TableIds, NULL_BLOCK};
 use crate::system::workload::RequestSpec;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
@@ -33,14 +34,14 @@ pub struct OffloadingReq {
     /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
     pub(crate) num_keys: u32,
     /// The mirror table (`block_ids`).
-    pub(crate) mirror: Vec<BlockId>,
+    pub(crate) mirror: TableIds,
     /// Replay: the mirror's first `.0` blocks equalled the block table when `.1` tables had
     /// been taken (`PoolLog::table_takes`); the mirror-table check then compares the rest.
     pub(crate) mirror_ok: SideVal<(u32, u64)>,
     /// The store cursor (`next_stored_chunk_idx`).
     pub(crate) cursor: u32,
     /// In-flight job ids, ascending.
-    pub(crate) transfer_jobs: Vec<JobId>,
+    pub(crate) transfer_jobs: InlineVec<JobId, 2>,
     pub(crate) finished_signaled: bool,
     /// `num_locally_computed_tokens` at the last lookup.
     pub(crate) num_local: u32,
