@@ -5,8 +5,8 @@
 //! nothing whatever it holds, and the model checker never turns it on (`Side(None)`), so
 //! state identity and state counts are untouched.
 
-use crate::system::types::{BlockHash, BlockHash as Key, BlockId};
 use super::vec_map::VecMap;
+use crate::system::types::{BlockHash, BlockHash as Key, BlockId};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 

@@ -16,6 +16,7 @@ pub mod reference_order;
 pub mod worker;
 
 use crate::system::collections::clone_fields;
+use crate::system::collections::inline_vec::InlineVec;
 use crate::system::collections::side::{SideVal, WordHasher};
 use crate::system::collections::vec_map::VecMap;
 use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
@@ -24,7 +25,6 @@ use crate::system::events::Event;
 use crate::system::ghost::{Breach, Mark};
 use crate::system::request::ReqState;
 use crate::system::rules::{HostLru, Rules};
-use crate::system::collections::inline_vec::InlineVec;
 use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, TableIds, NULL_BLOCK};
 use crate::system::workload::RequestSpec;
 
