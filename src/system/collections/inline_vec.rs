@@ -127,7 +127,14 @@ impl<'a, T: Copy, const N: usize> IntoIterator for &'a InlineVec<T, N> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::fingerprint::fingerprint;
+
+    /// Any fixed hasher shows two values hash alike (std's `DefaultHasher::new` has fixed keys).
+    fn fingerprint<T: Hash + ?Sized>(x: &T, seed: u64) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        seed.hash(&mut h);
+        x.hash(&mut h);
+        h.finish()
+    }
 
     #[test]
     fn inline_vec_hashes_and_clones_as_a_vec() {

@@ -307,7 +307,14 @@ impl<T: std::fmt::Debug, const N: usize> std::fmt::Debug for VecSet<T, N> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::fingerprint::fingerprint;
+
+    /// Any fixed hasher shows two values hash alike (std's `DefaultHasher::new` has fixed keys).
+    fn fingerprint<T: Hash + ?Sized>(x: &T, seed: u64) -> u64 {
+        let mut h = std::hash::DefaultHasher::new();
+        seed.hash(&mut h);
+        x.hash(&mut h);
+        h.finish()
+    }
     use proptest::prelude::*;
     use std::collections::{BTreeMap, BTreeSet};
 
