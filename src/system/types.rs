@@ -10,10 +10,13 @@ use std::fmt;
 pub type BlockId = u32;
 /// Blocks listed under one hash (almost always one): inline up to four, hashed and compared
 /// exactly as a `Vec<BlockId>` (a slice), so state fingerprints do not depend on it.
-pub type BlockIds = smallvec::SmallVec<[BlockId; 4]>;
+pub type BlockIds = crate::system::collections::inline_vec::InlineVec<BlockId, 4>;
 /// What a host chunk holds, per GPU block of the chunk (inline for one- and two-block chunks;
 /// hashed and compared as a `Vec<ContentTag>`).
-pub type Contents = smallvec::SmallVec<[ContentTag; 1]>;
+pub type Contents = crate::system::collections::inline_vec::InlineVec<ContentTag, 1>;
+/// A block table or a list of a job's blocks: inline up to four (the checker's scopes), hashed and
+/// compared as a `Vec<BlockId>`.
+pub type TableIds = crate::system::collections::inline_vec::InlineVec<BlockId, 4>;
 /// vLLM's null block (`BlockPool.null_block`).
 pub const NULL_BLOCK: BlockId = 0;
 /// Index of a request in the workload (its scope position), not vLLM's string id.

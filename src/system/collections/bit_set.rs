@@ -1,9 +1,12 @@
 //! A small growable bit set with a canonical representation: state-friendly (Eq, Hash by
 //! its members) and cheap to test.
 
-/// A small growable bit set with a canonical representation (no trailing zero words).
+use super::inline_vec::InlineVec;
+
+/// A small growable bit set with a canonical representation (no trailing zero words; the first
+/// word inline).
 #[derive(PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct BitSet(Vec<u64>);
+pub struct BitSet(InlineVec<u64, 1>);
 
 impl Clone for BitSet {
     fn clone(&self) -> Self {
@@ -18,7 +21,7 @@ impl Clone for BitSet {
 impl BitSet {
     /// An empty set with room for members below `n` (no regrowth while it fills).
     pub fn with_room(n: usize) -> Self {
-        BitSet(Vec::with_capacity(n.div_ceil(64)))
+        BitSet(InlineVec(smallvec::SmallVec::with_capacity(n.div_ceil(64))))
     }
     pub fn insert(&mut self, i: u32) {
         let w = (i / 64) as usize;

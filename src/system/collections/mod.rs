@@ -1,12 +1,16 @@
 //! Fast collections for trace replay, behind small APIs: each stands in for a plain std type
 //! (a `BTreeSet`, a `BTreeMap`, a sorted `Vec`) with the same order, equality and hash, so the
 //! vLLM components read the same whichever representation runs and state counts do not move.
+//! The checker's small maps, sets and vectors keep their entries inline ([`vec_map`],
+//! [`inline_vec`]), so cloning, comparing and dropping a state allocates and frees little.
 //! Nothing here knows a vLLM rule.
 
 pub mod bit_set;
+pub mod inline_vec;
 pub mod pos_map;
 pub mod rank_queue;
 pub mod side;
+pub mod vec_map;
 
 /// `impl Clone` for a struct, field by field, with a `clone_from` that reuses the target's
 /// allocations (the derived `Clone` keeps the default `clone_from`, a fresh `clone()`). The

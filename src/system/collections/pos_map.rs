@@ -1,6 +1,7 @@
 //! A request's seen offload keys by end-token position (`ReqAccess::seen`, the host tier's
 //! per-request access record): a sorted vector standing in for a `BTreeMap<u32, Key>`.
 
+use super::inline_vec::InlineVec;
 use crate::system::types::BlockHash as Key;
 
 /// A map from end-token position to key, as a vector sorted by position: positions mostly
@@ -8,7 +9,7 @@ use crate::system::types::BlockHash as Key;
 /// a `BTreeMap<u32, Key>` (a length, then each pair), so states keep their
 /// fingerprints.
 #[derive(PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
-pub struct PosMap(Vec<(u32, Key)>);
+pub struct PosMap(InlineVec<(u32, Key), 2>);
 
 impl Clone for PosMap {
     fn clone(&self) -> Self {

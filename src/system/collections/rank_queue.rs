@@ -355,12 +355,15 @@ impl<T: Ord + Copy> PartialEq for RankQueue<T> {
     }
 }
 
-/// The host tier's evictable set: a `BTreeSet` in the checker (hashed exactly as one), a
-/// [`RankQueue`] in trace replay. Same order either way.
+/// The host tier's evictable set: a sorted inline vector in the checker (hashed exactly as a
+/// `BTreeSet`), a [`RankQueue`] in trace replay. Same order either way.
+/// Entries a checker's `RankSet` keeps inline (more spill to the heap).
+pub const RANK_SET_INLINE: usize = 4;
+
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 #[serde(bound(deserialize = "T: Ord + serde::Deserialize<'de>"))]
 pub enum RankSet<T> {
-    Tree(std::collections::BTreeSet<(Rank, T)>),
+    Tree(super::vec_map::VecSet<(Rank, T), RANK_SET_INLINE>),
     Queue(Box<RankQueue<T>>),
 }
 
@@ -371,14 +374,10 @@ impl<T: Clone + Ord> Clone for RankSet<T> {
             RankSet::Queue(q) => RankSet::Queue(q.clone()),
         }
     }
-    /// The tree form is kept when it is already equal (see `clone_fields`).
+    /// The tree form reuses its allocation, if any (see `clone_fields`).
     fn clone_from(&mut self, src: &Self) {
         match (self, src) {
-            (RankSet::Tree(a), RankSet::Tree(b)) => {
-                if a != b {
-                    *a = b.clone();
-                }
-            }
+            (RankSet::Tree(a), RankSet::Tree(b)) => a.clone_from(b),
             (a, b) => *a = b.clone(),
         }
     }
@@ -386,7 +385,7 @@ impl<T: Clone + Ord> Clone for RankSet<T> {
 
 impl<T> Default for RankSet<T> {
     fn default() -> Self {
-        RankSet::Tree(std::collections::BTreeSet::new())
+        RankSet::Tree(Default::default())
     }
 }
 
@@ -395,7 +394,7 @@ impl<T: Ord + Copy> RankSet<T> {
     pub fn use_queue(&mut self) {
         if let RankSet::Tree(t) = self {
             let mut q = RankQueue::default();
-            for (r, x) in std::mem::take(t) {
+            for (r, x) in std::mem::take(t).into_elems() {
                 q.insert(r, x);
             }
             *self = RankSet::Queue(Box::new(q));

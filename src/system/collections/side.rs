@@ -5,8 +5,9 @@
 //! nothing whatever it holds, and the model checker never turns it on (`Side(None)`), so
 //! state identity and state counts are untouched.
 
+use super::vec_map::VecMap;
 use crate::system::types::{BlockHash, BlockHash as Key, BlockId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// A hasher for keys that are already hashes or small integers (block hashes, block ids):
@@ -175,8 +176,11 @@ pub struct ReadCache {
     pub(crate) verified: Vec<Vec<BlockId>>,
 }
 
-/// A map that is a `BTreeMap` in the checker (ordered, hashed exactly as a `BTreeMap`) and a
-/// hash map in trace replay (O(1) operations on 65k-entry host tiers). Equality compares
+/// Entries a checker's `KeyMap` keeps inline (more spill to the heap).
+pub const KEY_MAP_INLINE: usize = 4;
+
+/// A map that is a sorted inline vector in the checker ([`VecMap`]: ordered, hashed exactly as a
+/// `BTreeMap`) and a hash map in trace replay (O(1) operations on 65k-entry host tiers). Equality compares
 /// contents, whatever the representation.
 ///
 /// The hash form keeps an auxiliary value `A` next to each entry: replay's side data about
@@ -187,7 +191,7 @@ pub struct ReadCache {
     deserialize = "K: Ord + Hash + serde::Deserialize<'de>, V: serde::Deserialize<'de>, A: serde::Deserialize<'de>"
 ))]
 pub enum KeyMap<K, V, A = ()> {
-    Tree(BTreeMap<K, V>),
+    Tree(VecMap<K, V, KEY_MAP_INLINE>),
     Hash(FastMap<K, (V, A)>),
 }
 
@@ -198,36 +202,24 @@ impl<K: Clone + Ord, V: Clone, A: Clone> Clone for KeyMap<K, V, A> {
             KeyMap::Hash(m) => KeyMap::Hash(m.clone()),
         }
     }
-    /// The tree form reuses its nodes when the keys are the same (see `clone_fields`).
+    /// The tree form reuses its allocation, if any (see `clone_fields`).
     fn clone_from(&mut self, src: &Self) {
         match (self, src) {
-            (KeyMap::Tree(a), KeyMap::Tree(b)) => tree_clone_from(a, b),
+            (KeyMap::Tree(a), KeyMap::Tree(b)) => a.clone_from(b),
             (a, b) => *a = b.clone(),
         }
     }
 }
 
-/// `a.clone_from(b)` for a `BTreeMap`, reusing `a`'s nodes when both hold the same keys (std's
-/// `clone_from` is a fresh clone).
-pub fn tree_clone_from<K: Clone + Ord, V: Clone>(a: &mut BTreeMap<K, V>, b: &BTreeMap<K, V>) {
-    if a.len() == b.len() && a.keys().zip(b.keys()).all(|(x, y)| x == y) {
-        for (x, y) in a.values_mut().zip(b.values()) {
-            x.clone_from(y);
-        }
-    } else {
-        *a = b.clone();
-    }
-}
-
 impl<K, V, A> Default for KeyMap<K, V, A> {
     fn default() -> Self {
-        KeyMap::Tree(BTreeMap::new())
+        KeyMap::Tree(VecMap::default())
     }
 }
 
 /// Iterator over a [`KeyMap`] (key order for `Tree`, arbitrary for `Hash`).
 pub enum KeyMapIter<'a, K, V, A = ()> {
-    Tree(std::collections::btree_map::Iter<'a, K, V>),
+    Tree(super::vec_map::Iter<'a, K, V>),
     Hash(std::collections::hash_map::Iter<'a, K, (V, A)>),
 }
 
@@ -255,7 +247,7 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
         if let KeyMap::Tree(t) = self {
             let t = std::mem::take(t);
             let mut m = FastMap::with_capacity_and_hasher(2 * capacity.max(t.len()), Default::default());
-            m.extend(t.into_iter().map(|(k, v)| (k, (v, A::default()))));
+            m.extend(t.into_entries().map(|(k, v)| (k, (v, A::default()))));
             *self = KeyMap::Hash(m);
         }
     }
@@ -341,13 +333,7 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
     #[inline(always)]
     pub fn update_or_remove(&mut self, k: K, f: impl FnOnce(&mut V) -> bool) {
         match self {
-            KeyMap::Tree(m) => {
-                if let std::collections::btree_map::Entry::Occupied(mut o) = m.entry(k) {
-                    if f(o.get_mut()) {
-                        o.remove();
-                    }
-                }
-            }
+            KeyMap::Tree(m) => m.update_or_remove(&k, f),
             KeyMap::Hash(m) => {
                 if let std::collections::hash_map::Entry::Occupied(mut o) = m.entry(k) {
                     if f(&mut o.get_mut().0) {
@@ -364,7 +350,7 @@ impl<K: Ord + Hash + Eq + Copy, V, A: Default> KeyMap<K, V, A> {
         V: Default,
     {
         match self {
-            KeyMap::Tree(m) => m.entry(k).or_default(),
+            KeyMap::Tree(m) => m.entry_or_default(k),
             KeyMap::Hash(m) => &mut m.entry(k).or_default().0,
         }
     }

@@ -269,7 +269,7 @@ impl OffloadingState {
         if finished {
             ghost.mark(Mark::FinishStore);
             for &b in &src {
-                let v = self.fences.entry(b).or_default();
+                let v = self.fences.entry_or_default(b);
                 if !v.contains(&id) {
                     v.push(id);
                 }

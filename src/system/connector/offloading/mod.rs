@@ -16,16 +16,17 @@ pub mod reference_order;
 pub mod worker;
 
 use crate::system::collections::clone_fields;
+use crate::system::collections::inline_vec::InlineVec;
 use crate::system::collections::side::{SideVal, WordHasher};
+use crate::system::collections::vec_map::VecMap;
 use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
 use crate::system::connector::{BitSet, ConnCtx, HookCtx, RequestRef, StepScratch};
 use crate::system::events::Event;
 use crate::system::ghost::{Breach, Mark};
 use crate::system::request::ReqState;
 use crate::system::rules::{HostLru, Rules};
-use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, NULL_BLOCK};
+use crate::system::types::{cdiv, BlockHash, BlockId, ContentTag, JobId, ReqId, TableIds, NULL_BLOCK};
 use crate::system::workload::RequestSpec;
-use std::collections::BTreeMap;
 
 /// Per-request connector state (`RequestOffloadState` with one `RequestGroupState`).
 #[derive(PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -33,14 +34,14 @@ pub struct OffloadingReq {
     /// `len(offload_keys)`: keys are the request's block hashes at every chunk end.
     pub(crate) num_keys: u32,
     /// The mirror table (`block_ids`).
-    pub(crate) mirror: Vec<BlockId>,
+    pub(crate) mirror: TableIds,
     /// Replay: the mirror's first `.0` blocks equalled the block table when `.1` tables had
     /// been taken (`PoolLog::table_takes`); the mirror-table check then compares the rest.
     pub(crate) mirror_ok: SideVal<(u32, u64)>,
     /// The store cursor (`next_stored_chunk_idx`).
     pub(crate) cursor: u32,
     /// In-flight job ids, ascending.
-    pub(crate) transfer_jobs: Vec<JobId>,
+    pub(crate) transfer_jobs: InlineVec<JobId, 2>,
     pub(crate) finished_signaled: bool,
     /// `num_locally_computed_tokens` at the last lookup.
     pub(crate) num_local: u32,
@@ -128,7 +129,7 @@ pub struct OffloadingState {
     pub(crate) jobs: Vec<Job>,
     pub(crate) next_job: JobId,
     /// `_block_id_to_pending_jobs`: GPU blocks a finished request's stores still read.
-    pub(crate) fences: BTreeMap<BlockId, Vec<JobId>>,
+    pub(crate) fences: VecMap<BlockId, Vec<JobId>, 4>,
     pub(crate) host: HostTier,
     /// fix-final-store: finished requests whose blocks the connector holds until their last
     /// store lands, in finish order.
@@ -157,7 +158,7 @@ impl OffloadingState {
             reqs: vec![None; num_reqs],
             jobs: Vec::new(),
             next_job: 0,
-            fences: BTreeMap::new(),
+            fences: VecMap::new(),
             host,
             held: Vec::new(),
         }
@@ -429,7 +430,7 @@ impl OffloadingState {
             let blocks =
                 self.job(id).map(|j| if j.is_store() { j.blocks.clone() } else { Vec::new() }).unwrap_or_default();
             for b in blocks {
-                let v = self.fences.entry(b).or_default();
+                let v = self.fences.entry_or_default(b);
                 if !v.contains(&id) {
                     v.push(id);
                     v.sort_unstable();
