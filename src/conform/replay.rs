@@ -217,7 +217,7 @@ pub(super) fn replay(
 
 /// Apply a step's inputs to `engine` and run the step (if vLLM's engine steps); returns the
 /// length of the session's `streaming_queue` after each input the model queued.
-fn apply_step(
+pub(super) fn apply_step(
     engine: &mut Engine,
     ctx: crate::system::Ctx,
     this: &[&Line],
