@@ -9,8 +9,9 @@
 #   scripts/record-fixtures.sh main.toml  # only the named scenarios
 #   scripts/record-fixtures.sh --vllm 0.34.0
 #                                         # another release: 0.24.0, 0.32.0, 0.33.0 (default)
-#                                         # or 0.34.0; its venv is /work/venv-vllm-VERSION
-#                                         # (0.33.0: /work/venv-vllm; VLLM_VENV overrides) and
+#                                         # or 0.34.0; its venv is VLLM_VENV_DIR/venv-vllm-VERSION
+#                                         # (default /work; 0.33.0: venv-vllm; VLLM_VENV
+#                                         # overrides: scripts/lib/vllm-venv.sh) and
 #                                         # its fixtures tests/conformance/fixtures/vllm-X.Y/
 #                                         # (0.33's stay in fixtures/). Scenarios the release
 #                                         # lacks a feature for are skipped, with the reason
@@ -31,8 +32,8 @@
 # tests/conformance/known-divergences/ (scenarios the model does not reproduce yet; kept
 # beside their TOML, never in fixtures/).
 #
-# The venv lives outside the repository (VLLM_VENV, default above); it is created and
-# vllm==VERSION is installed (about 9 GB with torch) if it is missing.
+# The venv lives outside the repository (chosen by scripts/lib/vllm-venv.sh, see above); it
+# is created and vllm==VERSION is installed (about 9 GB with torch) if it is missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,10 +57,13 @@ while [ $# -gt 0 ]; do
   shift
 done
 case "$version" in
-  0.24.0|0.32.0|0.34.0) VENV="${VLLM_VENV:-/work/venv-vllm-$version}"; fixdir="fixtures/vllm-${version%.0}" ;;
-  0.33.0) VENV="${VLLM_VENV:-/work/venv-vllm}"; fixdir="fixtures" ;;
+  0.24.0|0.32.0|0.34.0) fixdir="fixtures/vllm-${version%.0}" ;;
+  0.33.0) fixdir="fixtures" ;;
   *) echo "--vllm $version: one of 0.24.0, 0.32.0, 0.33.0, 0.34.0" >&2; exit 2 ;;
 esac
+# shellcheck source=lib/vllm-venv.sh
+. "$ROOT/scripts/lib/vllm-venv.sh"
+VENV="$(vllm_venv "$version")"
 PY="$VENV/bin/python"
 case "$seed" in
   random) ;;

@@ -14,13 +14,16 @@
 #
 # Seed 6 is in the default list because it is the first seed under which seed-scpu-recving's
 # finished_recving order differs from the model's canonical one. No .kvevents are kept for
-# seed recordings (their hashes follow the seed). Uses the venv of record-fixtures.sh
-# (VLLM_VENV, default /work/venv-vllm); run that script first to create it.
+# seed recordings (their hashes follow the seed). Uses vLLM 0.33.0's venv, chosen as
+# record-fixtures.sh chooses it (scripts/lib/vllm-venv.sh: VLLM_VENV, else
+# VLLM_VENV_DIR/venv-vllm-0.33.0 or venv-vllm); run that script first to create it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CONF="$ROOT/tests/conformance"
-VENV="${VLLM_VENV:-/work/venv-vllm}"
+# shellcheck source=lib/vllm-venv.sh
+. "$ROOT/scripts/lib/vllm-venv.sh"
+VENV="$(vllm_venv 0.33.0)"
 PY="$VENV/bin/python"
 SEEDS_DIR="$CONF/fixtures/seeds"
 
@@ -46,7 +49,7 @@ for s in $seeds; do
   fi
 done
 [ ${#scenarios[@]} -eq 0 ] && scenarios=("$CONF"/scenarios/*.toml)
-[ -x "$PY" ] || { echo "no venv at $VENV: run scripts/record-fixtures.sh first" >&2; exit 2; }
+vllm_venv_check "$VENV" 0.33.0 || { echo "run scripts/record-fixtures.sh first" >&2; exit 2; }
 
 export HF_HUB_OFFLINE=1
 unset VLLM_USE_V2_MODEL_RUNNER

@@ -11,8 +11,9 @@
 # Each scenario (written by `kvmc reproduce`) names in its header the vLLM release to run
 # (`# vllm-version: 0.33.0`) and the properties the counterexample violates
 # (`# expect-violated: P ...`). The scenarios of one release are recorded in one process with
-# tests/conformance/vllm/record.py from that release's venv: /work/venv-vllm-VERSION
-# (VLLM_VENV_DIR overrides /work; 0.33.0 falls back to VLLM_VENV or /work/venv-vllm). Then
+# tests/conformance/vllm/record.py from that release's venv (scripts/lib/vllm-venv.sh:
+# VLLM_VENV, else VLLM_VENV_DIR/venv-vllm-VERSION, VLLM_VENV_DIR defaulting to /work; 0.33.0
+# falls back to venv-vllm; a venv without that release is refused). Then
 # `kvmc conform --strict --profile vllm-X.Y LOG` must conform and report every expected
 # property violated. A log that diverges, or lacks a property, is a failure (exit 1); a
 # release whose venv is missing or whose recorder fails is reported and counted as failed.
@@ -21,17 +22,20 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CONF="$ROOT/tests/conformance"
 KVMC="${KVMC:-$ROOT/target/dev-fast/kvmc}"
-VENV_DIR="${VLLM_VENV_DIR:-/work}"
+# shellcheck source=lib/vllm-venv.sh
+. "$ROOT/scripts/lib/vllm-venv.sh"
 out="$CONF/fixtures/reproduced"
 gate=0
 scenarios=()
+# The recorder runs in tests/conformance/vllm: paths given relative to here are made absolute.
+abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --gate) gate=1 ;;
     --out-dir) [ $# -ge 2 ] || { echo "--out-dir needs a value" >&2; exit 2; }; out="$2"; shift ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
-    *) case "$1" in */*) scenarios+=("$1") ;; *) scenarios+=("$CONF/reproduced/$1") ;; esac ;;
+    *) case "$1" in */*) scenarios+=("$(abs "$1")") ;; *) scenarios+=("$CONF/reproduced/$1") ;; esac ;;
   esac
   shift
 done
@@ -43,15 +47,9 @@ if [ ${#scenarios[@]} -eq 0 ]; then
   scenarios=("$CONF"/reproduced/*.toml)
 fi
 mkdir -p "$out"
+out="$(abs "$out")"
 
 header() { sed -n "s/^# $2: //p" "$1" | head -1; }
-
-venv_of() {
-  local v="$1"
-  if [ -x "$VENV_DIR/venv-vllm-$v/bin/python" ]; then echo "$VENV_DIR/venv-vllm-$v"
-  elif [ "$v" = "0.33.0" ]; then echo "${VLLM_VENV:-/work/venv-vllm}"
-  else echo "$VENV_DIR/venv-vllm-$v"; fi
-}
 
 declare -A by_version=()
 for s in "${scenarios[@]}"; do
@@ -64,11 +62,11 @@ done
 export HF_HUB_OFFLINE=1 PYTHONHASHSEED=0
 fail=0
 for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
-  venv="$(venv_of "$v")"
+  venv="$(vllm_venv "$v")"
   read -r -a list <<<"${by_version[$v]}"
   echo "== vLLM $v ($venv): ${#list[@]} scenario(s)"
-  if [ ! -x "$venv/bin/python" ]; then
-    echo "   no venv at $venv: not recorded"; fail=$((fail + ${#list[@]})); continue
+  if ! why="$(vllm_venv_check "$venv" "$v" 2>&1)"; then
+    echo "   $why: not recorded"; fail=$((fail + ${#list[@]})); continue
   fi
   rec_log="$(mktemp "${TMPDIR:-/tmp}/reproduce-record-$v.XXXXXX")"
   if (cd "$CONF/vllm" && "$venv/bin/python" record.py -q "${list[@]}" --out-dir "$out") >"$rec_log" 2>&1; then

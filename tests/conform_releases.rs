@@ -125,7 +125,39 @@ fn the_034_recordings_show_each_rule_034_changed() {
         );
         assert!(conform::check(&f, "vllm-0.34", None, 8).unwrap().divergence.is_none(), "{name}");
     }
-    // vllm-main's #62444 fix (a refresh in the eager scan) is not 0.34's.
+    // The eager-scan refresh proposed for #62444 (variant fix-62444) is not 0.34's.
     let f = fixture("vllm-0.34", "scpu-main");
-    assert!(conform::check(&f, "vllm-main", None, 8).unwrap().divergence.is_some());
+    assert!(conform::check(&f, "vllm-0.33", Some("fix-62444"), 8).unwrap().divergence.is_some());
+    // vllm-main is rebased on 0.34: every 0.34 recording conforms to it.
+    for name in ["resume-with-new", "error-mid-prefill", "scpu-main"] {
+        let f = fixture("vllm-0.34", name);
+        assert!(conform::check(&f, "vllm-main", None, 8).unwrap().divergence.is_none(), "{name} under vllm-main");
+    }
+}
+
+/// vLLM 0.24's recordings: a store or load job's keys become evictable in the order of a Python
+/// set (`TransferJobStatus.keys`), a model choice point that conform searches; `main` needs an
+/// order other than the model's canonical one (the only matching resolution of its step), so
+/// without the search it diverges. And 0.24 admits a request while a streaming session is
+/// parked (`parked_holds_slot = false`): under 0.32's rule its recording diverges at B's
+/// admission (step 3); under 0.24's it goes on to step 12, where 0.24 keeps the session's first
+/// `max_tokens` (a known divergence, diverges.txt).
+#[test]
+fn the_024_recordings_show_the_key_order_choice_and_the_parked_slot_rule() {
+    let r = conform::check(&fixture("vllm-0.24", "main"), "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none(), "{:?}", r.divergence);
+    let keys: Vec<_> = r.choices.iter().filter(|c| c.point == "TransferJobStatus.keys").collect();
+    assert!(
+        keys.iter().any(|c| c.chosen != c.canonical && c.matching == 1 && c.tried > 1),
+        "a step where only a non-canonical key order matches: {keys:?}"
+    );
+    // 0.33's ranks make the walk order irrelevant: no such choice point is offered there.
+    let r33 = conform::check(&root().join("tests/conformance/fixtures/main.jsonl"), "vllm-0.33", None, 8).unwrap();
+    assert!(r33.choices.iter().all(|c| c.point != "TransferJobStatus.keys"), "{:?}", r33.choices);
+
+    let f = root().join("tests/conformance/known-divergences/vllm-0.24/stream-parked-slot.jsonl");
+    let d32 = conform::check(&f, "vllm-0.32", None, 8).unwrap().divergence.expect("0.32's rule");
+    assert_eq!((d32.step, d32.what.as_str()), (3, "lookup"), "B is admitted while S is parked");
+    let d24 = conform::check(&f, "vllm-0.24", None, 8).unwrap().divergence.expect("known divergence");
+    assert_eq!((d24.step, d24.what.as_str()), (12, "turn_end"), "the session's first max_tokens");
 }

@@ -255,8 +255,10 @@ fn simple_cpu_findings() {
             assert_eq!(main.verdict(p), Verdict::Holds, "{name} vllm-main: {p}");
         }
     }
-    let main = check("scpu-shared-prefix", Some("vllm-main"), None);
-    assert_eq!(main.reached("reach-host-refresh"), Some(true), "#62444's refresh is exercised");
+    // #62444's eager-scan refresh (the fix proposed upstream; vllm-main, rebased on 0.34,
+    // refreshes at admission instead).
+    let refresh = check("scpu-shared-prefix", None, Some("fix-62444"));
+    assert_eq!(refresh.reached("reach-host-refresh"), Some(true), "#62444's refresh is exercised");
     let pressure = check("scpu-pressure", None, Some("mut-scpu-lookup-no-pin"));
     assert_eq!(pressure.reached("reach-host-hit"), Some(false), "without the pin the hit is gone by the retry");
     // The pins cost capacity: with them a finishing request's last blocks find no free CPU block.

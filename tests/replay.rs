@@ -637,8 +637,8 @@ mod representations {
                         pinned.extend(keys.iter().map(|(k, _)| *k));
                     }
                     HOp::Unload => {
-                        a.complete_load(&pinned, &mut ga);
-                        b.complete_load(&pinned, &mut gb);
+                        a.complete_load(&pinned, &mut ga, &mut ea);
+                        b.complete_load(&pinned, &mut gb, &mut eb);
                         pinned.clear();
                     }
                     HOp::Finish(r) => {

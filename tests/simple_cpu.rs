@@ -112,15 +112,17 @@ output = "w"
 
 /// #62444: P's prefix block is stored first, then U's; H hits P's block on the GPU; V's store
 /// needs a victim. 0.33 evicts the hot prefix (its CPU copy was never re-released); with the
-/// refresh (vllm-main) the eager scan's ALREADY_CACHED hit moves it to the MRU end and U's
-/// block goes instead.
+/// refresh (variant fix-62444) the eager scan's ALREADY_CACHED hit moves it to the MRU end and
+/// U's block goes instead; so does 0.34's refresh at admission (`scpu_refresh_local_hit`).
 #[test]
 fn gpu_hit_refresh_decides_the_victim_62444() {
     let s = scope(HOT_PREFIX);
     let p0 = s.workload.requests[0].hashes[0];
     let u0 = s.workload.requests[1].hashes[0];
-    for (profile, kept, evicted) in [("vllm-0.33", u0, p0), ("vllm-main", p0, u0)] {
-        let m = KvModel::new(s.clone(), Some(profile), None, vec![]).unwrap();
+    for (profile, variant, kept, evicted) in
+        [("vllm-0.33", None, u0, p0), ("vllm-0.33", Some("fix-62444"), p0, u0), ("vllm-0.34", None, p0, u0)]
+    {
+        let m = KvModel::new(s.clone(), Some(profile), variant, vec![]).unwrap();
         let e = run_to_quiet(&m, m.init().engine, &[0, 1, 2, 3]);
         let sc = e.conn.simple_cpu().expect("SimpleCPU");
         assert!(sc.cpu.get_one_block(kept).is_some(), "{profile}: {} kept", s.workload.label(kept));

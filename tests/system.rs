@@ -154,9 +154,9 @@ fn host_complete_load_twice_is_a_breach() {
     t.prepare_store(&[(h(1), 2)], &mut r, &mut g, &mut ev).unwrap();
     t.complete_store(&[h(1)], &mut g, &mut ev);
     t.prepare_load(&[(h(1), 2)], &mut r, &mut g, &mut ev);
-    t.complete_load(&[h(1)], &mut g);
+    t.complete_load(&[h(1)], &mut g, &mut ev);
     assert_eq!(g.violations, 0);
-    t.complete_load(&[h(1)], &mut g);
+    t.complete_load(&[h(1)], &mut g, &mut ev);
     assert_ne!(g.violations, 0);
 }
 
@@ -180,7 +180,7 @@ fn host_lru_victim_order_per_policy() {
         t.touch(&k); // 0.24's connector touches R's keys (a no-op for the rank policies)
         orders.push(t.eviction_order());
         t.prepare_load(&[(k[1], 2)], &mut q, &mut g, &mut ev); // Q reuses R's chunk 1
-        t.complete_load(&[k[1]], &mut g);
+        t.complete_load(&[k[1]], &mut g, &mut ev);
         orders.push(t.eviction_order());
         t.on_request_finished(&mut r);
         orders.push(t.eviction_order());
@@ -206,4 +206,31 @@ fn host_lru_victim_order_per_policy() {
         run(HostLru::RequestRank),
         (vec![vec![d, c, b, a], vec![d, c, b, a], vec![d, c, a, b], vec![d, c, b, a]], vec![d])
     );
+}
+
+/// 0.24's `TransferJobStatus.keys` is a set: a store job's keys become evictable in its order,
+/// which is the eviction order. Without a plan (the checker) the job's key order is kept; a
+/// conformance plan chooses another order, and only the release-order LRU (0.24) asks.
+#[test]
+fn job_key_order_is_a_choice_only_under_release_order() {
+    use kvmc::system::choice::Choices;
+    use kvmc::system::rules::HostLru;
+    let k: Vec<_> = (0..3).map(|i| h(20 + i)).collect();
+    let run = |policy: HostLru, plan: Option<Vec<u32>>| {
+        let mut g = Ghost::default();
+        let mut ev = Events::off();
+        ev.choices = plan.map(|p| Box::new(Choices::with_plan(p)));
+        let mut t = HostTier::with_policy(4, policy, false);
+        t.prepare_store(&[(k[0], 1), (k[1], 2), (k[2], 3)], &mut acc(), &mut g, &mut ev).unwrap();
+        t.complete_store(&k, &mut g, &mut ev);
+        let taken = ev.choices.map(|c| c.taken.len()).unwrap_or(0);
+        (t.eviction_order(), taken)
+    };
+    assert_eq!(run(HostLru::ReleaseOrder, None), (k.clone(), 0));
+    assert_eq!(run(HostLru::ReleaseOrder, Some(vec![0])), (k.clone(), 1));
+    // Order 5 of 3! (lexicographic): k2, k1, k0.
+    assert_eq!(run(HostLru::ReleaseOrder, Some(vec![5])), (vec![k[2], k[1], k[0]], 1));
+    let (order33, asked) = run(HostLru::RequestRank, Some(vec![5]));
+    assert_eq!(asked, 0, "0.33's ranks: no choice");
+    assert_eq!(order33, run(HostLru::RequestRank, None).0);
 }

@@ -44,9 +44,10 @@ pub struct Divergence {
 pub struct StepChoice {
     pub step: u32,
     /// vLLM's name of the set (`finished_req_ids`, `finish_requests`, `finished_recving`,
-    /// `finished_sending`).
+    /// `finished_sending`, 0.24's `TransferJobStatus.keys`).
     pub point: &'static str,
-    /// The ids in the model's canonical order, and in the order that matched.
+    /// The ids (request names, or host keys' labels) in the model's canonical order, and in
+    /// the order that matched.
     pub canonical: Vec<String>,
     pub chosen: Vec<String>,
     /// How many orders the point has.

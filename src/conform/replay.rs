@@ -10,7 +10,7 @@ use super::validate::BadTransfer;
 use super::{kv_events, model_counts, scope_of, vllm_has_requests, Divergence, Report, StepChoice};
 use crate::error::{KvmcError, Result};
 use crate::props::{self, Kind};
-use crate::system::choice::Choices;
+use crate::system::choice::{Choices, Item};
 use crate::system::connector::simple_cpu::worker::LOAD_EVENT;
 use crate::system::engine::StepInput;
 use crate::system::{Engine, Events};
@@ -53,6 +53,10 @@ pub(super) fn replay(
     let ctx = sys.ctx();
     let idx = |name: &str| scope.workload.requests.iter().position(|r| r.name == name).expect("validated") as u16;
     let name = |r: u16| scope.workload.requests[r as usize].name.clone();
+    let item = |x: Item| match x {
+        Item::Req(r) => name(r),
+        Item::Key(k) => scope.workload.label(k),
+    };
     let last = lines.last().map_or(0, |l| l.ev.step());
     let snapshots: Vec<&str> = [
         ("schedule", lines.iter().any(|l| matches!(l.ev, Ev::Schedule { .. }))),
@@ -116,8 +120,8 @@ pub(super) fn replay(
                     .map(|c| StepChoice {
                         step,
                         point: c.point.as_str(),
-                        canonical: c.canonical.iter().map(|&r| name(r)).collect(),
-                        chosen: c.chosen.iter().map(|&r| name(r)).collect(),
+                        canonical: c.canonical.iter().map(|&x| item(x)).collect(),
+                        chosen: c.chosen.iter().map(|&x| item(x)).collect(),
                         orders: c.count,
                         tried: 0,
                         matching: 0,

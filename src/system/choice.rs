@@ -9,7 +9,7 @@
 //! depend on this module. Conformance (src/conform/) sets a plan and searches every order for
 //! one that matches a log (docs/conformance.md, "vLLM's nondeterminism").
 
-use super::types::ReqId;
+use super::types::{BlockHash, ReqId};
 
 /// Where vLLM iterates a set whose order reaches a decision (docs/conformance.md lists every
 /// set iteration of the modelled code, also those whose order does not matter).
@@ -32,6 +32,13 @@ pub enum Point {
     /// `KVConnectorOutput.finished_sending`: `_update_from_kv_xfer_finished` frees the delayed
     /// blocks in this order.
     FinishedSending,
+    /// vLLM 0.24's `TransferJobStatus.keys` (a `set[OffloadKey]`), walked by
+    /// `CPUOffloadingManager.complete_store` / `complete_load` from the OffloadingConnector's
+    /// `_update_connector_output`: each key that becomes evictable joins the MRU end of the LRU
+    /// policy's `OrderedDict` (`mark_evictable`) in this order, which is the host tier's
+    /// eviction order. Asked only under the release-order LRU (`HostLru::ReleaseOrder`); 0.32+
+    /// ranks keys, so the walk order reaches no decision there.
+    TransferJobKeys,
 }
 
 impl Point {
@@ -42,16 +49,36 @@ impl Point {
             Point::FinishRequests => "finish_requests",
             Point::FinishedRecving => "finished_recving",
             Point::FinishedSending => "finished_sending",
+            Point::TransferJobKeys => "TransferJobStatus.keys",
         }
     }
 }
 
-/// One choice the engine made: the ids in the model's order, and the order it used.
+/// What a set holds: request ids, or host-tier keys (block hashes).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    Req(ReqId),
+    Key(BlockHash),
+}
+
+impl From<ReqId> for Item {
+    fn from(r: ReqId) -> Self {
+        Item::Req(r)
+    }
+}
+
+impl From<BlockHash> for Item {
+    fn from(k: BlockHash) -> Self {
+        Item::Key(k)
+    }
+}
+
+/// One choice the engine made: the items in the model's order, and the order it used.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Choice {
     pub point: Point,
-    pub canonical: Vec<ReqId>,
-    pub chosen: Vec<ReqId>,
+    pub canonical: Vec<Item>,
+    pub chosen: Vec<Item>,
     /// Index of `chosen` among the orders (0 = canonical), and how many orders there are.
     pub index: u32,
     pub count: u32,
@@ -74,12 +101,12 @@ impl Choices {
     }
 
     /// Reorder `items` as the plan says for the next choice point, and record it.
-    pub fn order(&mut self, point: Point, items: &mut [ReqId]) {
-        let canonical = items.to_vec();
+    pub fn order<T: Copy + Into<Item>>(&mut self, point: Point, items: &mut [T]) {
+        let canonical = items.iter().map(|&x| x.into()).collect();
         let count = if items.len() > MAX_PERMUTED { 1 } else { (1..=items.len() as u32).product() };
         let index = self.plan.get(self.taken.len()).copied().unwrap_or(0).min(count - 1);
         permute(items, index);
-        self.taken.push(Choice { point, canonical, chosen: items.to_vec(), index, count });
+        self.taken.push(Choice { point, canonical, chosen: items.iter().map(|&x| x.into()).collect(), index, count });
     }
 
     /// The plan after `self.taken` in depth-first order (the last point that has another order

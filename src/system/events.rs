@@ -230,7 +230,7 @@ impl Events {
     /// A set iteration of vLLM whose order reaches a decision: reorder `items` as the
     /// conformance plan says (nothing without a plan, or with fewer than two ids).
     #[inline]
-    pub fn order(&mut self, point: super::choice::Point, items: &mut [ReqId]) {
+    pub fn order<T: Copy + Into<super::choice::Item>>(&mut self, point: super::choice::Point, items: &mut [T]) {
         if items.len() > 1 {
             if let Some(c) = self.choices.as_deref_mut() {
                 c.order(point, items);

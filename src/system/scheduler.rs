@@ -317,7 +317,13 @@ fn schedule_waiting(
         let from_kv = !e.kv_holding.is_empty();
         let head = if from_kv { e.kv_holding.first() } else { e.waiting.first() };
         let Some(&r) = head else { break };
-        let parked = *parked.get_or_insert_with(|| e.reqs.iter().filter(|q| q.status == Status::Parked).count());
+        let parked = *parked.get_or_insert_with(|| {
+            if ctx.rules.parked_holds_slot {
+                e.reqs.iter().filter(|q| q.status == Status::Parked).count()
+            } else {
+                0
+            }
+        });
         if (e.running.len() + parked) as u32 >= cfg.max_num_seqs {
             break;
         }

@@ -28,6 +28,7 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         | "cache_scheduled_only"
         | "no_admission_after_preempt"
         | "resumed_after_new"
+        | "parked_holds_slot"
         | "preempt_oldest" => true,
         // Asynchronous loads: every connector that loads into G1.
         "delay_cache_async_loads" | "reserve_for_async_loads" | "reserve_excludes_self" => {

@@ -110,6 +110,7 @@ fn vllm_033() -> Rules {
         delay_cache_async_loads: true,
         no_admission_after_preempt: true,
         resumed_after_new: true,
+        parked_holds_slot: true,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,
@@ -172,8 +173,11 @@ fn vllm_034() -> Rules {
     Rules { resumed_after_new: false, error_watermark_computed: true, scpu_refresh_local_hit: true, ..vllm_033() }
 }
 
+/// vLLM main: 0.34.0's rules (no change merged after 0.34.0 is modelled yet). It used to be 0.33
+/// plus #63937 and an eager-scan refresh for #62444; 0.34.0 shipped #63937, fixed #62444 at
+/// admission instead (`scpu_refresh_local_hit`) and lists resumed requests in admission order.
 fn vllm_main() -> Rules {
-    Rules { error_watermark_computed: true, scpu_refresh_on_gpu_hit: true, ..vllm_033() }
+    vllm_034()
 }
 
 /// 0.32.0: no cursor reset at restart (#63010), `yield_req_data` without the full-table
@@ -212,9 +216,11 @@ fn prime_rl() -> Rules {
 /// the connector's touches, a cursor that follows the watermark (not monotonic), no visit of
 /// finished requests (no finish-time store).
 /// SimpleCPU 0.24: no finish-time store, the hash stamped at store prep, no reset on
-/// `preempted_req_ids` (only on MRV1's resumed flag).
+/// `preempted_req_ids` (only on MRV1's resumed flag). Its `Scheduler.schedule` stops admitting
+/// at `len(self.running) == max_num_running_reqs`: a parked streaming session holds no slot.
 fn vllm_024() -> Rules {
     Rules {
+        parked_holds_slot: false,
         host_lru: HostLru::ReleaseOrder,
         arc_t1_fallback: false,
         cursor_monotonic: false,
@@ -249,7 +255,7 @@ pub const PROFILES: &[Profile] = &[
     },
     Profile {
         name: "vllm-main",
-                summary: "0.33 plus the fixes merged since: #63937 (error-finish store watermark), #62444 (SimpleCPU refresh on GPU hit); #59102 (NIXL host buffer) is still open",
+        summary: "vLLM main, rebased on 0.34.0 (no later change modelled): #63937 and #62444 fixed, resumed requests in admission order; #59102 (NIXL host buffer) is still open",
         rules: vllm_main,
     },
     Profile {

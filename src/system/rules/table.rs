@@ -133,6 +133,11 @@ rules_table! {
     /// Connectors read the same order (`yield_req_data`).
     resumed_after_new: bool
         => "MRV2 lists resumed requests after the new ones in scheduled_new_reqs", "Scheduler.schedule";
+    /// A streaming session parked for its next input (`WAITING_FOR_STREAMING_REQ`) holds a
+    /// model-runner slot: admission stops at `len(running) + num_waiting_for_streaming_input`
+    /// >= `max_num_seqs` (`Scheduler.schedule`, 0.32+); false: only `len(running)` counts (0.24).
+    parked_holds_slot: bool
+        => "a parked streaming session counts against max_num_seqs", "Scheduler.schedule (num_waiting_for_streaming_input)";
     /// An async load is admitted only if it leaves the blocks in-flight prefills still need
     /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
     reserve_for_async_loads: bool

@@ -58,7 +58,7 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "fix-63937",
-        summary: "an error finish stores only computed tokens (what vllm-main does)",
+        summary: "an error finish stores only computed tokens (what vllm-0.34 and vllm-main do)",
         upstream: "vllm #63937",
                 apply: |r| r.error_watermark_computed = true,
     },
@@ -250,7 +250,7 @@ pub const VARIANTS: &[Variant] = &[
     },
     Variant {
         name: "fix-62444",
-        summary: "SimpleCPU moves a CPU block found already cached by the eager scan to the MRU end (what vllm-main does)",
+        summary: "SimpleCPU moves a CPU block found already cached by the eager scan to the MRU end (the fix proposed in #62444; 0.34 refreshes at admission instead)",
         upstream: "vllm #62444",
         apply: |r| r.scpu_refresh_on_gpu_hit = true,
     },

@@ -17,7 +17,8 @@
 //!   re-rank at finish; reuse changes nothing until then.
 //! - 0.24 (`ReleaseOrder`): a fresh rank when a key becomes evictable (store or last load
 //!   completes; keys of one job in chunk order — vLLM iterates a Python set there, so its
-//!   order depends on the hash seed); the connector's `touch` gives a request's evictable keys
+//!   order depends on the hash seed: a model choice point under conformance, `walk_order`);
+//!   the connector's `touch` gives a request's evictable keys
 //!   fresh ranks tail first; nothing at finish. Non-evictable keys carry rank (0, 0).
 //!
 //! `order` is the eviction-order reference (`host_order`), ghost state checked at every
@@ -32,6 +33,7 @@ mod observe;
 
 use super::host_arc::ArcLists;
 use super::reference_order::{RefOrder, RefPlace};
+use crate::system::choice::Point;
 use crate::system::collections::clone_fields;
 use crate::system::collections::pos_map::PosMap;
 use crate::system::collections::rank_queue::{first_n, RankSet};
@@ -40,6 +42,7 @@ use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::rules::HostLru;
 use crate::system::types::{BlockHash, ContentTag, Contents};
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// An offload key (`make_offload_key`): the block hash of the chunk's last block (one group).
@@ -468,10 +471,37 @@ impl HostTier {
         }
     }
 
+    /// The order in which a job's keys are walked. 0.24's `TransferJobStatus.keys` is a set, and
+    /// under its release-order LRU the order in which keys become evictable is the eviction
+    /// order: conformance chooses the order of the keys `releases` picks (choice point
+    /// `TransferJobStatus.keys`); the other keys keep their places (they decide nothing).
+    fn walk_order<'a>(
+        &self,
+        keys: &'a [Key],
+        releases: impl Fn(&HostEntry) -> bool,
+        ev: &mut Events,
+    ) -> Cow<'a, [Key]> {
+        if ev.choices.is_none() || self.policy != HostLru::ReleaseOrder || self.arc.is_some() {
+            return Cow::Borrowed(keys);
+        }
+        let at: Vec<usize> = (0..keys.len()).filter(|&i| self.entries.get(&keys[i]).is_some_and(&releases)).collect();
+        if at.len() < 2 {
+            return Cow::Borrowed(keys);
+        }
+        let mut picked: Vec<Key> = at.iter().map(|&i| keys[i]).collect();
+        ev.order(Point::TransferJobKeys, &mut picked);
+        let mut out = keys.to_vec();
+        for (&i, k) in at.iter().zip(picked) {
+            out[i] = k;
+        }
+        Cow::Owned(out)
+    }
+
     /// `complete_store(keys)`: write-pending keys become ready and evictable.
     pub fn complete_store(&mut self, keys: &[Key], ghost: &mut Ghost, ev: &mut Events) {
         let mut stored = Vec::new();
-        for k in keys {
+        let keys = self.walk_order(keys, |e| e.ref_cnt < 0, ev);
+        for k in keys.iter() {
             if let Some(e) = self.entries.get_mut(k) {
                 if e.ref_cnt < 0 {
                     e.ref_cnt = 0;
@@ -545,8 +575,9 @@ impl HostTier {
 
     /// `complete_load(keys)`: unpin; a key whose count reaches 0 is evictable again at its
     /// existing rank.
-    pub fn complete_load(&mut self, keys: &[Key], ghost: &mut Ghost) {
-        for k in keys {
+    pub fn complete_load(&mut self, keys: &[Key], ghost: &mut Ghost, ev: &mut Events) {
+        let keys = self.walk_order(keys, |e| e.ref_cnt == 1, ev);
+        for k in keys.iter() {
             match self.entries.get_mut(k) {
                 Some(e) if e.ref_cnt > 0 => {
                     e.ref_cnt -= 1;

@@ -466,7 +466,7 @@ impl OffloadingState {
                 if job.is_store() {
                     self.host.complete_store(&job.keys, ghost, ev);
                 } else {
-                    self.host.complete_load(&job.keys, ghost);
+                    self.host.complete_load(&job.keys, ghost, ev);
                 }
             }
             ev.emit(|| Event::JobCompleted { job: id });
