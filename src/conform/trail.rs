@@ -6,7 +6,7 @@
 use super::log::{self, Line};
 use super::{check_text, replay, scope_of, validate, Report};
 use crate::error::{KvmcError, Result};
-use crate::system::choice::Choices;
+use crate::system::choice::{Choices, Item};
 use crate::system::{Engine, Event, Events, System};
 use std::path::Path;
 
@@ -50,7 +50,10 @@ pub fn trail(path: &Path, text: &str, profile: &str, variant: Option<&str>, wind
     let sys = scope.system(Some(profile), variant).map_err(KvmcError::Usage)?;
     let ctx = sys.ctx();
     let idx = |name: &str| scope.workload.requests.iter().position(|r| r.name == name).expect("validated") as u16;
-    let name = |r: u16| scope.workload.requests[r as usize].name.clone();
+    let name = |x: Item| match x {
+        Item::Req(r) => scope.workload.requests[r as usize].name.clone(),
+        Item::Key(k) => scope.workload.label(k),
+    };
     let init = sys.init();
     let mut engine = init.clone();
     let last = report.divergence.as_ref().map_or(report.steps, |d| d.step);
@@ -73,7 +76,7 @@ pub fn trail(path: &Path, text: &str, profile: &str, variant: Option<&str>, wind
             let taken = ev.choices.take().map(|c| *c).unwrap_or_default();
             plan = taken.next_plan();
             let here: Vec<(&str, Vec<String>)> =
-                taken.taken.iter().map(|c| (c.point.as_str(), c.chosen.iter().map(|&r| name(r)).collect())).collect();
+                taken.taken.iter().map(|c| (c.point.as_str(), c.chosen.iter().map(|&x| name(x)).collect())).collect();
             if here == wanted {
                 found = Some((e, ev.list));
                 break;
