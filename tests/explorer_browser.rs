@@ -82,7 +82,7 @@ const CASES: &[Case] = &[
 ];
 
 /// A `kvmc conform` divergence to open: a real vLLM 0.24 log checked under vllm-0.24 (0.24
-/// admits B while session S is parked; the model keeps S's slot).
+/// keeps a session's first max_tokens; tests/conformance/known-divergences/vllm-0.24).
 const CONFORM_LOG: &str = "tests/conformance/known-divergences/vllm-0.24/stream-parked-slot.jsonl";
 
 /// The URL path `kvmc conform --format json` prints for the divergence, and its step.
