@@ -409,6 +409,18 @@ pub struct ConformDivergence {
     pub under: Vec<ConformChoice>,
     pub resolutions_tried: u64,
     pub window: Vec<ConformLine>,
+    /// How to open the divergence in the explorer: the log beside the model, step by step
+    /// (docs/counterexamples.md).
+    pub explore: Option<ConformExplore>,
+}
+
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformExplore {
+    /// The `kvmc explore --conform` command line (same log, profile and variant).
+    pub command: String,
+    /// The URL path (and query) on a `kvmc explore` started where `kvmc conform` ran.
+    pub url: String,
 }
 
 #[derive(Serialize, JsonSchema)]

@@ -58,7 +58,7 @@ fn every_gate_counterexample_opens_by_its_command_and_url() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let text = stdout(&kvmc(&["check", "--verbose"]));
-    let mut n = 0;
+    let (mut n, mut pd_seen) = (0, 0);
     for r in v["results"].as_array().unwrap() {
         let Some(cx) = r["counterexample"].as_object() else { continue };
         let property = r["property"].as_str().unwrap();
@@ -89,10 +89,26 @@ fn every_gate_counterexample_opens_by_its_command_and_url() {
             "{url}: the last state does not violate {property}"
         );
         assert_eq!(view["header"]["profile"], r["profile"], "{url}");
+        // P/D: both instances and the router's state (issue 24); a refused or wrong merge is
+        // marked on the router's row.
+        if m.sys.pd.is_some() {
+            let pd = &view["state"]["pd"];
+            assert!(!pd["d"]["g1"]["blocks"].as_array().unwrap().is_empty(), "{url}: D's G1");
+            assert!(pd["d"]["requests"].as_array().is_some_and(|v| !v.is_empty()), "{url}: D's requests");
+            assert!(pd["d"]["connector"].is_object(), "{url}: D's connector");
+            assert!(!pd["router"].as_array().unwrap().is_empty(), "{url}: the router's state");
+            if property == "pd-equals-colocated" {
+                assert!(pd["router"].as_array().unwrap().iter().any(|x| x["bad"] == true), "{url}: the merge");
+            }
+            pd_seen += 1;
+        } else {
+            assert!(view["state"].get("pd").is_none(), "{url}");
+        }
         assert!(text.contains(&format!("  explore: {command}\n")), "the text report prints {command}");
         n += 1;
     }
     assert!(n >= 100, "the gate has {n} counterexamples");
+    assert!(pd_seen >= 3, "the gate has {pd_seen} P/D counterexamples");
 }
 
 /// `explore --path SCENARIO` uses the scenario's model, profile and variant: a #60810
@@ -121,6 +137,72 @@ fn a_scenario_opens_with_its_own_profile_and_variant() {
     let o = kvmc(&["explore", "--path", scen.to_str().unwrap(), "--profile", "vllm-0.33", "--dry-run"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("violates: nothing"), "{}", stdout(&o));
+}
+
+/// Issue 24: a `kvmc conform` divergence opens in the explorer, the log beside the model: the
+/// command and URL that text, JSON and JUnit print open it at the diverging step, with every
+/// step before it listed and the differing log line marked; the server refuses logs outside
+/// its directory.
+#[test]
+fn a_conform_divergence_opens_with_the_log_beside_the_model() {
+    use kvmc::explorer::conform::{conform_view, ConformTarget};
+    let log = "tests/conformance/known-divergences/vllm-0.24/stream-parked-slot.jsonl";
+    let o = kvmc(&["conform", log, "--profile", "vllm-0.24", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let d = &v["logs"][0]["divergence"];
+    let (step, line) = (d["step"].as_u64().unwrap(), d["line"].as_u64().unwrap());
+    let command = d["explore"]["command"].as_str().unwrap();
+    let url = d["explore"]["url"].as_str().unwrap();
+    assert_eq!(command, format!("kvmc explore --conform {log} --profile vllm-0.24"));
+    let text = stdout(&kvmc(&["conform", log, "--profile", "vllm-0.24"]));
+    assert!(text.contains(&format!("  explore: {command}\n")), "{text}");
+    assert!(text.contains(&format!("  open:    http://127.0.0.1:3000{url}\n")), "{text}");
+    let junit = stdout(&kvmc(&["conform", log, "--profile", "vllm-0.24", "--format", "junit"]));
+    assert!(junit.contains(&format!("<property name=\"explore_command\" value=\"{command}\"/>")), "{junit}");
+    assert!(junit.contains(&format!("<property name=\"explore_url\" value=\"{}\"/>", url.replace('&', "&amp;"))));
+    // The command: its dry run names the same divergence.
+    let mut args = args_of(command);
+    args.push("--dry-run".into());
+    let o = kvmc(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).contains(&format!("Explorer: http://127.0.0.1:3000{url}\n")), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&format!("diverges at step {step} (line {line}: ")), "{}", stdout(&o));
+    // The URL, through the explorer's view (what the page fetches).
+    let t = ConformTarget::from_query(url.strip_prefix("/?").unwrap()).unwrap();
+    let view = conform_view(&root().join(&t.log), &t, None).unwrap();
+    assert_eq!(view["at"].as_u64(), Some(step), "opens at the diverging step");
+    let steps = view["steps"].as_array().unwrap();
+    assert_eq!(steps.len() as u64, step + 1, "the initial state and every step up to the divergence");
+    for (i, s) in steps.iter().enumerate().skip(1) {
+        assert_eq!(s["action"], format!("step {i}"));
+        assert!(!s["story"].as_str().unwrap().is_empty(), "step {i}: the model's side");
+        assert_eq!(s["violated"].as_array().unwrap().is_empty(), i as u64 != step, "step {i}");
+        assert!(!s["log"].as_array().unwrap().is_empty(), "step {i}: the log's side");
+    }
+    let differs: Vec<_> =
+        steps.iter().flat_map(|s| s["log"].as_array().unwrap()).filter(|l| l["differs"] == true).collect();
+    assert_eq!(differs.len(), 1, "one differing line");
+    assert_eq!(differs[0]["line"].as_u64(), Some(line));
+    assert_eq!(view["divergence"]["model"], d["model"]);
+    assert_eq!(view["divergence"]["implementation"], d["implementation"]);
+    assert!(!view["state"]["g1"]["blocks"].as_array().unwrap().is_empty() && view["state"]["requests"].is_array());
+    assert!(view["prev_state"].is_object());
+    // A log that conforms: no link, and the explorer says it conforms.
+    let ok = "tests/conformance/fixtures/main.jsonl";
+    let o = kvmc(&["conform", ok, "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["logs"][0]["divergence"].is_null());
+    let o = kvmc(&["explore", "--conform", ok, "--dry-run"]);
+    assert!(stdout(&o).contains("\nconforms ("), "{}", stdout(&o));
+    // Served: the page and its data; logs outside the directory or not .jsonl are refused.
+    let srv = serve(&["--conform", log, "--profile", "vllm-0.24"]);
+    assert!(srv.2.ends_with(url), "{} {url}", srv.2);
+    let r = get(srv.1, &format!("/api/view?{}", url.strip_prefix("/?").unwrap()));
+    assert!(r.starts_with("HTTP/1.1 200 ") && r.contains("\"mode\":\"conform\""), "{}", head(&r));
+    assert!(get(srv.1, "/").contains("Location: /?conform="), "/ opens the log");
+    assert!(get(srv.1, "/api/view?conform=/etc/passwd.jsonl").starts_with("HTTP/1.1 404 "));
+    assert!(get(srv.1, "/api/view?conform=Cargo.toml").starts_with("HTTP/1.1 404 "));
 }
 
 #[test]
@@ -163,7 +245,10 @@ pub fn serve(args: &[&str]) -> Server {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let url = line.trim().strip_prefix("Explorer: ").unwrap_or_else(|| panic!("{line}")).to_string();
-    assert!(url.starts_with(&format!("http://{addr}/?model=")), "{url}");
+    assert!(
+        url.starts_with(&format!("http://{addr}/?model=")) || url.starts_with(&format!("http://{addr}/?conform=")),
+        "{url}"
+    );
     let start = Instant::now();
     while TcpStream::connect(&addr).is_err() {
         assert!(start.elapsed() < Duration::from_secs(30), "the explorer listens on {addr}");

@@ -1,7 +1,10 @@
 //! The explorer in a real browser (issue 24): headless Chromium driven over WebDriver
 //! (fantoccini against Debian's `chromedriver`). Three counterexamples, each opened by the URL
 //! path `kvmc check --format json` prints for it: #63937 (OffloadingConnector), a SimpleCPU
-//! one and router replay's BlockObjectStoreError; plus #60810 under vllm-0.32 for the docs.
+//! one, router replay's BlockObjectStoreError and P/D's router v0.2.2 HTTP 500 (both
+//! instances and the router's merge); plus #60810 under vllm-0.32 for the docs; and a
+//! `kvmc conform` divergence (a real vLLM 0.24 log beside the model), by the URL path
+//! `kvmc conform --format json` prints.
 //! Each is stepped through; the violating state must be marked, with the domain elements on
 //! the page. Screenshots go to target/explorer-screenshots/.
 //!
@@ -62,7 +65,64 @@ const CASES: &[Case] = &[
         property: "rows-present",
         present: &["#g1 .block", "#requests tr.req", "#row-store", "#emitted", "#host-entries"],
     },
+    Case {
+        name: "pd-router-v0.2.2-http-500",
+        check: &["models/pd-rows-c.toml", "--variant", "router-v0.2.2", "--property", "pd-equals-colocated"],
+        property: "pd-equals-colocated",
+        present: &[
+            "#g1 .block",
+            "#requests tr.req",
+            "#pd-panel #router tr.route.bad",
+            "#d-g1 .block",
+            "#d-requests tr.req",
+            "#d-jobs",
+            "#host-entries",
+        ],
+    },
 ];
+
+/// A `kvmc conform` divergence to open: a real vLLM 0.24 log checked under vllm-0.24 (0.24
+/// keeps a session's first max_tokens; tests/conformance/known-divergences/vllm-0.24).
+const CONFORM_LOG: &str = "tests/conformance/known-divergences/vllm-0.24/stream-parked-slot.jsonl";
+
+/// The URL path `kvmc conform --format json` prints for the divergence, and its step.
+fn conform_url() -> (String, usize) {
+    let o = kvmc(&["conform", CONFORM_LOG, "--profile", "vllm-0.24", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
+    let d = &v["logs"][0]["divergence"];
+    (d["explore"]["url"].as_str().expect("a divergence link").into(), d["step"].as_u64().unwrap() as usize)
+}
+
+/// Open the divergence: the diverging step is selected and marked, the differing log line is
+/// marked beside the model's side; every earlier step opens unmarked with its log lines.
+async fn walk_conform(b: &Client, base: &str, dir: &std::path::Path) {
+    let (url, step) = conform_url();
+    b.goto(&format!("{base}{url}")).await.unwrap();
+    wait_ready(b, Some(step)).await.unwrap_or_else(|e| panic!("conform: the page did not render: {e}"));
+    assert_eq!(count(b, "#timeline li.step").await, step + 1, "conform: every step up to the divergence");
+    assert_eq!(count(b, "body[data-violated='yes']").await, 1, "conform: the divergence is not marked");
+    let banner = b.find(Locator::Css("#violation")).await.unwrap();
+    assert!(banner.is_displayed().await.unwrap(), "conform: the banner is hidden");
+    let text = banner.text().await.unwrap();
+    assert!(text.contains(&format!("DIVERGES at step {step}")), "conform: {text}");
+    assert_eq!(count(b, "#timeline li.step.selected.violating").await, 1, "conform: the timeline marks it");
+    assert_eq!(count(b, "#log-lines tr.logline.differs").await, 1, "conform: the differing log line");
+    for css in ["#model-story li", ".kv.differs", "#g1 .block", "#requests tr.req", "#divergence td.model"] {
+        assert!(count(b, css).await > 0, "conform: no {css} on the page");
+    }
+    let header = b.find(Locator::Css("#header")).await.unwrap().text().await.unwrap();
+    assert!(header.contains(CONFORM_LOG) && header.contains("vllm-0.24"), "conform: {header}");
+    shot(b, dir, "conform-divergence").await;
+    for i in 0..step {
+        b.find(Locator::Css(&format!("#timeline li[data-index='{i}']"))).await.unwrap().click().await.unwrap();
+        wait_ready(b, Some(i)).await.unwrap_or_else(|e| panic!("conform: step {i}: {e}"));
+        assert_eq!(count(b, "body[data-violated='no']").await, 1, "conform: step {i} is not the divergence");
+        assert_eq!(count(b, "#log-lines tr.differs").await, 0, "conform: step {i}");
+        if i > 0 {
+            assert!(count(b, "#log-lines tr.logline").await > 0, "conform: step {i} lists its log lines");
+        }
+    }
+}
 
 /// The URL path `kvmc check --format json` prints for the case's counterexample.
 fn url_of(c: &Case) -> String {
@@ -180,6 +240,7 @@ fn the_explorer_in_a_real_browser() {
         for c in CASES {
             walk(&b, &base, c, &dir).await;
         }
+        walk_conform(&b, &base, &dir).await;
         let _ = b.close().await;
     });
 }

@@ -3,6 +3,7 @@
 use super::check::Format;
 use crate::conform::{self, Report, StepChoice};
 use crate::error::{exit, KvmcError, Result};
+use crate::explorer::conform::ConformTarget;
 use crate::schema;
 use clap::Args;
 use std::fmt::Write as _;
@@ -39,6 +40,8 @@ struct Outcome {
     path: PathBuf,
     report: Report,
     code: i32,
+    /// What opens a divergence in the explorer (same log, profile and variant).
+    explore: Option<ConformTarget>,
 }
 
 /// The KV-event stream's outcome: the problem found, if any, and whether it was compared with
@@ -66,7 +69,12 @@ pub fn run(a: ConformArgs) -> Result<i32> {
             None if report.partial.is_some() => exit::INCOMPLETE,
             None => exit::OK,
         };
-        let o = Outcome { path: path.clone(), report, code };
+        let explore = report.divergence.as_ref().map(|_| ConformTarget {
+            log: path.display().to_string(),
+            profile: a.profile.clone(),
+            variant: a.variant.clone(),
+        });
+        let o = Outcome { path: path.clone(), report, code, explore };
         if matches!(a.format, Format::Text) {
             print!("{}", text(&o));
         }
@@ -179,6 +187,10 @@ fn text(o: &Outcome) -> String {
                     let _ = writeln!(s, "    {no:>5}  {t}");
                 }
             }
+            if let Some(t) = &o.explore {
+                let _ = writeln!(s, "  explore: {}", t.command());
+                let _ = writeln!(s, "  open:    http://127.0.0.1:3000{}", t.url_path());
+            }
         }
     }
     if let Some(p) = &r.partial {
@@ -245,6 +257,10 @@ fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32
                         .iter()
                         .map(|(no, t)| schema::ConformLine { line: *no as u64, text: t.clone() })
                         .collect(),
+                    explore: o
+                        .explore
+                        .as_ref()
+                        .map(|t| schema::ConformExplore { command: t.command(), url: t.url_path() }),
                 }),
                 partial: r.partial.as_ref().map(|p| schema::ConformPartial {
                     line: p.line as u64,
@@ -290,21 +306,29 @@ fn xml_escape(s: &str) -> String {
 fn junit(outcomes: &[Outcome], kv: Option<&KvOutcome>) -> String {
     let mut cases = String::new();
     let (mut failures, mut skipped, mut tests) = (0, 0, 0);
-    let mut case = |name: &Path, result: Option<(bool, String, String)>| {
+    let mut case = |name: &Path, result: Option<(bool, String, String)>, explore: Option<&ConformTarget>| {
         tests += 1;
         let n = xml_escape(&name.display().to_string());
         let _ = write!(cases, "    <testcase classname=\"conform\" name=\"{n}\"");
+        // As `kvmc check`'s JUnit: the command and URL that open the divergence.
+        let props = explore.map_or(String::new(), |t| {
+            format!(
+                "<properties><property name=\"explore_command\" value=\"{}\"/><property name=\"explore_url\" value=\"{}\"/></properties>",
+                xml_escape(&t.command()),
+                xml_escape(&t.url_path())
+            )
+        });
         match result {
             None => cases.push_str("/>\n"),
             Some((true, msg, _)) => {
                 skipped += 1;
-                let _ = writeln!(cases, "><skipped message=\"{}\"/></testcase>", xml_escape(&msg));
+                let _ = writeln!(cases, ">{props}<skipped message=\"{}\"/></testcase>", xml_escape(&msg));
             }
             Some((false, msg, body)) => {
                 failures += 1;
                 let _ = writeln!(
                     cases,
-                    "><failure message=\"{}\">{}</failure></testcase>",
+                    ">{props}<failure message=\"{}\">{}</failure></testcase>",
                     xml_escape(&msg),
                     xml_escape(&body)
                 );
@@ -329,10 +353,10 @@ fn junit(outcomes: &[Outcome], kv: Option<&KvOutcome>) -> String {
             }
             _ => None,
         };
-        case(&o.path, result);
+        case(&o.path, result, o.explore.as_ref());
     }
     if let Some(k) = kv {
-        case(&k.path, k.problem.as_ref().map(|p| (false, p.clone(), p.clone())));
+        case(&k.path, k.problem.as_ref().map(|p| (false, p.clone(), p.clone())), None);
     }
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvmc\">\n  <testsuite name=\"conform\" tests=\"{tests}\" failures=\"{failures}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n</testsuites>\n"

@@ -34,6 +34,11 @@ pub struct ExploreArgs {
     /// are used unless given here).
     #[arg(long)]
     pub path: Option<String>,
+    /// Open a `kvmc conform` run instead of a model: the event log beside the model, step by
+    /// step up to the first divergence (checked under --profile, default vllm-0.33, and
+    /// --variant, as `kvmc conform` does).
+    #[arg(long, value_name = "LOG", conflicts_with_all = ["model", "path", "property"])]
+    pub conform: Option<PathBuf>,
     /// Print the URL, check the path (every index names an action of the state it is taken
     /// in) and say which properties its last state violates, without serving.
     #[arg(long)]
@@ -59,6 +64,9 @@ fn root_and_name(model: &Path) -> (PathBuf, String) {
 }
 
 pub fn run(a: ExploreArgs) -> Result<i32> {
+    if let Some(log) = &a.conform {
+        return run_conform(&a, log);
+    }
     let scenario = a.path.as_deref().map(Path::new).filter(|p| p.is_file());
     let header = scenario.map(read_header).transpose()?;
     let model_path = match (&a.model, &header) {
@@ -85,19 +93,10 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
         variant: model.variant.clone(),
         property: a.property.clone(),
         path: "0".into(),
+        scenario: None,
     };
     if let (Some(sp), Some(p)) = (scenario, &a.path) {
         let acts = scenario_actions(&model.sys, sp)?;
-        if acts.contains(&crate::model::Action::StepStoresDrain) {
-            return Err(KvmcError::input(
-                sp,
-                1,
-                "the scenario has steps in which stores finish within the step (kvmc replay with \
-                 store_steps = 0), which the explorer does not offer; run it with `kvmc replay SCENARIO`, \
-                 or replay the trace with store_steps = 1 to get a scenario the explorer opens"
-                    .to_string(),
-            ));
-        }
         if acts.len() > MAX_PATH_STEPS {
             return Err(KvmcError::input(
                 sp,
@@ -109,8 +108,28 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
                 ),
             ));
         }
-        target.path = explorer::index_path(&model, &acts)
-            .ok_or_else(|| KvmcError::Internal("a resolved scenario has no index path".into()))?;
+        match explorer::index_path(&model, &acts) {
+            Some(path) => target.path = path,
+            // Steps in which stores finish (a replay's store_steps = 0) are not the checker's
+            // actions: the page replays the scenario itself.
+            None => {
+                let (sroot, sname) = root_and_name(sp);
+                if sroot != root {
+                    return Err(KvmcError::input(
+                        sp,
+                        1,
+                        format!(
+                            "the scenario has steps in which stores finish within the step, which the checker \
+                             does not offer, so the explorer opens it as a file, and it must be under the \
+                             directory it serves ({}); run kvmc explore from a directory that holds both",
+                            root.display()
+                        ),
+                    ));
+                }
+                target.scenario = Some(sname);
+                target.path = String::new();
+            }
+        }
     } else if let Some(p) = &a.path {
         explorer::resolve_path(&model, p).map_err(|why| {
             let shown: String = p.chars().take(48).collect();
@@ -119,18 +138,13 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
         })?;
         target.path = p.strip_suffix('/').unwrap_or(p).to_string();
     }
-    let addr: std::net::SocketAddr =
-        a.bind.parse().map_err(|_| KvmcError::Usage(format!("--bind {}: expected IP:PORT", a.bind)))?;
-    if !addr.ip().is_loopback() {
-        eprintln!(
-            "warning: --bind {addr} is not a loopback address: anyone who can reach it can read the models \
-             under {} through the explorer",
-            root.display()
-        );
-    }
+    let addr = bind_addr(&a.bind, &root)?;
     if a.dry_run {
         println!("Explorer: http://{addr}{}", target.url_path());
-        let acts = explorer::resolve_path(&model, &target.path).map_err(KvmcError::Usage)?;
+        let acts = match scenario.filter(|_| target.scenario.is_some()) {
+            Some(sp) => scenario_actions(&model.sys, sp)?,
+            None => explorer::resolve_path(&model, &target.path).map_err(KvmcError::Usage)?,
+        };
         let r = explorer::replay(&model, &acts);
         let last = r.violated.last().cloned().unwrap_or_default();
         println!(
@@ -145,5 +159,45 @@ pub fn run(a: ExploreArgs) -> Result<i32> {
     println!("Explorer: http://{}{}", listener.local_addr().unwrap_or(addr), target.url_path());
     let ex = Arc::new(server::Explorer::new(root, target));
     server::serve(ex, listener);
+    Ok(0)
+}
+
+/// The address to serve on; a warning when it is not loopback.
+fn bind_addr(bind: &str, root: &Path) -> Result<std::net::SocketAddr> {
+    let addr: std::net::SocketAddr =
+        bind.parse().map_err(|_| KvmcError::Usage(format!("--bind {bind}: expected IP:PORT")))?;
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "warning: --bind {addr} is not a loopback address: anyone who can reach it can read the models \
+             and logs under {} through the explorer",
+            root.display()
+        );
+    }
+    Ok(addr)
+}
+
+/// `kvmc explore --conform LOG`: check the log as `kvmc conform` does (bad input exits 2 here,
+/// not in the page), then serve it, or with --dry-run print the URL and the verdict.
+fn run_conform(a: &ExploreArgs, log: &Path) -> Result<i32> {
+    use crate::explorer::conform::{ConformTarget, DEFAULT_PROFILE};
+    let profile = a.profile.clone().unwrap_or_else(|| DEFAULT_PROFILE.to_string());
+    crate::system::rules::resolve(&profile, a.variant.as_deref()).map_err(KvmcError::Usage)?;
+    let report = crate::conform::check(log, &profile, a.variant.as_deref(), 8)?;
+    let (root, name) = root_and_name(log);
+    let t = ConformTarget { log: name, profile, variant: a.variant.clone() };
+    let addr = bind_addr(&a.bind, &root)?;
+    if a.dry_run {
+        println!("Explorer: http://{addr}{}", t.url_path());
+        match &report.divergence {
+            Some(d) => println!("diverges at step {} (line {}: {})", d.step, d.line, d.what),
+            None => println!("conforms ({} steps)", report.steps),
+        }
+        return Ok(0);
+    }
+    let listener = TcpListener::bind(addr).map_err(|e| KvmcError::Usage(format!("cannot listen on {addr}: {e}")))?;
+    println!("Explorer: http://{}{}", listener.local_addr().unwrap_or(addr), t.url_path());
+    let mut ex = server::Explorer::new(root, Target::default());
+    ex.home = Some(t.url_path());
+    server::serve(Arc::new(ex), listener);
     Ok(0)
 }

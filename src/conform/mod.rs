@@ -6,6 +6,7 @@ mod compare;
 pub mod kv_events;
 pub mod log;
 mod replay;
+pub mod trail;
 pub mod validate;
 
 use crate::error::{KvmcError, Result};

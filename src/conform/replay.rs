@@ -240,7 +240,7 @@ pub(super) fn replay(
 /// Apply a step's inputs to `engine` and run the step (if vLLM's engine steps); returns the
 /// length of the session's `streaming_queue` after each input the model queued, and whether
 /// the step processed a batch's output (`update_from_output`).
-fn apply_step(
+pub(super) fn apply_step(
     engine: &mut Engine,
     ctx: crate::system::Ctx,
     this: &[&Line],

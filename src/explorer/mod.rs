@@ -9,6 +9,7 @@
 //! A target names its model file by the path as given (relative to the directory `kvmc explore`
 //! runs in); the server opens only `.toml` files under that directory.
 
+pub mod conform;
 pub mod server;
 
 use crate::model::{Action, KvModel};
@@ -204,7 +205,18 @@ pub fn explanation(property: &str) -> Value {
 /// enabled there, and the explanation of the property.
 pub fn view(model: &KvModel, target: &Target, at: Option<usize>) -> Result<Value, String> {
     let actions = resolve_path(model, &target.path)?;
-    let r = replay(model, &actions);
+    view_of(model, target, &actions, at)
+}
+
+/// [`view`] of a list of actions (a scenario's): when they have no index path (a step in
+/// which stores finish, which the checker does not offer), the page offers no next action.
+pub fn view_of(model: &KvModel, target: &Target, actions: &[Action], at: Option<usize>) -> Result<Value, String> {
+    let mut target = target.clone();
+    if target.scenario.is_some() {
+        target.path = index_path(model, actions).unwrap_or_default();
+    }
+    let target = &target;
+    let r = replay(model, actions);
     let last = r.states.len() - 1;
     let watched = |v: &[&str]| match &target.property {
         Some(p) => v.iter().any(|x| x == p),
@@ -212,7 +224,11 @@ pub fn view(model: &KvModel, target: &Target, at: Option<usize>) -> Result<Value
     };
     let first_violation = r.violated.iter().position(|v| watched(v));
     let at = at.unwrap_or(first_violation.unwrap_or(last)).min(last);
-    let segs: Vec<&str> = if target.path.is_empty() { vec!["0"] } else { target.path.split('/').collect() };
+    let segs: Vec<&str> = match target.path.as_str() {
+        "" if target.scenario.is_some() => Vec::new(),
+        "" => vec!["0"],
+        p => p.split('/').collect(),
+    };
     let steps: Vec<Value> = r
         .steps
         .iter()
@@ -220,11 +236,14 @@ pub fn view(model: &KvModel, target: &Target, at: Option<usize>) -> Result<Value
         .map(|(i, (a, story, changes))| {
             json!({"index": i, "action": a, "story": story, "changes": changes, "violated": r.violated[i],
                 "texts": r.texts[i].iter().map(|(p, t)| json!({"property": p, "text": t})).collect::<Vec<_>>(),
-                "path": segs[..=i.min(segs.len() - 1)].join("/")})
+                "path": if segs.is_empty() { String::new() } else { segs[..=i.min(segs.len() - 1)].join("/") }})
         })
         .collect();
     let mut enabled = Vec::new();
-    model.actions(&r.canon[at], &mut enabled);
+    // Without an index path there is no permalink to extend.
+    if !segs.is_empty() {
+        model.actions(&r.canon[at], &mut enabled);
+    }
     let next: Vec<Value> =
         enabled.iter().enumerate().map(|(i, a)| json!({"index": i, "label": model.format_action(a)})).collect();
     // The violation texts of the step where each property violated at `at` first broke.
@@ -253,6 +272,7 @@ pub fn view(model: &KvModel, target: &Target, at: Option<usize>) -> Result<Value
         "violations": why,
         "next": next,
         "command": Target { path: segs.join("/"), ..target.clone() }.command(),
+        "next_note": if segs.is_empty() { "the scenario has steps in which stores finish within the step, which the checker does not offer: no other path starts from here" } else { "" },
     }))
 }
 

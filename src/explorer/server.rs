@@ -6,6 +6,7 @@
 //! other than GET or HEAD (405), a path of more than [`super::MAX_PATH_STEPS`] steps (414), a
 //! client that sends nothing for [`CLIENT_TIMEOUT`] is dropped.
 
+use super::conform::{conform_view, log_file, ConformTarget};
 use super::{model_file, view, Target, MAX_PATH_STEPS};
 use crate::model::KvModel;
 use std::io::{Read, Write};
@@ -37,6 +38,8 @@ type Key = (PathBuf, Option<String>, Option<String>);
 pub struct Explorer {
     pub root: PathBuf,
     pub default: Target,
+    /// Where `/` leads instead of `default` (a conformance run: `/?conform=LOG...`).
+    pub home: Option<String>,
     models: Mutex<Vec<(Key, Arc<KvModel>)>>,
 }
 
@@ -59,7 +62,7 @@ fn json_error(code: u16, reason: &'static str, msg: &str) -> Response {
 
 impl Explorer {
     pub fn new(root: PathBuf, default: Target) -> Self {
-        Explorer { root, default, models: Mutex::new(Vec::new()) }
+        Explorer { root, default, home: None, models: Mutex::new(Vec::new()) }
     }
 
     fn model(&self, t: &Target) -> Result<Arc<KvModel>, Response> {
@@ -87,7 +90,7 @@ impl Explorer {
             "/" | "/index.html" => {
                 if query.is_empty() {
                     let mut r = resp(302, "Found", "text/plain; charset=utf-8", String::new());
-                    r.location = Some(self.default.url_path());
+                    r.location = Some(self.home.clone().unwrap_or_else(|| self.default.url_path()));
                     return r;
                 }
                 resp(200, "OK", "text/html; charset=utf-8", INDEX_HTML.to_string())
@@ -100,6 +103,9 @@ impl Explorer {
     }
 
     fn api_view(&self, query: &str) -> Response {
+        if query.split('&').any(|p| p.starts_with("conform=")) {
+            return self.api_conform(query);
+        }
         let t = match Target::from_query(query) {
             Ok(t) => t,
             Err(e) => return json_error(400, "Bad Request", &e),
@@ -120,9 +126,47 @@ impl Explorer {
             Ok(m) => m,
             Err(r) => return r,
         };
+        if let Some(sc) = &t.scenario {
+            let acts = model_file(&self.root, sc)
+                .map_err(|e| e.replacen("model", "scenario", 1))
+                .and_then(|f| crate::scope::scenario::scenario_actions(&m.sys, &f).map_err(|e| e.to_string()));
+            return match acts.and_then(|acts| {
+                if acts.len() > MAX_PATH_STEPS {
+                    return Err(format!("{} steps; the explorer opens at most {MAX_PATH_STEPS}", acts.len()));
+                }
+                super::view_of(&m, &t, &acts, at)
+            }) {
+                Ok(v) => resp(200, "OK", "application/json", v.to_string()),
+                Err(e) => json_error(404, "Not Found", &format!("scenario {}: {e}", short(sc))),
+            };
+        }
         match view(&m, &t, at) {
             Ok(v) => resp(200, "OK", "application/json", v.to_string()),
             Err(e) => json_error(404, "Not Found", &format!("path {}: {e}", short(&t.path))),
+        }
+    }
+}
+
+impl Explorer {
+    /// A conformance run's view (src/explorer/conform.rs): the log must be a `.jsonl` file
+    /// under the served directory.
+    fn api_conform(&self, query: &str) -> Response {
+        let t = match ConformTarget::from_query(query) {
+            Ok(t) => t,
+            Err(e) => return json_error(400, "Bad Request", &e),
+        };
+        let at = match query.split('&').find_map(|p| p.strip_prefix("at=")).map(|v| v.parse::<usize>()) {
+            None => None,
+            Some(Ok(n)) => Some(n),
+            Some(Err(_)) => return json_error(400, "Bad Request", "at: not a step number"),
+        };
+        let file = match log_file(&self.root, &t.log) {
+            Ok(f) => f,
+            Err(e) => return json_error(404, "Not Found", &e),
+        };
+        match conform_view(&file, &t, at) {
+            Ok(v) => resp(200, "OK", "application/json", v.to_string()),
+            Err(e) => json_error(400, "Bad Request", &e.to_string()),
         }
     }
 }

@@ -123,8 +123,9 @@ pub struct Finding {
     pub scenario_file: Option<PathBuf>,
     /// Why no scenario was written, or a note about it.
     pub note: Option<String>,
-    /// The scenario opens in `kvmc explore` (it has no step in which stores finish within
-    /// the step, which the explorer does not offer).
+    /// The scenario is a path of the checker's actions (it has no step in which stores finish
+    /// within the step): the explorer opens it by an index path and offers other paths from
+    /// it; otherwise it replays the scenario file as it is.
     pub explorable: bool,
 }
 

@@ -195,19 +195,17 @@ pub fn text(o: &Outcome) -> String {
                 if let Some(v) = &o.variant {
                     flags.push_str(&format!(" --variant {v}"));
                 }
-                if f.explorable {
-                    let _ = writeln!(
-                        s,
-                        "  {:<26} re-run: kvmc replay {}   |   kvmc explore {}{} --path {}",
-                        "",
-                        sc.display(),
-                        m.display(),
-                        flags,
-                        sc.display()
-                    );
-                } else {
-                    let _ = writeln!(s, "  {:<26} re-run: kvmc replay {}", "", sc.display());
-                }
+                // Opens in the explorer either way: by an index path, or (steps in which stores
+                // finish, which the checker does not offer) replayed from the file.
+                let _ = writeln!(
+                    s,
+                    "  {:<26} re-run: kvmc replay {}   |   kvmc explore {}{} --path {}",
+                    "",
+                    sc.display(),
+                    m.display(),
+                    flags,
+                    sc.display()
+                );
             }
             if let Some(n) = &f.note {
                 let _ = writeln!(s, "  {:<26} note: {n}", "");

@@ -13,6 +13,9 @@ pub struct Target {
     pub property: Option<String>,
     /// The index path ("0/2/1"); empty: the initial state.
     pub path: String,
+    /// A scenario file (relative to the explorer's directory) whose actions are the path,
+    /// for a scenario that has no index path (a replay's steps in which stores finish).
+    pub scenario: Option<String>,
 }
 
 /// Percent-encode a query value (RFC 3986 unreserved characters and '/' stay).
@@ -76,7 +79,10 @@ impl Target {
         if let Some(p) = &self.property {
             q.push(format!("property={}", encode(p)));
         }
-        q.push(format!("path={}", encode(if self.path.is_empty() { "0" } else { &self.path })));
+        match &self.scenario {
+            Some(sc) => q.push(format!("scenario={}", encode(sc))),
+            None => q.push(format!("path={}", encode(if self.path.is_empty() { "0" } else { &self.path }))),
+        }
         format!("/?{}", q.join("&"))
     }
 
@@ -92,7 +98,8 @@ impl Target {
         if let Some(p) = &self.property {
             c.push_str(&format!(" --property {}", shell_word(p)));
         }
-        c.push_str(&format!(" --path {}", shell_word(if self.path.is_empty() { "0" } else { &self.path })));
+        let path = self.scenario.as_deref().unwrap_or(if self.path.is_empty() { "0" } else { &self.path });
+        c.push_str(&format!(" --path {}", shell_word(path)));
         c
     }
 
@@ -110,9 +117,12 @@ impl Target {
                 "variant" => t.variant = v,
                 "property" => t.property = v,
                 "path" => t.path = v.unwrap_or_default(),
+                "scenario" => t.scenario = v,
                 "at" => {}
                 _ => {
-                    return Err(format!("unknown query parameter {k:?} (model, profile, variant, property, path, at)"))
+                    return Err(format!(
+                        "unknown query parameter {k:?} (model, profile, variant, property, path, scenario, at)"
+                    ))
                 }
             }
         }

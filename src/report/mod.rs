@@ -161,6 +161,7 @@ pub fn explore_target(r: &Row) -> Option<link::Target> {
         variant: r.variant.clone(),
         property: Some(r.property.clone()),
         path: cx.path.clone(),
+        scenario: None,
     })
 }
 

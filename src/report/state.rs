@@ -11,7 +11,7 @@
 
 use crate::props::{g1 as g1_props, host as host_props};
 use crate::system::display::{content, live_phase};
-use crate::system::types::{BlockHash, ContentTag, Status};
+use crate::system::types::{BlockHash, ContentTag, FinishReason, Status};
 use crate::system::{Engine, System};
 use serde_json::{json, Value};
 
@@ -104,7 +104,74 @@ pub fn state_json(sys: &System, e: &Engine) -> Value {
     if let Some(r) = rows(sys, e) {
         v["rows"] = r;
     }
+    if let Some(pd) = pd(sys, e) {
+        v["pd"] = pd;
+    }
     v
+}
+
+/// P/D (src/system/pd): the decode instance D as a state of its own (its G1, requests,
+/// connector and row store) and the router's state per request: P's and D's answers, the
+/// merge and what a colocated engine answers.
+fn pd(sys: &System, e: &Engine) -> Option<Value> {
+    use crate::system::pd::{colocated_start, response, router::merge, Route};
+    let (st, pdsys) = (e.pd.as_deref()?, sys.pd.as_deref()?);
+    let dsys = System { cfg: pdsys.cfg.clone(), workload: pdsys.wl.clone(), pd: None, ..sys.clone() };
+    let router: Vec<Value> = st
+        .route
+        .iter()
+        .enumerate()
+        .map(|(i, route)| {
+            let r = i as u16;
+            let spec = pdsys.wl.spec(r, 0);
+            let p_ok = matches!(e.reqs[i].status, Status::Finished(FinishReason::Stopped | FinishReason::LengthCapped));
+            let d_ok =
+                matches!(st.d.reqs[i].status, Status::Finished(FinishReason::Stopped | FinishReason::LengthCapped));
+            let p = match route {
+                Route::Prefilled(p) | Route::Decoding(p) => Some(*p),
+                Route::Merged | Route::Http500 { .. } if p_ok => {
+                    Some(response(e, &sys.rules, sys.workload.spec(r, 0), r))
+                }
+                _ => None,
+            };
+            let d = (d_ok && !matches!(route, Route::Prefill | Route::Prefilled(_)))
+                .then(|| response(&st.d, &sys.rules, spec, r));
+            let start = colocated_start(&sys.rules, spec);
+            let t1 = (spec.prompt_len + spec.max_tokens - 1).min(st.d.reqs[i].num_tokens(spec).saturating_sub(1));
+            let (state, bad) = match route {
+                Route::Prefill => ("P prefilling".to_string(), false),
+                Route::Prefilled(_) => ("P answered; to send to D".to_string(), false),
+                Route::Decoding(_) => ("D decoding".to_string(), false),
+                Route::Merged => ("merged".to_string(), false),
+                Route::Http500 { stage: true } => ("HTTP 500 (a stage failed)".to_string(), false),
+                Route::Http500 { stage: false } => ("HTTP 500 (the merge refused)".to_string(), true),
+            };
+            let mut v = json!({"name": spec.name, "state": state, "bad": bad,
+                "p": p.map_or("-".to_string(), |x| x.describe()),
+                "d": d.map_or("-".to_string(), |x| x.describe()),
+                "colocated": format!("start {start}, {} rows at [{start},{t1})", t1.saturating_sub(start))});
+            if let (Some(p), Some(d)) = (p, d) {
+                match merge(sys.rules.pd_router_merge, &p, &d) {
+                    Ok(m) => {
+                        v["merged"] = json!(m.describe());
+                        if !m.equals_colocated(start, t1) {
+                            v["bad"] = json!(true);
+                            v["why"] =
+                                json!(format!("the merged rows ({}) are not the colocated answer", m.describe()));
+                        }
+                    }
+                    Err(why) => {
+                        v["merged"] = json!(format!("HTTP 500 \"Request processing failed: {why}\""));
+                        v["why"] = json!(why);
+                    }
+                }
+            }
+            v
+        })
+        .collect();
+    let mut d = state_json(&dsys, &st.d);
+    d["title"] = json!("D (decode instance)");
+    Some(json!({"d": d, "router": router, "merge_rule": format!("{:?}", sys.rules.pd_router_merge)}))
 }
 
 fn requests(sys: &System, e: &Engine) -> Vec<Value> {
@@ -337,6 +404,25 @@ fn connector(sys: &System, e: &Engine) -> Option<Value> {
             })
             .collect();
         (Vec::new(), jobs)
+    } else if let Some(nc) = e.conn.nixl_decode() {
+        let reqs = (0..nc.remote.len())
+            .filter(|&i| nc.remote[i])
+            .map(|i| json!({"name": name(sys, i as u16), "mirror": [], "cursor": 0, "detail": "do_remote_prefill (P's KV to read)"}))
+            .collect();
+        let jobs = nc
+            .recvs
+            .iter()
+            .map(|x| {
+                let phase = match x.done {
+                    None => "reading from P's host buffer".to_string(),
+                    Some(None) => "landed".to_string(),
+                    Some(Some(k)) => format!("failed from block {k}"),
+                };
+                json!({"id": x.req, "kind": "NIXL read", "req": name(sys, x.req), "keys": [format!("block indices from {}", x.first)],
+                    "blocks": x.blocks, "phase": phase})
+            })
+            .collect();
+        (reqs, jobs)
     } else {
         return None;
     };

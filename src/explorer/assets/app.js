@@ -43,8 +43,12 @@ function render() {
   $("command").textContent = d.command;
   document.title = "kvmc explorer: " + (h.property || h.scope) + " on " + h.model;
   renderTimeline(d);
-  renderNext(d);
-  renderViolation(d);
+  const conform = d.mode === "conform";
+  $("next-title").hidden = conform;
+  $("next").hidden = conform;
+  if (conform) renderDivergence(d); else renderNext(d);
+  if (!conform) renderViolation(d);
+  renderConform(d);
   const s = d.steps[d.at];
   $("stepinfo").innerHTML = `<div class="act">Step ${d.at}: ${esc(s.action)}</div><div class="story">${esc(s.story)}</div>` +
     (s.changes ? `<div class="changes">changed: ${esc(s.changes)}</div>` : "");
@@ -54,6 +58,8 @@ function render() {
   renderHost(st.host, pv && pv.host);
   renderConnector(st.connector, pv && pv.connector);
   renderRows(st.rows, pv && pv.rows);
+  renderPd(st.pd, pv && pv.pd);
+  $("g1-title").textContent = st.pd ? "P (prefill instance): G1 (GPU block pool)" : "G1 (GPU block pool)";
   $("flags-panel").hidden = st.flags.length === 0;
   $("flags").textContent = st.flags.join(", ");
   document.body.dataset.ready = "yes";
@@ -76,10 +82,42 @@ function renderTimeline(d) {
   if (sel) sel.scrollIntoView({ block: "nearest" });
 }
 
+// A conformance run: the banner names the first differing decision, the log line and the
+// model's value (the timeline marks the diverging step).
+function renderDivergence(d) {
+  const box = $("violation"), x = d.divergence;
+  const here = x && d.at === d.steps.length - 1;
+  document.body.dataset.violated = here ? "yes" : "no";
+  if (!here) { box.hidden = true; box.className = ""; box.innerHTML = ""; return; }
+  box.hidden = false;
+  box.className = "violated";
+  box.innerHTML = `<h3>DIVERGES at step ${x.step} (log line ${x.line}): ${esc(x.what)}</h3>` +
+    `<table id="divergence"><tr><th>implementation (log line ${x.line})</th><td class="impl">${esc(x.implementation)}</td></tr>` +
+    `<tr><th>model (${esc(d.header.profile)})</th><td class="model">${esc(x.model)}</td></tr></table>` +
+    (x.under.length ? `<div class="desc">none of the ${x.tried} resolutions of vLLM's set orders in this step matches; shown under ${esc(x.under.join(", "))}</div>` : "") +
+    (x.search_bound ? `<div class="desc">INCOMPLETE: the search over vLLM's orders stopped at its bound: ${esc(x.search_bound)}</div>` : "");
+}
+
+// The selected step's log lines (inputs grey, decisions plain, the differing one red) beside
+// the model's story of the same step.
+function renderConform(d) {
+  const panel = $("conform-panel");
+  panel.hidden = d.mode !== "conform";
+  if (panel.hidden) return;
+  const s = d.steps[d.at];
+  const rows = s.log.map((l) => `<tr class="logline${l.input ? " input" : ""}${l.differs ? " bad differs" : ""}" data-line="${l.line}"><td class="n">${l.line}</td><td>${esc(l.text)}</td></tr>`).join("");
+  const model = s.story.split("; ").map((x) => `<li>${esc(x)}</li>`).join("");
+  const x = d.divergence;
+  const diff = x && d.at === d.steps.length - 1 ? `<div class="kv differs"><b>the model instead:</b> ${esc(x.model)}</div>` : "";
+  $("conform").innerHTML = `<div class="kv"><b>${esc(d.header.property)}</b>: ${esc(d.verdict)}; ${esc(d.header.model)} under ${esc(d.header.profile)}${d.header.variant !== "fixed" ? " (" + esc(d.header.variant) + ")" : ""}</div>` +
+    `<div class="side"><div class="col"><h2>Implementation: the log's lines of ${esc(s.action)}</h2><table id="log-lines">${rows || "<tr><td>(the initial state)</td></tr>"}</table></div>` +
+    `<div class="col"><h2>Model: ${esc(s.action)}</h2><ul id="model-story">${model}</ul>${diff}</div></div>`;
+}
+
 function renderNext(d) {
   const div = $("next");
   div.innerHTML = "";
-  if (!d.next.length) { div.textContent = "(no action: the state is final)"; return; }
+  if (!d.next.length) { div.textContent = d.next_note || "(no action: the state is final)"; return; }
   const base = d.steps[d.at].path;
   d.next.forEach((a) => {
     const b = document.createElement("button");
@@ -97,6 +135,10 @@ function badValues(st) {
   if (st.host) {
     (st.host.entries || []).forEach((e) => e.bad && out.push(`${st.host.title} ${e.key}: ${e.why}`));
     (st.host.blocks || []).forEach((b) => b.bad && out.push(`CPU block ${b.id}: ${b.why}`));
+  }
+  if (st.pd) {
+    st.pd.router.forEach((r) => r.bad && out.push(`router, ${r.name}: ${r.why || r.state}`));
+    badValues(st.pd.d).forEach((x) => out.push("D: " + x));
   }
   if (st.rows) {
     st.rows.emitted.forEach((r) => r.gap && out.push(`${r.name}'s emitted rows have a gap`));
@@ -224,6 +266,43 @@ function renderRows(r, prev) {
       `<td>${w ? esc(w.keys.join(",")) : ""}</td><td>${w ? w.emit_cursor : ""}</td></tr>`;
   });
   $("rows").innerHTML = html + "</table>";
+}
+
+// P/D: the router's state per request, then D's own G1, requests, connector and row store.
+function renderPd(pd, prev) {
+  $("pd-panel").hidden = !pd;
+  if (!pd) return;
+  let html = `<div class="kv"><b>router merge rule</b> ${esc(pd.merge_rule)}</div>`;
+  html += "<table id='router'><tr><th>request</th><th>router</th><th>P answered</th><th>D answered</th><th>merged</th><th>colocated engine answers</th></tr>";
+  pd.router.forEach((r) => {
+    const p = prev ? prev.router.find((x) => x.name === r.name) : undefined;
+    html += `<tr class="route${cls(r, p, "")}" title="${esc(r.why || "")}"><td><b>${esc(r.name)}</b></td><td>${esc(r.state)}</td><td>${esc(r.p)}</td><td>${esc(r.d)}</td>` +
+      `<td>${esc(r.merged || "-")}${r.bad && r.why ? " <b>(" + esc(r.why) + ")</b>" : ""}</td><td>${esc(r.colocated)}</td></tr>`;
+  });
+  html += "</table>";
+  const d = pd.d, pv = prev && prev.d;
+  html += `<h2>D: G1 (GPU block pool)</h2><div id="d-g1" class="grid">${blockGrid(d.g1.blocks, pv && pv.g1.blocks, "")}</div>`;
+  html += `<h2>D: requests</h2><div class="queues">running [${esc(d.queues.running.join(" "))}] &nbsp; waiting [${esc(d.queues.waiting.join(" "))}]</div>`;
+  html += "<table id='d-requests'><tr><th>request</th><th>status</th><th>computed / tokens</th><th>output</th><th>block table</th></tr>";
+  d.requests.forEach((r) => {
+    const p = pv ? pv.requests.find((x) => x.name === r.name) : undefined;
+    html += `<tr class="req${cls(r, p, "")}"><td><b>${esc(r.name)}</b></td><td class="status-${esc(r.status)}">${esc(r.status)}</td><td>${r.computed} / ${r.tokens}</td><td>${r.output} / ${r.max_tokens}</td><td>${chips(r.table)}</td></tr>`;
+  });
+  html += "</table>";
+  if (d.connector) {
+    html += "<h2>D: NIXL reads (connector)</h2><table id='d-jobs'><tr><th>request</th><th>kind</th><th>D blocks</th><th>from</th><th>phase</th></tr>";
+    d.connector.jobs.forEach((j) => {
+      const p = pv && pv.connector ? pv.connector.jobs.find((x) => x.id === j.id) : undefined;
+      html += `<tr class="${cls(j, p, "")}"><td>${esc(j.req)}</td><td>${esc(j.kind)}</td><td>${esc(j.blocks.join(","))}</td><td>${esc(j.keys.join(","))}</td><td>${esc(j.phase)}</td></tr>`;
+    });
+    if (!d.connector.jobs.length) html += "<tr><td colspan=5>(no read)</td></tr>";
+    html += "</table>";
+  }
+  if (d.rows) {
+    html += `<h2>D: row store</h2><div id="d-row-store" class="kv">${d.rows.store.length} of ${d.rows.store_capacity} objects: [${esc(d.rows.store.map((o) => o.key + " refs " + o.refs).join(", "))}]</div>`;
+    html += `<div class="kv"><b>rows emitted by D</b> ${d.rows.emitted.map((e) => esc(e.name) + " " + (e.first < 0 ? "none" : "[" + e.first + ", " + e.end + ")") + (e.gap ? " (gap)" : "")).join("; ")}</div>`;
+  }
+  $("pd").innerHTML = html;
 }
 
 document.addEventListener("keydown", (e) => {
