@@ -445,6 +445,8 @@ impl FrontierPeak {
     }
 }
 
+// The run's parts, each borrowed where it lives; a struct for them would only be built here.
+#[allow(clippy::too_many_arguments)]
 fn finish<M, H>(
     model: &M,
     hooks: &H,
