@@ -140,8 +140,7 @@ fn the_034_recordings_show_each_rule_034_changed() {
 /// order other than the model's canonical one (the only matching resolution of its step), so
 /// without the search it diverges. And 0.24 admits a request while a streaming session is
 /// parked (`parked_holds_slot = false`): under 0.32's rule its recording diverges at B's
-/// admission (step 3); under 0.24's it goes on to step 12, where 0.24 keeps the session's first
-/// `max_tokens` (a known divergence, diverges.txt).
+/// admission (step 3); under 0.24's it conforms (with `session_max_tokens = false`, below).
 #[test]
 fn the_024_recordings_show_the_key_order_choice_and_the_parked_slot_rule() {
     let r = conform::check(&fixture("vllm-0.24", "main"), "vllm-0.24", None, 8).unwrap();
@@ -155,9 +154,37 @@ fn the_024_recordings_show_the_key_order_choice_and_the_parked_slot_rule() {
     let r33 = conform::check(&root().join("tests/conformance/fixtures/main.jsonl"), "vllm-0.33", None, 8).unwrap();
     assert!(r33.choices.iter().all(|c| c.point != "TransferJobStatus.keys"), "{:?}", r33.choices);
 
-    let f = root().join("tests/conformance/known-divergences/vllm-0.24/stream-parked-slot.jsonl");
+    let f = fixture("vllm-0.24", "stream-parked-slot");
     let d32 = conform::check(&f, "vllm-0.32", None, 8).unwrap().divergence.expect("0.32's rule");
     assert_eq!((d32.step, d32.what.as_str()), (3, "lookup"), "B is admitted while S is parked");
-    let d24 = conform::check(&f, "vllm-0.24", None, 8).unwrap().divergence.expect("known divergence");
-    assert_eq!((d24.step, d24.what.as_str()), (12, "turn_end"), "the session's first max_tokens");
+}
+
+/// 0.24's `_update_request_as_session` keeps the session's first `max_tokens`
+/// (`session_max_tokens = false`): S's second input stops after 2 tokens (stream-parked-slot's
+/// turn_end at step 12; stream-resume runs its second input to 3 tokens). Before the rule both
+/// diverged at that turn_end.
+#[test]
+fn the_024_session_keeps_its_first_max_tokens() {
+    for name in ["stream-parked-slot", "stream-resume"] {
+        let r = conform::check(&fixture("vllm-0.24", name), "vllm-0.24", None, 8).unwrap();
+        assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
+    }
+}
+
+/// 0.24's `_update_request_as_session` does not truncate the session's block hashes
+/// (`session_rehash = false`): in stream-queued the block of input 1's dropped sampled token
+/// keeps its key S.3, and step 5's store job stores the block, recomputed over input 2's tokens,
+/// under it (0.32+ rehash it as S@2.3). The host tier then holds KV under a key that names
+/// other tokens: host-integrity is violated on vLLM 0.24 itself (docs/findings.md).
+#[test]
+fn the_024_session_keeps_the_dropped_tokens_block_hash() {
+    let f = fixture("vllm-0.24", "stream-queued");
+    let log = std::fs::read_to_string(&f).unwrap();
+    assert!(
+        log.lines().any(|l| l.contains(r#""ev":"store","step":5"#) && l.contains(r#""S.3""#)),
+        "the recording stores under S.3 at step 5"
+    );
+    let r = conform::check(&f, "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none(), "{:?}", r.divergence);
+    assert!(r.findings.iter().any(|(p, _)| p == "host-integrity"), "{:?}", r.findings);
 }

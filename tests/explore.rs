@@ -146,7 +146,7 @@ fn a_scenario_opens_with_its_own_profile_and_variant() {
 #[test]
 fn a_conform_divergence_opens_with_the_log_beside_the_model() {
     use kvmc::explorer::conform::{conform_view, ConformTarget};
-    let log = "tests/conformance/known-divergences/vllm-0.24/stream-parked-slot.jsonl";
+    let log = "tests/conformance/known-divergences/vllm-0.24/async-preempt-restart.jsonl";
     let o = kvmc(&["conform", log, "--profile", "vllm-0.24", "--format", "json"]);
     assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();

@@ -81,9 +81,9 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// A `kvmc conform` divergence to open: a real vLLM 0.24 log checked under vllm-0.24 (0.24
-/// keeps a session's first max_tokens; tests/conformance/known-divergences/vllm-0.24).
-const CONFORM_LOG: &str = "tests/conformance/known-divergences/vllm-0.24/stream-parked-slot.jsonl";
+/// A `kvmc conform` divergence to open: a real vLLM 0.24 log checked under vllm-0.24 (async
+/// scheduling: 0.24 preempts without 0.32's pending-free check; tests/conformance/known-divergences/vllm-0.24).
+const CONFORM_LOG: &str = "tests/conformance/known-divergences/vllm-0.24/async-preempt-restart.jsonl";
 
 /// The URL path `kvmc conform --format json` prints for the divergence, and its step.
 fn conform_url() -> (String, usize) {

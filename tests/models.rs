@@ -56,6 +56,7 @@ const PINNED: &[(&str, usize)] = &[
     ("shared-prefix", 59),
     ("stream-resume", 937),
     ("stream-resume-reader", 246),
+    ("stream-stale-key", 186),
     ("sync-load-failure-fail", 630),
     ("sync-load-failure", 8377),
 ];

@@ -12,7 +12,7 @@ pub mod validate;
 use crate::error::{KvmcError, Result};
 use crate::scope::{Arrivals, Faults, Scope};
 use crate::system::types::Status;
-use crate::system::workload::{next_turn_spec, EndKind, TurnInput};
+use crate::system::workload::{next_turn_spec, unrehashed_keys, EndKind, TurnInput};
 use crate::system::{
     ConnectorConfig, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
 };
@@ -88,7 +88,9 @@ pub struct Report {
 /// split where an input stops (`check_stop`: EOS, `max_tokens` of that input, or
 /// `max_model_len`), and each later input's prompt is the previous one's tokens but the last
 /// sampled one, followed by the `stream_input` tokens (`_update_request_as_session`).
-pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> Result<Scope> {
+/// `input_max_tokens` (rule `session_max_tokens`): each input stops at its own `max_tokens`;
+/// false (0.24): at the session's first input's.
+pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], input_max_tokens: bool) -> Result<Scope> {
     let mut specs: Vec<RequestSpec> = Vec::new();
     let mut sessions: Vec<Vec<RequestSpec>> = Vec::new();
     for l in lines {
@@ -117,6 +119,11 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize]) -> R
                     _ => None,
                 })
                 .collect();
+            let inputs: Vec<_> = if input_max_tokens {
+                inputs
+            } else {
+                inputs.into_iter().map(|(p, _, e)| (p, *max_tokens, e)).collect()
+            };
             let (first, turns) =
                 session_specs(req, (prompt, *max_tokens, *eos_token_id), &inputs, &out, h.block_size, h.max_model_len);
             specs.push(first);
@@ -211,8 +218,12 @@ fn session_specs(
         let tin = TurnInput { input: input.clone(), output: Vec::new(), end: EndKind::Length };
         let prompt = next_turn_spec(prev, prev_out, &tin, i + 1, block_size).tokens;
         let out = if i + 1 == inputs.len() { rest.to_vec() } else { take(&mut rest, prompt.len() as u32, m, e) };
-        prev_out = out.len() as u32;
-        turns.push(spec_of(prompt, out, m, e, i + 1));
+        let n = out.len() as u32;
+        let mut next = spec_of(prompt, out, m, e, i + 1);
+        // 0.24's keys for it (used under `session_rehash = false`).
+        next.unrehashed = unrehashed_keys(prev, prev_out, &next, block_size);
+        prev_out = n;
+        turns.push(next);
     }
     (spec, turns)
 }

@@ -48,12 +48,16 @@ pub(super) fn replay(
     window: usize,
     bad: Option<&BadTransfer>,
 ) -> Result<(Report, Vec<usize>)> {
-    let scope = scope_of(path, h, lines, dropped)?;
+    let rules = crate::system::rules::resolve(profile, variant).map_err(KvmcError::Usage)?;
+    let mut scope = scope_of(path, h, lines, dropped, rules.session_max_tokens)?;
     let safety: Vec<_> = props::REGISTRY
         .iter()
         .filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg) && p.id != props::PropId::RequestsFinish)
         .collect();
     let sys = scope.system(Some(profile), variant).map_err(KvmcError::Usage)?;
+    // The profile's workload (0.24 keys a session's later inputs by unrehashed hashes): labels
+    // and comparisons name the keys the model uses.
+    scope.workload = sys.workload.clone();
     let ctx = sys.ctx();
     let idx = |name: &str| scope.workload.requests.iter().position(|r| r.name == name).expect("validated") as u16;
     let name = |r: u16| scope.workload.requests[r as usize].name.clone();

@@ -283,7 +283,9 @@ impl Scope {
                 pd: Some(Box::new(pd)),
             });
         }
-        Ok(System { cfg: self.cfg.clone(), workload: self.workload.clone(), env: self.environment(), rules, pd: None })
+        // vLLM 0.24 keys a session's later inputs by the hashes it did not truncate.
+        let workload = if rules.session_rehash { self.workload.clone() } else { self.workload.unrehash_sessions() };
+        Ok(System { cfg: self.cfg.clone(), workload, env: self.environment(), rules, pd: None })
     }
 
     /// A P/D pair (`connector = "nixl"` with `[router_replay]`): a prefill and a decode

@@ -110,14 +110,16 @@ pub fn execute(
 fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
     let from = i * b as usize;
     let to = from + len as usize;
-    if len == b && i < spec.hashes.len() {
-        ContentTag::full(spec.hashes[i], b)
+    // What the block holds: the content hashes (0.24's unrehashed session keys name others).
+    let hashes = spec.content_hashes();
+    if len == b && i < hashes.len() {
+        ContentTag::full(hashes[i], b)
     } else if to <= spec.tokens.len() {
-        ContentTag::Kv { hash: fold_tokens(spec.parent(i), &spec.tokens[from..to]), len: len as u16 }
+        ContentTag::Kv { hash: fold_tokens(spec.content_parent(i), &spec.tokens[from..to]), len: len as u16 }
     } else {
         let known = &spec.tokens[from.min(spec.tokens.len())..];
         let tokens = known.iter().copied().chain(std::iter::repeat(u32::MAX)).take(len as usize);
-        ContentTag::Kv { hash: fold_token_iter(spec.parent(i), tokens), len: len as u16 }
+        ContentTag::Kv { hash: fold_token_iter(spec.content_parent(i), tokens), len: len as u16 }
     }
 }
 
@@ -128,9 +130,9 @@ pub fn tag_serves(tag: ContentTag, spec: &RequestSpec, i: usize, need: u32, b: u
             let from = i * b as usize;
             let to = from + len as usize;
             if u32::from(len) == b {
-                spec.hashes.get(i).is_some_and(|h| h.0 == hash)
+                spec.content_hashes().get(i).is_some_and(|h| h.0 == hash)
             } else {
-                to <= spec.tokens.len() && fold_tokens(spec.parent(i), &spec.tokens[from..to]) == hash
+                to <= spec.tokens.len() && fold_tokens(spec.content_parent(i), &spec.tokens[from..to]) == hash
             }
         }
         _ => false,

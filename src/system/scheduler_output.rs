@@ -305,9 +305,10 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
     let q = &mut e.reqs[r as usize];
     let keep_end = q.num_tokens(ctx.wl.spec(r, q.turn)) - 1;
     assert!(keep_end >= q.num_computed, "a session resumes from its materialized frontier");
-    // vLLM keeps offload keys it already derived; none may cover the dropped token.
+    // vLLM keeps offload keys it already derived; none may cover the dropped token, unless the
+    // session keeps that token's block hash too (0.24, `session_rehash = false`).
     assert!(
-        e.conn.keyed_tokens(r, &conn_ctx(&ctx)) <= keep_end,
+        !ctx.rules.session_rehash || e.conn.keyed_tokens(r, &conn_ctx(&ctx)) <= keep_end,
         "model gap: an offload key covers a session's dropped token"
     );
     q.turn += 1;

@@ -35,6 +35,13 @@ pub struct RequestSpec {
     pub turn: u8,
     /// Router replay: `sampling_params.routed_experts_prompt_start` (s, 0..=prompt_len).
     pub rows_start: u32,
+    /// A session's later input: the keys vLLM 0.24 gives its full blocks, when they differ from
+    /// `hashes` (its `_update_request_as_session` keeps the previous input's block hashes, so
+    /// the block of the dropped sampled token keeps a key over that token; empty otherwise).
+    pub unrehashed: Vec<BlockHash>,
+    /// The hashes of the tokens the full blocks hold, when `hashes` are keys that name other
+    /// tokens ([`Workload::unrehash_sessions`]; empty: the keys are the content).
+    pub content: Vec<BlockHash>,
 }
 
 impl RequestSpec {
@@ -88,7 +95,18 @@ impl RequestSpec {
         tokens.extend(output);
         tokens.extend((known..max_tokens).map(|i| u32::MAX - i));
         let hashes = Vec::new();
-        RequestSpec { name: name.to_string(), tokens, prompt_len, max_tokens, eos_at, hashes, turn: 0, rows_start: 0 }
+        RequestSpec {
+            name: name.to_string(),
+            tokens,
+            prompt_len,
+            max_tokens,
+            eos_at,
+            hashes,
+            turn: 0,
+            rows_start: 0,
+            unrehashed: Vec::new(),
+            content: Vec::new(),
+        }
     }
 
     /// Parent hash of block `i` (`NONE_HASH` for block 0).
@@ -98,6 +116,41 @@ impl RequestSpec {
         } else {
             self.hashes[i - 1]
         }
+    }
+
+    /// The hashes of the tokens its full blocks hold (its keys unless [`Self::content`] is set).
+    pub fn content_hashes(&self) -> &[BlockHash] {
+        if self.content.is_empty() {
+            &self.hashes
+        } else {
+            &self.content
+        }
+    }
+
+    /// The content hash block `i` chains from (`NONE_HASH` for block 0).
+    pub fn content_parent(&self, i: usize) -> BlockHash {
+        if i == 0 {
+            NONE_HASH
+        } else {
+            self.content_hashes()[i - 1]
+        }
+    }
+}
+
+/// vLLM 0.24's keys for the full blocks of `spec`, a session's input that follows `prev` after
+/// `prev` sampled `prev_output` tokens (`_update_request_as_session` without the truncation):
+/// `prev`'s block hashes over its tokens up to the dropped sampled one stay, the new blocks chain
+/// from them. Empty when they are `spec.hashes` (the dropped token did not complete a block).
+pub fn unrehashed_keys(prev: &RequestSpec, prev_output: u32, spec: &RequestSpec, block_size: u32) -> Vec<BlockHash> {
+    let prev_keys = if prev.unrehashed.is_empty() { &prev.hashes } else { &prev.unrehashed };
+    let kept = (((prev.prompt_len + prev_output) / block_size) as usize).min(prev_keys.len());
+    let mut keys = prev_keys[..kept].to_vec();
+    let parent = keys.last().copied().unwrap_or(NONE_HASH);
+    extend_chain(&mut keys, parent, spec.tokens.get(kept * block_size as usize..).unwrap_or(&[]), block_size);
+    if keys == spec.hashes {
+        Vec::new()
+    } else {
+        keys
     }
 }
 
@@ -210,6 +263,7 @@ pub fn next_turn_spec(
     prompt.extend_from_slice(&t.input);
     let mut spec = RequestSpec::new(&prev.name, prompt, t.output.clone(), t.end, block_size);
     spec.turn = turn as u8;
+    spec.unrehashed = unrehashed_keys(prev, prev_output, &spec, block_size);
     spec
 }
 
@@ -240,9 +294,11 @@ impl Workload {
         // Each request's turns right after it: a block gets the label of the first input
         // (in that order) whose tokens produce it.
         for r in requests.iter().zip(&turns).flat_map(|(r, ts)| std::iter::once(r).chain(ts)) {
-            for (i, h) in r.hashes.iter().enumerate() {
+            // Keys first, then (0.24's unrehashed sessions) the content their blocks hold.
+            let content = r.content.iter().enumerate().map(|(i, h)| (i, h, r.content_parent(i)));
+            for (i, h, parent) in r.hashes.iter().enumerate().map(|(i, h)| (i, h, r.parent(i))).chain(content) {
                 registry.entry(*h).or_insert_with(|| BlockInfo {
-                    parent: r.parent(i),
+                    parent,
                     label: if r.turn == 0 {
                         format!("{}.{}", r.name, i)
                     } else {
@@ -253,6 +309,17 @@ impl Workload {
             }
         }
         Workload { block_size, requests, turns, registry, parents: None }
+    }
+
+    /// vLLM 0.24 (`session_rehash = false`): every later input of a session keys its blocks by
+    /// [`RequestSpec::unrehashed`]; what the blocks hold stays in [`RequestSpec::content`], so
+    /// the ghost checks see KV stored or read under a key that names other tokens.
+    pub fn unrehash_sessions(&self) -> Self {
+        let mut turns = self.turns.clone();
+        for spec in turns.iter_mut().flatten().filter(|s| !s.unrehashed.is_empty()) {
+            spec.content = std::mem::replace(&mut spec.hashes, std::mem::take(&mut spec.unrehashed));
+        }
+        Self::with_sessions(self.block_size, self.requests.clone(), turns)
     }
 
     /// A lazy workload (trace replay): no slots yet, no registry. With `track_parents` every
@@ -278,6 +345,8 @@ impl Workload {
             hashes: Vec::new(),
             turn: 0,
             rows_start: 0,
+            unrehashed: Vec::new(),
+            content: Vec::new(),
         };
         self.requests.push(empty);
         self.turns.push(Vec::new());

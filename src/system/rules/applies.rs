@@ -29,6 +29,7 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         | "no_admission_after_preempt"
         | "resumed_after_new"
         | "parked_holds_slot"
+        | "session_rehash"
         | "preempt_oldest" => true,
         // Asynchronous loads: every connector that loads into G1.
         "delay_cache_async_loads" | "reserve_for_async_loads" | "reserve_excludes_self" => {
@@ -46,6 +47,9 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         "double_complete" | "full_table_resets_mirror" => {
             matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu)
         }
+        // Read where conform derives a session's inputs from a log (`scope_of`); a checker
+        // scope's inputs list their outputs explicitly.
+        "session_max_tokens" => false,
         "mc_save_pins" => kind == ConnectorKind::Mooncake,
         "nixl_resave_partial" => kind == ConnectorKind::Nixl,
         // P/D pairs: a NIXL producer with router replay runs a decode instance and a router.

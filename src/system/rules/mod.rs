@@ -111,6 +111,8 @@ fn vllm_033() -> Rules {
         no_admission_after_preempt: true,
         resumed_after_new: true,
         parked_holds_slot: true,
+        session_rehash: true,
+        session_max_tokens: true,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,
@@ -218,9 +220,13 @@ fn prime_rl() -> Rules {
 /// SimpleCPU 0.24: no finish-time store, the hash stamped at store prep, no reset on
 /// `preempted_req_ids` (only on MRV1's resumed flag). Its `Scheduler.schedule` stops admitting
 /// at `len(self.running) == max_num_running_reqs`: a parked streaming session holds no slot.
+/// Its `_update_request_as_session` neither truncates the session's block hashes nor takes the
+/// next input's `max_tokens`.
 fn vllm_024() -> Rules {
     Rules {
         parked_holds_slot: false,
+        session_rehash: false,
+        session_max_tokens: false,
         host_lru: HostLru::ReleaseOrder,
         arc_t1_fallback: false,
         cursor_monotonic: false,

@@ -138,6 +138,16 @@ rules_table! {
     /// >= `max_num_seqs` (`Scheduler.schedule`, 0.32+); false: only `len(running)` counts (0.24).
     parked_holds_slot: bool
         => "a parked streaming session counts against max_num_seqs", "Scheduler.schedule (num_waiting_for_streaming_input)";
+    /// A streaming session taking its next input drops its block hashes from
+    /// `num_computed_tokens // block_size` on and recomputes them over the new tokens (0.32+);
+    /// false (0.24): the hashes stay, so the block holding the dropped sampled token keeps a key
+    /// naming that token, and later keys chain from it.
+    session_rehash: bool
+        => "a streaming session's next input rehashes the block of its dropped token", "Scheduler._update_request_as_session (del session.block_hashes[num_computed_tokens // block_size:])";
+    /// A streaming session's next input brings its own `max_tokens` (0.32+); false (0.24): the
+    /// session keeps its first input's `max_tokens` for every input.
+    session_max_tokens: bool
+        => "a streaming session's next input sets its max_tokens", "Scheduler._update_request_as_session (session.max_tokens = update.max_tokens)";
     /// An async load is admitted only if it leaves the blocks in-flight prefills still need
     /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
     reserve_for_async_loads: bool
