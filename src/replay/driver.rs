@@ -8,7 +8,7 @@
 use super::invariants::{self, Checker, Violation};
 use super::trace::{Format, Trace};
 use crate::error::{KvmcError, Result};
-use crate::scope::replay::{Load, ReplayModel, Router, SameTime};
+use crate::scope::replay::{Load, ReplayModel, SameTime};
 use crate::system::events::ReqStats;
 use crate::system::ghost::Mark;
 use crate::system::input::{apply_in_place, Input};
@@ -93,9 +93,7 @@ pub struct Driver<'a> {
     fresh: BinaryHeap<Reverse<u32>>,
     active_sessions: u32,
     session_prompt: HashMap<u32, Vec<Token>>,
-    session_engine: HashMap<u32, u16>,
-    prefix_engine: HashMap<u32, u16>,
-    rr_next: u32,
+    routing: super::route::Routing,
     pub now: u64,
     /// Rows done: finished, or rejected.
     pub finished: u32,
@@ -184,9 +182,7 @@ impl<'a> Driver<'a> {
             fresh: BinaryHeap::new(),
             active_sessions: 0,
             session_prompt: HashMap::new(),
-            session_engine: HashMap::new(),
-            prefix_engine: HashMap::new(),
-            rr_next: 0,
+            routing: Default::default(),
             now: 0,
             finished: 0,
             rejected: 0,
@@ -340,44 +336,8 @@ impl<'a> Driver<'a> {
     }
 
     fn route(&mut self, r: u32) -> usize {
-        let row = &self.trace.rows[r as usize];
-        let n = self.inst.len();
-        if n == 1 {
-            return 0;
-        }
-        if let Some(s) = row.session {
-            if let Some(&k) = self.session_engine.get(&s) {
-                return k as usize;
-            }
-        }
-        let least = |inst: &[Instance]| (0..n).min_by_key(|&k| (inst[k].unfinished, k)).unwrap_or(0);
-        let k = match self.model.replay.router {
-            Router::RoundRobin => {
-                let k = self.rr_next as usize % n;
-                self.rr_next += 1;
-                k
-            }
-            Router::LeastLoaded => least(&self.inst),
-            Router::Prefix => {
-                let mut best = None;
-                for id in self.trace.row_ids(r) {
-                    match self.prefix_engine.get(id) {
-                        Some(&k) => best = Some(k as usize),
-                        None => break,
-                    }
-                }
-                best.unwrap_or_else(|| least(&self.inst))
-            }
-        };
-        if self.model.replay.router == Router::Prefix {
-            for id in self.trace.row_ids(r) {
-                self.prefix_engine.insert(*id, k as u16);
-            }
-        }
-        if let Some(s) = row.session {
-            self.session_engine.insert(s, k as u16);
-        }
-        k
+        let unfinished: Vec<u32> = self.inst.iter().map(|x| x.unfinished).collect();
+        self.routing.route(self.model.replay.router, &self.trace, r, &unfinished)
     }
 
     /// Row `r`'s request. A row whose prompt depends on nothing but the trace (every row but

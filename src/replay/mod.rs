@@ -23,6 +23,7 @@ mod pool_checks;
 mod predicates;
 mod reached;
 pub mod report;
+pub(crate) mod route;
 pub mod scenario;
 pub mod trace;
 

@@ -7,7 +7,7 @@ use super::PdRouter;
 use crate::error::{KvmcError, Result};
 use crate::replay::invariants;
 use crate::replay::trace::{Format, Trace};
-use crate::scope::replay::{Load, ReplayModel, Router, SameTime};
+use crate::scope::replay::{Load, ReplayModel, SameTime};
 use crate::system::events::ReqStats;
 use crate::system::input::{apply_in_place, Arrivals, Environment, Faults, Input, StreamInput, System};
 use crate::system::pd::{self, PdInput, PdSys, Route};
@@ -27,9 +27,7 @@ pub struct PdDriver<'a> {
     pub(super) fresh: BinaryHeap<Reverse<u32>>,
     pub(super) active_sessions: u32,
     pub(super) session_prompt: HashMap<u32, Vec<Token>>,
-    pub(super) session_pair: HashMap<u32, u16>,
-    pub(super) prefix_pair: HashMap<u32, u16>,
-    pub(super) rr_next: u32,
+    pub(super) routing: crate::replay::route::Routing,
     pub(super) now: u64,
     pub(super) finished: u32,
     pub(super) rejected: u32,
@@ -110,9 +108,7 @@ impl<'a> PdDriver<'a> {
             fresh: BinaryHeap::new(),
             active_sessions: 0,
             session_prompt: HashMap::new(),
-            session_pair: HashMap::new(),
-            prefix_pair: HashMap::new(),
-            rr_next: 0,
+            routing: Default::default(),
             now: 0,
             finished: 0,
             rejected: 0,
@@ -274,44 +270,8 @@ impl<'a> PdDriver<'a> {
     }
 
     fn route(&mut self, r: u32) -> usize {
-        let row = &self.trace.rows[r as usize];
-        let n = self.pairs.len();
-        if n == 1 {
-            return 0;
-        }
-        if let Some(s) = row.session {
-            if let Some(&k) = self.session_pair.get(&s) {
-                return k as usize;
-            }
-        }
-        let least = |pairs: &[Pair]| (0..n).min_by_key(|&k| (pairs[k].unfinished, k)).unwrap_or(0);
-        let k = match self.model.replay.router {
-            Router::RoundRobin => {
-                let k = self.rr_next as usize % n;
-                self.rr_next += 1;
-                k
-            }
-            Router::LeastLoaded => least(&self.pairs),
-            Router::Prefix => {
-                let mut best = None;
-                for id in self.trace.row_ids(r) {
-                    match self.prefix_pair.get(id) {
-                        Some(&k) => best = Some(k as usize),
-                        None => break,
-                    }
-                }
-                best.unwrap_or_else(|| least(&self.pairs))
-            }
-        };
-        if self.model.replay.router == Router::Prefix {
-            for id in self.trace.row_ids(r) {
-                self.prefix_pair.insert(*id, k as u16);
-            }
-        }
-        if let Some(s) = row.session {
-            self.session_pair.insert(s, k as u16);
-        }
-        k
+        let unfinished: Vec<u32> = self.pairs.iter().map(|x| x.unfinished).collect();
+        self.routing.route(self.model.replay.router, &self.trace, r, &unfinished)
     }
 
     /// Row `r`'s whole request (D's spec); P's is its prompt with the first output token.
