@@ -337,7 +337,7 @@ impl<'a> Driver<'a> {
 
     fn route(&mut self, r: u32) -> usize {
         let unfinished: Vec<u32> = self.inst.iter().map(|x| x.unfinished).collect();
-        self.routing.route(self.model.replay.router, &self.trace, r, &unfinished)
+        self.routing.route(self.model.replay.router, self.trace, r, &unfinished)
     }
 
     /// Row `r`'s request. A row whose prompt depends on nothing but the trace (every row but

@@ -271,7 +271,7 @@ impl<'a> PdDriver<'a> {
 
     fn route(&mut self, r: u32) -> usize {
         let unfinished: Vec<u32> = self.pairs.iter().map(|x| x.unfinished).collect();
-        self.routing.route(self.model.replay.router, &self.trace, r, &unfinished)
+        self.routing.route(self.model.replay.router, self.trace, r, &unfinished)
     }
 
     /// Row `r`'s whole request (D's spec); P's is its prompt with the first output token.
