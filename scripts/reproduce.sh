@@ -7,6 +7,10 @@
 #   scripts/reproduce.sh NAME.toml ...        # only these scenarios
 #   scripts/reproduce.sh --out-dir DIR ...    # logs into DIR (default:
 #                                             # tests/conformance/fixtures/reproduced/)
+#   scripts/reproduce.sh --connector-class MODULE:CLASS ...
+#                                             # record with that KVConnectorBase_V1 class
+#                                             # (record.py --connector-class) instead of
+#                                             # vLLM's built-in connector the scenario names
 #
 # Each scenario (written by `kvmc reproduce`) names in its header the vLLM release to run
 # (`# vllm-version: 0.33.0`) and the properties the counterexample violates
@@ -27,13 +31,15 @@ KVMC="${KVMC:-$ROOT/target/dev-fast/kvmc}"
 out="$CONF/fixtures/reproduced"
 gate=0
 scenarios=()
+record_args=()
 # The recorder runs in tests/conformance/vllm: paths given relative to here are made absolute.
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --gate) gate=1 ;;
     --out-dir) [ $# -ge 2 ] || { echo "--out-dir needs a value" >&2; exit 2; }; out="$2"; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --connector-class) [ $# -ge 2 ] || { echo "--connector-class needs MODULE:CLASS" >&2; exit 2; }; record_args+=(--connector-class "$2"); shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) case "$1" in */*) scenarios+=("$(abs "$1")") ;; *) scenarios+=("$CONF/reproduced/$1") ;; esac ;;
   esac
@@ -69,7 +75,7 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
     echo "   $why: not recorded"; fail=$((fail + ${#list[@]})); continue
   fi
   rec_log="$(mktemp "${TMPDIR:-/tmp}/reproduce-record-$v.XXXXXX")"
-  if (cd "$CONF/vllm" && "$venv/bin/python" record.py -q "${list[@]}" --out-dir "$out") >"$rec_log" 2>&1; then
+  if (cd "$CONF/vllm" && "$venv/bin/python" record.py -q ${record_args[@]+"${record_args[@]}"} "${list[@]}" --out-dir "$out") >"$rec_log" 2>&1; then
     rm -f "$rec_log"
   else
     echo "   the recorder failed for some scenario (its output: $rec_log)"

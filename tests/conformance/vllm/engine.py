@@ -42,7 +42,7 @@ os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1"
 
 import torch  # noqa: E402
 
-from scenario import EOS_TOKEN_ID, Scenario  # noqa: E402
+from scenario import EOS_TOKEN_ID, Scenario, parse_connector_class  # noqa: E402
 
 TINY_LLAMA_DIR = Path(__file__).resolve().parent / "tiny-llama"
 LAYER_NAME = "model.layers.0.self_attn.attn"
@@ -112,6 +112,20 @@ def _chunk_alignment() -> int:
     return int(getattr(CPUOffloadingSpec, "BLOCK_SIZE_ALIGNMENT", mmap.PAGESIZE))
 
 
+def connector_by_name(sc: Scenario, builtin: str) -> dict:
+    """The ``KVTransferConfig`` fields that name the connector: vLLM's built-in ``builtin``
+    (its ``KVConnectorFactory`` registry), or, with ``sc.connector_class`` = ``MODULE:CLASS``
+    (``record.py --connector-class``), that class, which ``KVConnectorFactory.
+    get_connector_class`` imports from ``kv_connector_module_path`` (the module path takes
+    priority over the registry). The scenario's ``connector`` still picks the extra config
+    (``[offload]`` or ``[simple_cpu]``) and the fake worker."""
+    value = getattr(sc, "connector_class", None)
+    if not value:
+        return {"kv_connector": builtin}
+    module, cls = parse_connector_class(value)
+    return {"kv_connector": cls, "kv_connector_module_path": module}
+
+
 def build_engine(sc: Scenario) -> Engine:
     from vllm.config import (CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig,
                              ModelConfig, SchedulerConfig, VllmConfig)
@@ -145,18 +159,21 @@ def build_engine(sc: Scenario) -> Engine:
         if sc.sync_load_budget_tokens:
             extra["sync_load_budget_bytes"] = sc.sync_load_budget_tokens * kv_bytes_per_token
         kv_transfer_config = KVTransferConfig(
-            kv_connector="OffloadingConnector", kv_role="kv_both",
-            kv_connector_extra_config=extra,
-            kv_load_failure_policy=sc.load_failure_policy)
+            kv_role="kv_both", kv_connector_extra_config=extra,
+            kv_load_failure_policy=sc.load_failure_policy,
+            **connector_by_name(sc, "OffloadingConnector"))
     elif sc.connector == "simple-cpu":
         # num_cpu_blocks sizes the CPU BlockPool exactly (null block 0 included); it must not
         # exceed the local capacity num_gpu_blocks * cpu_bytes // gpu_total_bytes
         # (SimpleCPUOffloadScheduler._derive_cpu_config), i.e. cpu_bytes // page_bytes here.
         extra = {"num_cpu_blocks": sc.cpu_blocks, "cpu_bytes_to_use": sc.cpu_blocks * page_bytes}
         kv_transfer_config = KVTransferConfig(
-            kv_connector="SimpleCPUOffloadConnector", kv_role="kv_both",
-            kv_connector_extra_config=extra,
-            kv_load_failure_policy=sc.load_failure_policy)
+            kv_role="kv_both", kv_connector_extra_config=extra,
+            kv_load_failure_policy=sc.load_failure_policy,
+            **connector_by_name(sc, "SimpleCPUOffloadConnector"))
+    elif getattr(sc, "connector_class", None):
+        raise ValueError(f"--connector-class {sc.connector_class}: scenario {sc.name} has "
+                         f"connector = 'none'")
     def make_config():
         return VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                           cache_config=cache_config,
@@ -199,6 +216,12 @@ def build_engine(sc: Scenario) -> Engine:
     want_cls = "AsyncScheduler" if want_async else "Scheduler"
     if type(scheduler).__name__ != want_cls:
         raise RuntimeError(f"expected vLLM's {want_cls}, got {type(scheduler)}")
+    if getattr(sc, "connector_class", None):
+        module, cls = parse_connector_class(sc.connector_class)
+        got = type(scheduler.connector)
+        if (got.__module__, got.__name__) != (module, cls):
+            raise RuntimeError(f"asked for connector {sc.connector_class}, vLLM built "
+                               f"{got.__module__}:{got.__name__}")
 
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash

@@ -8,6 +8,9 @@ Wraps (instance attributes shadowing the class methods; nothing in vLLM is patch
 * ``OffloadingConnector.build_connector_meta`` (``OffloadingConnectorMetadata``
   ``store_jobs`` / ``jobs_to_flush``) and ``CPUOffloadingManager.prepare_store`` ->
   ``store``, ``store_refused``, ``evict``, ``flush``;
+* a connector with ``kvmc_observe`` (any other ``KVConnectorBase_V1``, loaded by
+  ``record.py --connector-class``): its own calls of observe_api.ConnectorObserver ->
+  ``load``, ``store``, ``store_refused``, ``evict``, ``flush``; ``kvmc_host()`` -> ``host``;
 * ``Scheduler._free_request`` -> ``finish``;
 * ``Scheduler._handle_stopped_request`` (a resumable request's input stopped) ->
   ``turn_end``; ``Scheduler._update_request_as_session`` (a session takes its next
@@ -85,6 +88,7 @@ class Recorder:
         self.sent: dict[str, list] = {}
         self.eos_of: dict[str, int | None] = {r.name: r.eos_at for r in sc.requests}
         self.sample_name: dict[str, str] = {}
+        self.api = None   # observe_api.ConnectorObserver for a connector with kvmc_observe
         self._install()
 
     # -- emission ---------------------------------------------------------------------
@@ -110,6 +114,8 @@ class Recorder:
         }
         if sc.connector == "simple-cpu":
             hdr["cpu_blocks"] = sc.cpu_blocks
+        if getattr(sc, "connector_class", None):   # absent: vLLM's built-in connector
+            hdr["connector_class"] = sc.connector_class
         if self.hash_seed != "0":   # absent: 0, the fixtures' seed
             hdr["hash_seed"] = int(self.hash_seed) if self.hash_seed.isdigit() else self.hash_seed
         self.out.write(dumps(hdr) + "\n")
@@ -236,9 +242,21 @@ class Recorder:
             return ext, is_async
 
         conn.get_num_new_matched_tokens = lookup
+        if callable(getattr(conn, "kvmc_observe", None)):
+            # Another connector, observed through observe_api.py (its kvmc_observe / kvmc_host).
+            from observe_api import ConnectorObserver
+
+            self.api = ConnectorObserver(self)
+            conn.kvmc_observe(self.api)
+            return
         if scpu is not None:
             self._install_scpu(scpu)
             return
+        if self.eng.manager is None:
+            raise RuntimeError(
+                f"connector {type(conn).__module__}:{type(conn).__name__} is not vLLM's "
+                f"OffloadingConnector or SimpleCPUOffloadConnector (or a subclass): it must "
+                f"implement kvmc_observe / kvmc_host (tests/conformance/vllm/observe_api.py)")
         cs = conn.connector_scheduler
         mgr = self.eng.manager
 
@@ -487,6 +505,9 @@ class Recorder:
             cached.setdefault(lab, []).extend(ids)
         cached = {k: cached[k] for k in sorted(cached, key=self.label_order)}
         self.emit("g1", free=free, cached=cached)
+        if self.api is not None:
+            self.api.host_line(self.eng.connector)
+            return
         scpu = self.eng.scpu
         if scpu is not None:
             self._cpu_snapshot(scpu, labels)

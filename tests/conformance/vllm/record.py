@@ -60,7 +60,7 @@ if _SEED is not None and os.environ.get("PYTHONHASHSEED") != _SEED:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scenario import (EOS_TOKEN_ID, Scenario, ScenarioError, When,  # noqa: E402
-                      build_prompt, load_scenario)
+                      build_prompt, load_scenario, parse_connector_class)
 from kvevents import kvevents_paths  # noqa: E402
 
 
@@ -392,6 +392,14 @@ def main(argv=None) -> int:
     ap.add_argument("--vllm-skip", action="store_true",
                     help="skip scenarios that use a feature the installed vLLM lacks (the "
                          "reason is printed and, with --out-dir, listed in skipped.txt)")
+    ap.add_argument("--connector-class", metavar="MODULE:CLASS",
+                    help="build this KVConnectorBase_V1 implementation instead of vLLM's "
+                         "built-in connector the scenario names (KVTransferConfig("
+                         "kv_connector=CLASS, kv_connector_module_path=MODULE)); the scenario's "
+                         "connector kind still picks the extra config and the fake worker. "
+                         "tests/conformance/vllm is on sys.path (example_connector.forgetful:"
+                         "ForgetfulOffloadingConnector); see observe_api.py for a connector "
+                         "that is not a subclass of vLLM's two")
     ap.add_argument("-q", "--quiet", action="store_true")
     ap.add_argument("--debug", action="store_true",
                     help="print request state at every finish to stderr (not in the log)")
@@ -403,6 +411,11 @@ def main(argv=None) -> int:
     if os.environ.get("PYTHONHASHSEED") != args.hash_seed:
         ap.error(f"--hash-seed {args.hash_seed}: PYTHONHASHSEED is "
                  f"{os.environ.get('PYTHONHASHSEED')!r} (run record.py as a script)")
+    if args.connector_class is not None:
+        try:
+            parse_connector_class(args.connector_class)
+        except ValueError as e:
+            ap.error(f"--connector-class {e}")
     if args.out_dir is not None:
         Path(args.out_dir).mkdir(parents=True, exist_ok=True)
     status = 0
@@ -415,6 +428,13 @@ def main(argv=None) -> int:
             print(f"{path}: {e}", file=sys.stderr)
             status = 2
             continue
+        if args.connector_class is not None:
+            if sc.connector == "none":
+                print(f"{path}: --connector-class needs a scenario with a connector "
+                      f"(this one has connector = 'none')", file=sys.stderr)
+                status = 2
+                continue
+            sc.connector_class = args.connector_class
         if args.vllm_skip and (why := unsupported(sc)) is not None:
             skipped[sc.name] = why
             print(f"{sc.name}: skipped on vLLM {_vllm_version()}: {why}", file=sys.stderr)

@@ -156,12 +156,25 @@ class Scenario:
     cpu_blocks: int = 0
     # [engine] async_scheduling: AsyncScheduler + EngineCore.step_with_batch_queue (record.py)
     async_scheduling: bool = False
+    # Not a scenario key: record.py --connector-class MODULE:CLASS (engine.connector_by_name)
+    connector_class: str | None = None
 
     def request(self, name: str) -> RequestSpec:
         for r in self.requests:
             if r.name == name:
                 return r
         raise ScenarioError(f"unknown request {name!r}")
+
+
+def parse_connector_class(value: str) -> tuple[str, str]:
+    """``MODULE:CLASS`` (``record.py --connector-class``) -> (module path, class name)."""
+    module, sep, cls = value.partition(":")
+    if not sep or not module or not cls.isidentifier() or \
+            not all(p.isidentifier() for p in module.split(".")):
+        raise ValueError(f"{value!r}: expected MODULE:CLASS (a dotted module path, a colon, "
+                         f"a class name), e.g. example_connector.forgetful:"
+                         f"ForgetfulOffloadingConnector")
+    return module, cls
 
 
 _SEG_RE = re.compile(r"^(@?)([A-Za-z0-9_\-]+)(?::(\d+))?$")
