@@ -10,6 +10,7 @@ mod cli;
 mod common;
 mod conform;
 mod conform_async;
+mod conform_classpath;
 mod conform_logs;
 mod conform_releases;
 mod conform_seeds;
