@@ -12,7 +12,7 @@
 //!   forgets a finished request's final store; conform finds the missing store job.
 
 use crate::common::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 fn dir(sub: &str) -> PathBuf {
     root().join("tests/conformance/fixtures/connector-class").join(sub)
@@ -29,7 +29,7 @@ fn logs(sub: &str) -> Vec<PathBuf> {
 }
 
 /// The log without its header's `connector_class` (which must name `class`), as lines.
-fn without_class(path: &PathBuf, class: &str) -> Vec<String> {
+fn without_class(path: &Path, class: &str) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     let tail = format!(",\"connector_class\":\"{class}\"}}");
@@ -39,13 +39,13 @@ fn without_class(path: &PathBuf, class: &str) -> Vec<String> {
     lines
 }
 
-fn by_name(path: &PathBuf) -> Vec<String> {
+fn by_name(path: &Path) -> Vec<String> {
     let name = path.file_name().unwrap().to_str().unwrap();
     let f = root().join("tests/conformance/fixtures/testgen").join(name);
     std::fs::read_to_string(f).unwrap().lines().map(str::to_string).collect()
 }
 
-fn class_of(path: &PathBuf) -> String {
+fn class_of(path: &Path) -> String {
     let head = std::fs::read_to_string(path).unwrap();
     let head = head.lines().next().unwrap();
     let v: serde_json::Value = serde_json::from_str(head).unwrap();
