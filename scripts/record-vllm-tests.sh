@@ -97,7 +97,7 @@ set +e
 env HF_HOME="$HF" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_TARGET_DEVICE=cpu \
     PYTHONHASHSEED=0 KVMC_VLLM_TESTS_OUT="$out" \
     PYTHONPATH="$VDIR:$PYLIB${PYTHONPATH:+:$PYTHONPATH}" \
-    "$PY" -m pytest -q -p vllm_tests_plugin -p no:cacheprovider "${present[@]}" \
+    "$PY" -m pytest -q --durations=20 -p vllm_tests_plugin -p no:cacheprovider "${present[@]}" \
     > "$out/pytest.txt" 2>&1
 echo "pytest exit $? (log: $out/pytest.txt)" >&2
 set -e
