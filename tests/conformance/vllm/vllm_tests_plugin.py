@@ -35,7 +35,11 @@ _current: dict = {"test": None, "scheds": []}
 _summary = {"collected": 0, "outcomes": Counter(), "did_not_run": Counter(),
             "schedulers": 0, "logs": 0, "not_modelled": Counter(), "no_step": 0,
             "tests_with_log": 0, "logs_of": {}, "recorder_errors": Counter(),
-            "failures": {}}
+            "failures": {}, "logs_window": 0,
+            "logs_last_schedule_unrecorded": 0, "steps_closed": 0,
+            "close_step_errors": Counter()}
+# Logs of schedulers with 0.34's cache_aware_admission_window > 0 (kept apart: see _finish).
+_WINDOW = "cache-aware-window"
 
 # Failure text that means the test could not run here (no GPU, no Triton, no hub access).
 _DID_NOT_RUN = [
@@ -107,8 +111,6 @@ def _config_limits(sched) -> tuple[str | None, dict]:
          "long_prefill_token_threshold_adaptive"),
         (getattr(sc, "watermark", 0.0) > 0.0, "scheduler watermark"),
         (getattr(sc, "prefill_schedule_interval", 1) != 1, "prefill_schedule_interval"),
-        (getattr(sc, "cache_aware_admission_window", 0) > 0,
-         "cache_aware_admission_window (0.34)"),
         (not getattr(sc, "scheduler_reserve_full_isl", True), "scheduler_reserve_full_isl off"),
         (vc.parallel_config.pipeline_parallel_size > 1, "pipeline parallel"),
         (sched.block_size > 64, f"block size {sched.block_size} (kvmc: 1..=64)"),
@@ -162,6 +164,12 @@ def _config_limits(sched) -> tuple[str | None, dict]:
                max_num_seqs=sc.max_num_seqs, max_model_len=sched.max_model_len,
                long_prefill_token_threshold=sc.long_prefill_token_threshold,
                enable_prefix_caching=bool(cc.enable_prefix_caching))
+    # 0.34's cache-aware admission: written to the header (the 0.34 profile's rule reads it)
+    # and the log goes to OUT/cache-aware-window/, counted apart from the others.
+    window = getattr(sc, "cache_aware_admission_window", 0) or 0
+    if window > 0:
+        hdr.update(cache_aware_admission_window=int(window),
+                   cache_aware_admission_threshold=float(sc.cache_aware_admission_threshold))
     return None, hdr
 
 
@@ -297,6 +305,7 @@ class TestRecorder:
 
         def scheduled(so, *a, **kw):
             self.in_step = True
+            self.last_so = so
             rec.schedule_line(so)
 
         def update(so, mro, *a, **kw):
@@ -388,6 +397,38 @@ class TestRecorder:
                 continue
             for t in toks:
                 rec.emit("sampled", req=rid, token=int(t))
+
+    def close_step(self) -> bool:
+        """The test ended after a ``schedule()`` it did not follow with
+        ``update_from_output()``, whose decisions would otherwise be lost (most short tests
+        end so). Close that step as an engine would: ``update_from_output`` with the output a
+        model runner returns for that batch, one token for each request whose prefill the
+        batch completes or that decodes (``num_computed_tokens`` has reached ``num_tokens``;
+        none for a partial prefill), no transfer reports. The token is 0 (1 when the
+        request's EOS is 0): the recorder's choice, not the test's. Runs after the test's
+        outcome is decided; an error leaves the log without that step."""
+        from dataclasses import fields
+
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        so = self.last_so
+        ids = list(so.num_scheduled_tokens)
+        toks = []
+        for rid in ids:
+            req = self.sched.requests.get(rid)
+            if req is None or req.num_computed_tokens < req.num_tokens:
+                toks.append([])
+            else:
+                toks.append([1 if req.sampling_params.eos_token_id == 0 else 0])
+        kw = {"req_ids": ids, "sampled_token_ids": toks}
+        if "req_id_to_index" in {f.name for f in fields(ModelRunnerOutput)}:   # 0.33
+            kw["req_id_to_index"] = {r: i for i, r in enumerate(ids)}
+        try:
+            self.sched.update_from_output(so, ModelRunnerOutput(**kw))
+        except Exception as e:
+            _summary["close_step_errors"][f"{type(e).__name__}: {e}"[:200]] += 1
+            return False
+        return self.why is None and not self.in_step
 
     def log(self, name: str) -> str:
         hdr = {"ev": "header", "format": 1, "implementation": "vllm",
@@ -503,22 +544,37 @@ def _finish(nodeid: str, passed: bool) -> None:
     wrote = 0
     scheds = []            # per scheduler: "log NAME", "no step" or the reason
     for i, tr in enumerate(_current["scheds"]):
+        closed = passed and tr.why is None and tr.in_step and tr.close_step()
+        if closed:
+            _summary["steps_closed"] += 1
         if tr.why is not None:
             why = re.sub(r"\d+", "N", tr.why)
             _summary["not_modelled"][why] += 1
         elif tr.steps == 0:
             _summary["no_step"] += 1
-            why = "no step"
+            why = "no step" + (": schedule() not followed by update_from_output()"
+                               if tr.in_step else ": never scheduled")
         elif not passed:
             why = "test did not pass"
             _summary["not_modelled"][why] += 1
         else:
             name = f"{_safe(nodeid)}.s{i}"
+            if tr.in_step:   # the test's last schedule() has no update: not in the log
+                _summary["logs_last_schedule_unrecorded"] += 1
+            if tr.hdr.get("cache_aware_admission_window"):
+                (_OUT / _WINDOW).mkdir(exist_ok=True)
+                (_OUT / _WINDOW / f"{name}.jsonl").write_text(tr.log(name))
+                _summary["logs_window"] += 1
+                scheds.append(f"log {_WINDOW}/{name}"
+                              + (" (last schedule() unrecorded)" if tr.in_step else "")
+                              + (" (last step closed)" if closed else ""))
+                continue
             (_OUT / f"{name}.jsonl").write_text(tr.log(name))
             _summary["logs"] += 1
             _summary["logs_of"][name] = nodeid
             wrote += 1
-            why = f"log {name}"
+            why = f"log {name}" + (" (last schedule() unrecorded)" if tr.in_step else "") \
+                + (" (last step closed)" if closed else "")
         scheds.append(why)
     if wrote:
         _summary["tests_with_log"] += 1
