@@ -296,6 +296,8 @@ class TestRecorder:
                 self.flag("schedule() twice without update_from_output()")
             if a or kw:
                 self.flag("schedule() with arguments")
+            if not self.sched.has_requests():   # EngineCore.step schedules only then
+                self.flag("schedule() with no requests")
             # Set by a test after construction: connectors kvmc does not model.
             if getattr(self.sched, "use_v2_model_runner", True) is False:
                 self.flag("V1 model runner (resumed requests as cached)")
