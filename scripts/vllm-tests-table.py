@@ -46,7 +46,8 @@ def main() -> int:
             row["schedulers"] += 1
             cut = "(last schedule() unrecorded)" in s
             closed = "(last step closed)" in s
-            s = s.split(" (", 1)[0]
+            if s.startswith("log "):
+                s = s.split(" (", 1)[0]
             if s.startswith("log cache-aware-window/"):
                 row["window logs"] += 1
                 row["window closed"] += closed

@@ -10,7 +10,8 @@ plus wrappers on ``add_request``, ``finish_requests``, ``schedule`` and
 sampled tokens and transfer completions of its ``ModelRunnerOutput``) into the log.
 
 A step is one ``schedule()`` and the ``update_from_output()`` that follows; inputs between
-them belong to the next step. A (test, scheduler) pair yields ``OUT/TEST.sN.jsonl`` when the
+them belong to the next step. A test's last ``schedule()`` without an update is closed by the
+plugin (``TestRecorder.close_step``). A (test, scheduler) pair yields ``OUT/TEST.sN.jsonl`` when the
 test passed, the scheduler was stepped at least once and nothing kvmc does not model was
 seen; otherwise the first reason is counted in ``OUT/summary.json`` (see ``_config_limits``
 and the ``_flag`` calls). Every test's outcome is counted there too: collected, passed,
@@ -90,7 +91,8 @@ def _config_limits(sched) -> tuple[str | None, dict]:
     sc, cc = vc.scheduler_config, vc.cache_config
     kcc = sched.kv_cache_config
     if type(sched).__name__ != "Scheduler":
-        return f"scheduler class {type(sched).__name__} (async scheduling)", {}
+        name = type(sched).__name__
+        return f"scheduler class {name}" + (" (async scheduling)" if "Async" in name else ""), {}
     groups = kcc.kv_cache_groups
     if len(groups) != 1:
         return f"{len(groups)} KV cache groups (hybrid)", {}
