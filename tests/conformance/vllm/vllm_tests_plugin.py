@@ -10,7 +10,8 @@ plus wrappers on ``add_request``, ``finish_requests``, ``schedule`` and
 sampled tokens and transfer completions of its ``ModelRunnerOutput``) into the log.
 
 A step is one ``schedule()`` and the ``update_from_output()`` that follows; inputs between
-them belong to the next step. A (test, scheduler) pair yields ``OUT/TEST.sN.jsonl`` when the
+them belong to the next step. A test's last ``schedule()`` without an update is closed by the
+plugin (``TestRecorder.close_step``). A (test, scheduler) pair yields ``OUT/TEST.sN.jsonl`` when the
 test passed, the scheduler was stepped at least once and nothing kvmc does not model was
 seen; otherwise the first reason is counted in ``OUT/summary.json`` (see ``_config_limits``
 and the ``_flag`` calls). Every test's outcome is counted there too: collected, passed,
@@ -35,7 +36,11 @@ _current: dict = {"test": None, "scheds": []}
 _summary = {"collected": 0, "outcomes": Counter(), "did_not_run": Counter(),
             "schedulers": 0, "logs": 0, "not_modelled": Counter(), "no_step": 0,
             "tests_with_log": 0, "logs_of": {}, "recorder_errors": Counter(),
-            "failures": {}}
+            "failures": {}, "logs_window": 0,
+            "logs_last_schedule_unrecorded": 0, "steps_closed": 0,
+            "close_step_errors": Counter()}
+# Logs of schedulers with 0.34's cache_aware_admission_window > 0 (kept apart: see _finish).
+_WINDOW = "cache-aware-window"
 
 # Failure text that means the test could not run here (no GPU, no Triton, no hub access).
 _DID_NOT_RUN = [
@@ -86,7 +91,8 @@ def _config_limits(sched) -> tuple[str | None, dict]:
     sc, cc = vc.scheduler_config, vc.cache_config
     kcc = sched.kv_cache_config
     if type(sched).__name__ != "Scheduler":
-        return f"scheduler class {type(sched).__name__} (async scheduling)", {}
+        name = type(sched).__name__
+        return f"scheduler class {name}" + (" (async scheduling)" if "Async" in name else ""), {}
     groups = kcc.kv_cache_groups
     if len(groups) != 1:
         return f"{len(groups)} KV cache groups (hybrid)", {}
@@ -107,8 +113,6 @@ def _config_limits(sched) -> tuple[str | None, dict]:
          "long_prefill_token_threshold_adaptive"),
         (getattr(sc, "watermark", 0.0) > 0.0, "scheduler watermark"),
         (getattr(sc, "prefill_schedule_interval", 1) != 1, "prefill_schedule_interval"),
-        (getattr(sc, "cache_aware_admission_window", 0) > 0,
-         "cache_aware_admission_window (0.34)"),
         (not getattr(sc, "scheduler_reserve_full_isl", True), "scheduler_reserve_full_isl off"),
         (vc.parallel_config.pipeline_parallel_size > 1, "pipeline parallel"),
         (sched.block_size > 64, f"block size {sched.block_size} (kvmc: 1..=64)"),
@@ -162,6 +166,12 @@ def _config_limits(sched) -> tuple[str | None, dict]:
                max_num_seqs=sc.max_num_seqs, max_model_len=sched.max_model_len,
                long_prefill_token_threshold=sc.long_prefill_token_threshold,
                enable_prefix_caching=bool(cc.enable_prefix_caching))
+    # 0.34's cache-aware admission: written to the header (the 0.34 profile's rule reads it)
+    # and the log goes to OUT/cache-aware-window/, counted apart from the others.
+    window = getattr(sc, "cache_aware_admission_window", 0) or 0
+    if window > 0:
+        hdr.update(cache_aware_admission_window=int(window),
+                   cache_aware_admission_threshold=float(sc.cache_aware_admission_threshold))
     return None, hdr
 
 
@@ -288,6 +298,8 @@ class TestRecorder:
                 self.flag("schedule() twice without update_from_output()")
             if a or kw:
                 self.flag("schedule() with arguments")
+            if not self.sched.has_requests():   # EngineCore.step schedules only then
+                self.flag("schedule() with no requests")
             # Set by a test after construction: connectors kvmc does not model.
             if getattr(self.sched, "use_v2_model_runner", True) is False:
                 self.flag("V1 model runner (resumed requests as cached)")
@@ -297,6 +309,7 @@ class TestRecorder:
 
         def scheduled(so, *a, **kw):
             self.in_step = True
+            self.last_so = so
             rec.schedule_line(so)
 
         def update(so, mro, *a, **kw):
@@ -389,6 +402,38 @@ class TestRecorder:
             for t in toks:
                 rec.emit("sampled", req=rid, token=int(t))
 
+    def close_step(self) -> bool:
+        """The test ended after a ``schedule()`` it did not follow with
+        ``update_from_output()``, whose decisions would otherwise be lost (most short tests
+        end so). Close that step as an engine would: ``update_from_output`` with the output a
+        model runner returns for that batch, one token for each request whose prefill the
+        batch completes or that decodes (``num_computed_tokens`` has reached ``num_tokens``;
+        none for a partial prefill), no transfer reports. The token is 0 (1 when the
+        request's EOS is 0): the recorder's choice, not the test's. Runs after the test's
+        outcome is decided; an error leaves the log without that step."""
+        from dataclasses import fields
+
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        so = self.last_so
+        ids = list(so.num_scheduled_tokens)
+        toks = []
+        for rid in ids:
+            req = self.sched.requests.get(rid)
+            if req is None or req.num_computed_tokens < req.num_tokens:
+                toks.append([])
+            else:
+                toks.append([1 if req.sampling_params.eos_token_id == 0 else 0])
+        kw = {"req_ids": ids, "sampled_token_ids": toks}
+        if "req_id_to_index" in {f.name for f in fields(ModelRunnerOutput)}:   # 0.33
+            kw["req_id_to_index"] = {r: i for i, r in enumerate(ids)}
+        try:
+            self.sched.update_from_output(so, ModelRunnerOutput(**kw))
+        except Exception as e:
+            _summary["close_step_errors"][f"{type(e).__name__}: {e}"[:200]] += 1
+            return False
+        return self.why is None and not self.in_step
+
     def log(self, name: str) -> str:
         hdr = {"ev": "header", "format": 1, "implementation": "vllm",
                "version": _version(), "scenario": name, "async_scheduling": False, **self.hdr}
@@ -443,6 +488,29 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(session, config, items):
     _summary["collected"] += len(items)
+    per_file = _summary.setdefault("collected_of", {})
+    for item in items:
+        f = item.nodeid.split("::", 1)[0]
+        per_file[f] = per_file.get(f, 0) + 1
+    # vLLM's conftest runs cleanup_dist_env_and_memory() after every test unless it is
+    # marked skip_global_cleanup (its own note: "~10x speedup for non-GPU unit tests"). On
+    # the CPU platform the only costly part is a full gc.collect() over the torch/vLLM heap,
+    # about 2 s a test here and most of the run; pytest_runtest_teardown below keeps the
+    # rest (the envs cache reset and the distributed-state teardown).
+    import pytest
+
+    for item in items:
+        item.add_marker(pytest.mark.skip_global_cleanup)
+
+
+def pytest_runtest_teardown(item, nextitem):
+    import vllm.envs as envs
+    from vllm.distributed.parallel_state import (destroy_distributed_environment,
+                                                 destroy_model_parallel)
+
+    envs.disable_envs_cache()
+    destroy_model_parallel()
+    destroy_distributed_environment()
 
 
 def _safe(nodeid: str) -> str:
@@ -466,6 +534,7 @@ def pytest_runtest_logreport(report):
                     outcome = "did not run"
                     break
         _summary["outcomes"][outcome] += 1
+        _current["outcome"] = outcome
         if report.outcome == "failed":
             crash = getattr(report.longrepr, "reprcrash", None)
             msg = crash.message if crash is not None else str(report.longrepr)[-300:]
@@ -477,22 +546,47 @@ def pytest_runtest_logreport(report):
 
 def _finish(nodeid: str, passed: bool) -> None:
     wrote = 0
+    scheds = []            # per scheduler: "log NAME", "no step" or the reason
     for i, tr in enumerate(_current["scheds"]):
+        closed = passed and tr.why is None and tr.in_step and tr.close_step()
+        if closed:
+            _summary["steps_closed"] += 1
         if tr.why is not None:
-            _summary["not_modelled"][re.sub(r"\d+", "N", tr.why)] += 1
+            why = re.sub(r"\d+", "N", tr.why)
+            _summary["not_modelled"][why] += 1
         elif tr.steps == 0:
             _summary["no_step"] += 1
+            why = "no step" + (": schedule() not followed by update_from_output()"
+                               if tr.in_step else ": never scheduled")
         elif not passed:
-            _summary["not_modelled"]["test did not pass"] += 1
+            why = "test did not pass"
+            _summary["not_modelled"][why] += 1
         else:
             name = f"{_safe(nodeid)}.s{i}"
+            if tr.in_step:   # the test's last schedule() has no update: not in the log
+                _summary["logs_last_schedule_unrecorded"] += 1
+            if tr.hdr.get("cache_aware_admission_window"):
+                (_OUT / _WINDOW).mkdir(exist_ok=True)
+                (_OUT / _WINDOW / f"{name}.jsonl").write_text(tr.log(name))
+                _summary["logs_window"] += 1
+                scheds.append(f"log {_WINDOW}/{name}"
+                              + (" (last schedule() unrecorded)" if tr.in_step else "")
+                              + (" (last step closed)" if closed else ""))
+                continue
             (_OUT / f"{name}.jsonl").write_text(tr.log(name))
             _summary["logs"] += 1
             _summary["logs_of"][name] = nodeid
             wrote += 1
+            why = f"log {name}" + (" (last schedule() unrecorded)" if tr.in_step else "") \
+                + (" (last step closed)" if closed else "")
+        scheds.append(why)
     if wrote:
         _summary["tests_with_log"] += 1
     _current["scheds"] = []
+    # One line per test (OUT/tests.jsonl): the per-file figures of docs/conformance.md.
+    with open(_OUT / "tests.jsonl", "a") as f:
+        f.write(json.dumps({"test": nodeid, "outcome": _current.get("outcome"),
+                            "schedulers": scheds}) + "\n")
 
 
 def _write_summary() -> None:
