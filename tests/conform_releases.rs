@@ -188,3 +188,31 @@ fn the_024_session_keeps_the_dropped_tokens_block_hash() {
     assert!(r.divergence.is_none(), "{:?}", r.divergence);
     assert!(r.findings.iter().any(|(p, _)| p == "host-integrity"), "{:?}", r.findings);
 }
+
+/// 0.24's `Scheduler.schedule` preempts without `_request_blocks_can_be_freed`
+/// (`preempt_checks_deferred_free = false`): under async scheduling a victim whose blocks can
+/// only be freed after the step in flight is preempted all the same. In async-preempt-restart
+/// step 7 vLLM preempts R and then A itself (the connector flushes both store jobs); in
+/// async-main step 13 it preempts R2 and flushes its store job 2. Under 0.32's rule (the
+/// variant) the model stops at the first such victim, preempts nothing and flushes nothing.
+#[test]
+fn the_024_async_recordings_preempt_without_the_deferred_free_check() {
+    for (name, step, preempted) in
+        [("async-preempt-restart", 7, r#""preempted":["A","R"]"#), ("async-main", 13, r#""preempted":["R2"]"#)]
+    {
+        let f = fixture("vllm-0.24", name);
+        let log = std::fs::read_to_string(&f).unwrap();
+        let schedule = format!(r#""ev":"schedule","step":{step},"#);
+        assert!(
+            log.lines().any(|l| l.contains(&schedule) && l.contains(preempted)),
+            "{name}: the recording preempts {preempted} at step {step}"
+        );
+        let r = conform::check(&f, "vllm-0.24", None, 8).unwrap();
+        assert!(r.divergence.is_none(), "{name} under vllm-0.24: {:?}", r.divergence);
+        let d = conform::check(&f, "vllm-0.24", Some("preempt-checks-deferred-free"), 8)
+            .unwrap()
+            .divergence
+            .unwrap_or_else(|| panic!("{name}: conforms with 0.32's preemption check (no rule change shown)"));
+        assert_eq!((d.step, d.what.as_str()), (step, "flush"), "{name}: {d:?}");
+    }
+}

@@ -146,19 +146,24 @@ fn a_scenario_opens_with_its_own_profile_and_variant() {
 #[test]
 fn a_conform_divergence_opens_with_the_log_beside_the_model() {
     use kvmc::explorer::conform::{conform_view, ConformTarget};
-    let log = "tests/conformance/known-divergences/vllm-0.24/async-preempt-restart.jsonl";
-    let o = kvmc(&["conform", log, "--profile", "vllm-0.24", "--format", "json"]);
+    // A real vLLM 0.24 log checked under 0.32's preemption rule (it diverges at step 7).
+    let log = "tests/conformance/fixtures/vllm-0.24/async-preempt-restart.jsonl";
+    let pv = ["--profile", "vllm-0.24", "--variant", "preempt-checks-deferred-free"];
+    let o = kvmc(&[&["conform", log, "--format", "json"][..], &pv[..]].concat());
     assert_eq!(o.status.code(), Some(10), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     let d = &v["logs"][0]["divergence"];
     let (step, line) = (d["step"].as_u64().unwrap(), d["line"].as_u64().unwrap());
     let command = d["explore"]["command"].as_str().unwrap();
     let url = d["explore"]["url"].as_str().unwrap();
-    assert_eq!(command, format!("kvmc explore --conform {log} --profile vllm-0.24"));
-    let text = stdout(&kvmc(&["conform", log, "--profile", "vllm-0.24"]));
+    assert_eq!(
+        command,
+        format!("kvmc explore --conform {log} --profile vllm-0.24 --variant preempt-checks-deferred-free")
+    );
+    let text = stdout(&kvmc(&[&["conform", log][..], &pv[..]].concat()));
     assert!(text.contains(&format!("  explore: {command}\n")), "{text}");
     assert!(text.contains(&format!("  open:    http://127.0.0.1:3000{url}\n")), "{text}");
-    let junit = stdout(&kvmc(&["conform", log, "--profile", "vllm-0.24", "--format", "junit"]));
+    let junit = stdout(&kvmc(&[&["conform", log, "--format", "junit"][..], &pv[..]].concat()));
     assert!(junit.contains(&format!("<property name=\"explore_command\" value=\"{command}\"/>")), "{junit}");
     assert!(junit.contains(&format!("<property name=\"explore_url\" value=\"{}\"/>", url.replace('&', "&amp;"))));
     // The command: its dry run names the same divergence.
@@ -196,7 +201,7 @@ fn a_conform_divergence_opens_with_the_log_beside_the_model() {
     let o = kvmc(&["explore", "--conform", ok, "--dry-run"]);
     assert!(stdout(&o).contains("\nconforms ("), "{}", stdout(&o));
     // Served: the page and its data; logs outside the directory or not .jsonl are refused.
-    let srv = serve(&["--conform", log, "--profile", "vllm-0.24"]);
+    let srv = serve(&[&["--conform", log][..], &pv[..]].concat());
     assert!(srv.2.ends_with(url), "{} {url}", srv.2);
     let r = get(srv.1, &format!("/api/view?{}", url.strip_prefix("/?").unwrap()));
     assert!(r.starts_with("HTTP/1.1 200 ") && r.contains("\"mode\":\"conform\""), "{}", head(&r));

@@ -81,13 +81,15 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// A `kvmc conform` divergence to open: a real vLLM 0.24 log checked under vllm-0.24 (async
-/// scheduling: 0.24 preempts without 0.32's pending-free check; tests/conformance/known-divergences/vllm-0.24).
-const CONFORM_LOG: &str = "tests/conformance/known-divergences/vllm-0.24/async-preempt-restart.jsonl";
+/// A `kvmc conform` divergence to open: a real vLLM 0.24 log checked under vllm-0.24 with 0.32's
+/// preemption rule (async scheduling: 0.24 preempts without 0.32's pending-free check, the
+/// variant adds it back, and the log diverges at step 7).
+const CONFORM_LOG: &str = "tests/conformance/fixtures/vllm-0.24/async-preempt-restart.jsonl";
+const CONFORM_VARIANT: &str = "preempt-checks-deferred-free";
 
 /// The URL path `kvmc conform --format json` prints for the divergence, and its step.
 fn conform_url() -> (String, usize) {
-    let o = kvmc(&["conform", CONFORM_LOG, "--profile", "vllm-0.24", "--format", "json"]);
+    let o = kvmc(&["conform", CONFORM_LOG, "--profile", "vllm-0.24", "--variant", CONFORM_VARIANT, "--format", "json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap_or_else(|e| panic!("{e}: {}", stderr(&o)));
     let d = &v["logs"][0]["divergence"];
     (d["explore"]["url"].as_str().expect("a divergence link").into(), d["step"].as_u64().unwrap() as usize)

@@ -13,6 +13,7 @@ use kvmc::check::{replay, Verdict};
 const PINNED: &[(&str, usize)] = &[
     ("async-no-prefix-cache", 315),
     ("async-preempt", 105),
+    ("async-preempt-024", 181),
     ("decode-store", 11),
     ("error-mid-prefill", 26),
     ("final-store", 122),

@@ -189,8 +189,8 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             } else {
                 *e.running.last().expect("the current request is running")
             };
-            if !blocks_can_be_freed(e, &ctx, victim) {
-                break None; // a deferred free would not help this allocation
+            if ctx.rules.preempt_checks_deferred_free && !blocks_can_be_freed(e, &ctx, victim) {
+                break None; // a deferred free would not help this allocation (0.32+)
             }
             let at = e.running.iter().position(|&x| x == victim).expect("running");
             e.running.remove(at);

@@ -42,6 +42,8 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         "evict_invalid_on_recompute" => {
             load_failure && cfg.load_failure_policy == crate::system::LoadFailurePolicy::Recompute
         }
+        // Deferred frees exist only with async scheduling and a connector.
+        "preempt_checks_deferred_free" => cfg.defer_block_free(),
         "sync_loads" => off.is_some_and(|o| o.sync_load_budget_tokens > 0),
         "arc_t1_fallback" | "arc_ghost_trim" => off.is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc),
         "double_complete" | "full_table_resets_mirror" => {

@@ -109,6 +109,7 @@ fn vllm_033() -> Rules {
         cache_scheduled_only: true,
         delay_cache_async_loads: true,
         no_admission_after_preempt: true,
+        preempt_checks_deferred_free: true,
         resumed_after_new: true,
         parked_holds_slot: true,
         session_rehash: true,
@@ -221,10 +222,13 @@ fn prime_rl() -> Rules {
 /// `preempted_req_ids` (only on MRV1's resumed flag). Its `Scheduler.schedule` stops admitting
 /// at `len(self.running) == max_num_running_reqs`: a parked streaming session holds no slot.
 /// Its `_update_request_as_session` neither truncates the session's block hashes nor takes the
-/// next input's `max_tokens`.
+/// next input's `max_tokens`. Its `Scheduler.schedule` preempts without asking
+/// `_request_blocks_can_be_freed`: under async scheduling a victim whose free is deferred is
+/// preempted all the same, and the next one after it.
 fn vllm_024() -> Rules {
     Rules {
         parked_holds_slot: false,
+        preempt_checks_deferred_free: false,
         session_rehash: false,
         session_max_tokens: false,
         host_lru: HostLru::ReleaseOrder,
@@ -241,7 +245,7 @@ fn vllm_024() -> Rules {
 pub const PROFILES: &[Profile] = &[
     Profile {
         name: "vllm-0.24",
-        summary: "0.24.0's OffloadingConnector and CPU manager (release-order LRU with touches, no finish-time store, no cursor reset, #60810) and SimpleCPU (no finish-time store, hash stamped at prep, no reset on preemption) on the 0.32+ core scheduler",
+        summary: "0.24.0's OffloadingConnector and CPU manager (release-order LRU with touches, no finish-time store, no cursor reset, #60810) and SimpleCPU (no finish-time store, hash stamped at prep, no reset on preemption) on the 0.32+ core scheduler without its parked-slot and session rules or its deferred-free check before a preemption",
         rules: vllm_024,
     },
     Profile {

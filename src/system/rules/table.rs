@@ -127,6 +127,13 @@ rules_table! {
         => "async-load blocks are cached only when the load lands", "allocate_slots(delay_cache_blocks)";
     /// No admission from `waiting` in a step that preempted (Scheduler.schedule).
     no_admission_after_preempt: bool => "no admission in a step that preempted", "Scheduler.schedule";
+    /// With deferred block frees (async scheduling with a connector), preemption stops at a
+    /// victim whose blocks cannot be freed yet (`_request_blocks_can_be_freed`, 0.32+): its
+    /// free would only be deferred, so it would not help the allocation. false (0.24): the
+    /// victim is preempted anyway (its blocks join `deferred_frees`), and the next victim is
+    /// tried, down to the request being scheduled.
+    preempt_checks_deferred_free: bool
+        => "preemption stops at a victim whose blocks can only be freed later", "Scheduler.schedule (_request_blocks_can_be_freed)";
     /// Model Runner V2: `SchedulerOutput.scheduled_new_reqs` lists the requests resumed after a
     /// preemption after the brand-new ones (`scheduled_new_reqs.extend(scheduled_resumed_reqs)`
     /// in `Scheduler.schedule`, 0.24 to 0.33); false: one list in admission order (0.34).

@@ -219,6 +219,12 @@ pub const VARIANTS: &[Variant] = &[
         apply: |r| r.arc_t1_fallback = true,
     },
     Variant {
+        name: "preempt-checks-deferred-free",
+        summary: "0.32's preemption on vllm-0.24: under async scheduling with a connector, preemption stops at a victim whose blocks can only be freed after the step in flight",
+        upstream: "vLLM 0.32 (Scheduler.schedule, _request_blocks_can_be_freed)",
+        apply: |r| r.preempt_checks_deferred_free = true,
+    },
+    Variant {
         name: "mut-arc-no-ghost-trim",
         summary: "ARC never trims its ghost lists B1/B2 to the capacity",
         upstream: "mutation",
