@@ -105,6 +105,19 @@ impl Hooks<KvModel> for KvHooks {
         KvState { engine, sys: model.sys.clone() }
     }
 
+    /// Into the engine there, in place (`deserialize_in_place`: its vectors, boxes and the
+    /// connector's box are reused, not allocated again).
+    fn decode_into(&self, model: &KvModel, bytes: &[u8], out: &mut Option<KvState>) {
+        use serde::Deserialize;
+        match out {
+            Some(s) => {
+                let mut d = bincode::Deserializer::from_slice(bytes, codec());
+                crate::system::Engine::deserialize_in_place(&mut d, &mut s.engine).expect("a frontier state decodes");
+            }
+            None => *out = Some(self.decode(model, bytes)),
+        }
+    }
+
     fn fairness_class(&self, _model: &KvModel, a: &Action) -> Option<u8> {
         use crate::system::Direction;
         match a {
