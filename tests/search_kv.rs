@@ -154,7 +154,8 @@ fn a_starving_mutation_is_found_as_a_lasso() {
 }
 
 /// The checker's hooks, with every encoding of a frontier state checked: it decodes to an equal
-/// state with the same fingerprint.
+/// state with the same fingerprint, and decoded in place over the state decoded before (the
+/// search's way) it equals the state decoded whole.
 struct RoundTrip(kvmc::check::hooks::KvHooks);
 
 impl kvmc::search::Hooks<KvModel> for RoundTrip {
@@ -186,6 +187,11 @@ impl kvmc::search::Hooks<KvModel> for RoundTrip {
     }
     fn decode(&self, m: &KvModel, bytes: &[u8]) -> kvmc::model::KvState {
         self.0.decode(m, bytes)
+    }
+    fn decode_into(&self, m: &KvModel, bytes: &[u8], out: &mut Option<kvmc::model::KvState>) {
+        self.0.decode_into(m, bytes, out);
+        let whole = self.0.decode(m, bytes);
+        assert!(out.as_ref() == Some(&whole), "a state decoded in place equals the one decoded whole");
     }
 }
 

@@ -85,7 +85,7 @@ where
     H: Hooks<M>,
 {
     pub(super) fn expand_chunk(&self, mut chunk: Chunk<M::State>, scratch: &mut Scratch<M>) -> ChunkOut<M::State> {
-        let Scratch { acts, next: reuse } = scratch;
+        let Scratch { acts, next: reuse, cur } = scratch;
         let n = chunk.len();
         let mut out = ChunkOut {
             done: 0,
@@ -99,11 +99,18 @@ where
         // Each state is decoded right before its expansion and dropped right after it, while
         // its memory is in cache.
         for j in 0..n {
+            let owned;
             let s = match whole.next() {
-                Some(s) => s,
-                None => self.hooks.decode(self.model, chunk.encoded(j)),
+                Some(s) => {
+                    owned = s;
+                    &owned
+                }
+                None => {
+                    // Into the thread's decoded state, reused from one state to the next.
+                    self.hooks.decode_into(self.model, chunk.encoded(j), cur);
+                    cur.as_ref().expect("decode_into gave a state")
+                }
             };
-            let s = &s;
             if self.halt.load(Ordering::Relaxed) {
                 break;
             }
@@ -172,15 +179,17 @@ where
     }
 }
 
-/// A thread's reused buffers: the action list and the last successor the search dropped.
+/// A thread's reused buffers: the action list, the last successor the search dropped and the
+/// frontier state last decoded (encoded frontiers).
 pub(super) struct Scratch<M: Model> {
     acts: Vec<M::Action>,
     next: Option<M::State>,
+    cur: Option<M::State>,
 }
 
 impl<M: Model> Scratch<M> {
     pub(super) fn new() -> Self {
-        Scratch { acts: Vec::new(), next: None }
+        Scratch { acts: Vec::new(), next: None, cur: None }
     }
 }
 

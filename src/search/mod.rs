@@ -121,6 +121,13 @@ pub trait Hooks<M: Model>: Sync {
     fn decode(&self, _model: &M, _bytes: &[u8]) -> M::State {
         unreachable!("Hooks::decode is called only when Hooks::encodes() is true")
     }
+
+    /// `decode` into `out`, reusing the state there (its heap) when there is one: the search
+    /// decodes each frontier state into the one its thread keeps (called only when
+    /// [`Hooks::encodes`]). The result must equal `decode`'s.
+    fn decode_into(&self, model: &M, bytes: &[u8], out: &mut Option<M::State>) {
+        *out = Some(self.decode(model, bytes));
+    }
 }
 
 /// No symmetry, no fairness.

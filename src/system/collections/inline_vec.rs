@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 #[serde(transparent)]
 pub struct InlineVec<T: Copy, const N: usize>(pub SmallVec<[T; N]>);
 
@@ -25,6 +25,36 @@ impl<T: Copy, const N: usize> InlineVec<T, N> {
     #[inline]
     pub fn retain(&mut self, mut f: impl FnMut(&T) -> bool) {
         self.0.retain(|x| f(x))
+    }
+}
+
+/// `SmallVec`'s format (a sequence); decoded in place (the search's reused engine, see
+/// src/check/hooks.rs) into the vector there, without a new heap buffer when it has room.
+impl<'de, T: Copy + Deserialize<'de>, const N: usize> Deserialize<'de> for InlineVec<T, N> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut v = Self::new();
+        Self::deserialize_in_place(d, &mut v)?;
+        Ok(v)
+    }
+
+    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
+        struct Into<'a, T: Copy, const N: usize>(&'a mut SmallVec<[T; N]>);
+        impl<'de, T: Copy + Deserialize<'de>, const N: usize> serde::de::Visitor<'de> for Into<'_, T, N> {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+                self.0.clear();
+                // A length from the input is only a hint: never reserve much on its word.
+                self.0.reserve(seq.size_hint().unwrap_or(0).min(4096));
+                while let Some(x) = seq.next_element()? {
+                    self.0.push(x);
+                }
+                Ok(())
+            }
+        }
+        d.deserialize_seq(Into(&mut place.0))
     }
 }
 

@@ -1,0 +1,137 @@
+//! [`Connector`]'s `Deserialize`, written out for `deserialize_in_place`: the search decodes a
+//! frontier state into the engine it reuses (src/check/hooks.rs), and a connector of the same
+//! kind is decoded into its box (its vectors reused) instead of a new box. The format is the
+//! derive's: an enum of one unit variant and newtype variants over boxes, in declaration
+//! order (variant index or name).
+
+use super::Connector;
+use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, Unexpected, VariantAccess, Visitor};
+use serde::Deserialize;
+use std::fmt;
+
+/// The variants in declaration order (the index the format writes).
+const VARIANTS: &[&str] =
+    &["None", "Offloading", "SimpleCpu", "Mooncake", "Nixl", "NixlDecode", "NixlStore", "NixlDecodeStore"];
+
+/// A variant, by index or name.
+struct Tag(usize);
+
+impl<'de> Deserialize<'de> for Tag {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Tag;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a Connector variant")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tag, E> {
+                match usize::try_from(v) {
+                    Ok(i) if i < VARIANTS.len() => Ok(Tag(i)),
+                    _ => Err(E::invalid_value(Unexpected::Unsigned(v), &"a variant index 0 <= i < 8")),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Tag, E> {
+                VARIANTS.iter().position(|n| *n == v).map(Tag).ok_or_else(|| E::unknown_variant(v, VARIANTS))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Tag, E> {
+                match std::str::from_utf8(v) {
+                    Ok(s) => self.visit_str(s),
+                    Err(_) => Err(E::invalid_value(Unexpected::Bytes(v), &self)),
+                }
+            }
+        }
+        d.deserialize_identifier(V)
+    }
+}
+
+/// Deserializes into `T` in place.
+struct Into<'a, T>(&'a mut T);
+
+impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Into<'_, T> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        T::deserialize_in_place(d, self.0)
+    }
+}
+
+struct InPlace<'a>(&'a mut Connector);
+
+impl<'de> Visitor<'de> for InPlace<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("enum Connector")
+    }
+    fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
+        let (Tag(i), v) = data.variant()?;
+        // The same variant: decoded into its box; another: a new box.
+        macro_rules! boxed {
+            ($var:ident) => {
+                match self.0 {
+                    Connector::$var(b) => v.newtype_variant_seed(Into(&mut **b)),
+                    place => {
+                        *place = Connector::$var(v.newtype_variant()?);
+                        Ok(())
+                    }
+                }
+            };
+        }
+        match i {
+            0 => {
+                v.unit_variant()?;
+                *self.0 = Connector::None;
+                Ok(())
+            }
+            1 => boxed!(Offloading),
+            2 => boxed!(SimpleCpu),
+            3 => boxed!(Mooncake),
+            4 => boxed!(Nixl),
+            5 => boxed!(NixlDecode),
+            6 => boxed!(NixlStore),
+            _ => boxed!(NixlDecodeStore),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Connector {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut c = Connector::None;
+        Self::deserialize_in_place(d, &mut c)?;
+        Ok(c)
+    }
+
+    fn deserialize_in_place<D: Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
+        d.deserialize_enum("Connector", VARIANTS, InPlace(place))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::system::connector::OffloadingState;
+    use bincode::Options;
+
+    fn all() -> Vec<Connector> {
+        let mut o = OffloadingState::default();
+        o.reqs.push(None);
+        vec![Connector::None, Connector::Offloading(Box::new(o)), Connector::SimpleCpu(Box::default())]
+    }
+
+    /// The written-out impl reads what the derive's `Serialize` writes (bincode by index,
+    /// JSON by name), into a fresh connector and in place over each kind.
+    #[test]
+    fn reads_what_serialize_writes() {
+        let codec = bincode::DefaultOptions::new();
+        for (i, c) in all().into_iter().enumerate() {
+            let json = serde_json::to_string(&c).unwrap();
+            assert!(json.contains(VARIANTS[i]), "{json} names variant {i}");
+            assert_eq!(serde_json::from_str::<Connector>(&json).unwrap(), c);
+            let bytes = codec.serialize(&c).unwrap();
+            assert_eq!(codec.deserialize::<Connector>(&bytes).unwrap(), c);
+            for mut place in all() {
+                let mut d = bincode::Deserializer::from_slice(&bytes, codec);
+                Connector::deserialize_in_place(&mut d, &mut place).unwrap();
+                assert_eq!(place, c);
+            }
+        }
+    }
+}
