@@ -58,3 +58,51 @@ pub fn tempdir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap();
     d
 }
+
+/// The story of the last step of `prop`'s counterexample on model `name` with `variant`, and
+/// the path's action labels (the P/D rows tests read their counterexamples this way).
+pub fn last_story(name: &str, variant: &str, prop: &str) -> (Vec<String>, String) {
+    use kvmc::check::{replay, Verdict};
+    use stateright::Model;
+    let r = check(name, None, Some(variant));
+    assert_eq!(r.verdict(prop), Verdict::Violated, "{name} {variant} {prop}");
+    let path = r.outcome(prop).unwrap().path.clone().unwrap();
+    let m = model(name, None, Some(variant));
+    let labels = path.iter().map(|a| m.format_action(a)).collect();
+    let states = replay(&m, &path).expect("counterexample replays");
+    let story = m.format_step(&states[states.len() - 2], path[path.len() - 1]).unwrap();
+    (labels, story)
+}
+
+/// The first `rows` rows of the real trace excerpt (tests/traces/README.md), parsed with
+/// Mooncake's 512-token blocks.
+pub fn real_trace_head(rows: usize) -> kvmc::replay::trace::Trace {
+    let path = root().join("tests/traces/conversation-head-300.jsonl");
+    let text = std::fs::read_to_string(&path).expect("the trace excerpt (tests/traces/README.md)");
+    let head: String = text.lines().take(rows).map(|l| format!("{l}\n")).collect();
+    kvmc::replay::trace::Trace::parse(&path, &head, 512, None).expect("trace parses")
+}
+
+/// A replay model for the real trace excerpt: SimpleCPU under `profile` with a CPU pool small
+/// enough to be under pressure, 64 requests kept unfinished.
+pub fn simple_cpu_replay_model(profile: &str) -> String {
+    format!(
+        r#"
+[engine]
+profile = "{profile}"
+connector = "simple-cpu"
+block_size = 16
+gpu_blocks = 8192
+max_num_batched_tokens = 8192
+max_num_seqs = 64
+
+[simple_cpu]
+cpu_blocks = 512
+
+[replay]
+load = "closed-loop"
+concurrency = 64
+trace_block_size = 512
+"#
+    )
+}

@@ -4,20 +4,7 @@
 //! E2: a bridged turn loaded them on P, a start-0 retry hits them in G1 (the cut needed).
 
 use crate::common::*;
-use kvmc::check::{replay, Verdict};
-use stateright::Model;
-
-/// The last step's story of `prop`'s counterexample, and the path's action labels.
-fn last_story(name: &str, variant: &str, prop: &str) -> (Vec<String>, String) {
-    let r = check(name, None, Some(variant));
-    assert_eq!(r.verdict(prop), Verdict::Violated, "{name} {variant} {prop}");
-    let path = r.outcome(prop).unwrap().path.clone().unwrap();
-    let m = model(name, None, Some(variant));
-    let labels = path.iter().map(|a| m.format_action(a)).collect();
-    let states = replay(&m, &path).expect("counterexample replays");
-    let story = m.format_step(&states[states.len() - 2], path[path.len() - 1]).unwrap();
-    (labels, story)
-}
+use kvmc::check::Verdict;
 
 #[test]
 fn e1_without_the_clamp_p_loads_a_decode_saved_block_and_dies() {

@@ -4,20 +4,7 @@
 //! settled, and vLLM's refusal of routed experts with NixlConnector.
 
 use crate::common::*;
-use kvmc::check::{replay, Verdict};
-use stateright::Model;
-
-/// The story of the last step of `prop`'s counterexample, and the path's action labels.
-fn last_story(name: &str, variant: &str, prop: &str) -> (Vec<String>, String) {
-    let r = check(name, None, Some(variant));
-    assert_eq!(r.verdict(prop), Verdict::Violated, "{name} {variant} {prop}");
-    let path = r.outcome(prop).unwrap().path.clone().unwrap();
-    let m = model(name, None, Some(variant));
-    let labels = path.iter().map(|a| m.format_action(a)).collect();
-    let states = replay(&m, &path).expect("counterexample replays");
-    let story = m.format_step(&states[states.len() - 2], path[path.len() - 1]).unwrap();
-    (labels, story)
-}
+use kvmc::check::Verdict;
 
 #[test]
 fn router_v022_answers_http_500_when_decode_has_fewer_rows_than_prefill() {

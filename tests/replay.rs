@@ -760,29 +760,10 @@ fn simple_cpu_and_mooncake_replay_with_slot_reuse() {
 /// pressure; then Mooncake's, whose mutation needs a worker delay replay does not produce.
 #[test]
 fn simple_cpu_host_properties_are_incremental_and_catch_their_mutations() {
-    let path = root().join("tests/traces/conversation-head-300.jsonl");
-    let text = std::fs::read_to_string(&path).expect("the trace excerpt (tests/traces/README.md)");
-    let head: String = text.lines().take(300).map(|l| format!("{l}\n")).collect();
-    let model = r#"
-[engine]
-profile = "vllm-0.33"
-connector = "simple-cpu"
-block_size = 16
-gpu_blocks = 8192
-max_num_batched_tokens = 8192
-max_num_seqs = 64
-
-[simple_cpu]
-cpu_blocks = 512
-
-[replay]
-load = "closed-loop"
-concurrency = 64
-trace_block_size = 512
-"#;
+    let model = simple_cpu_replay_model("vllm-0.33");
     let d = tempdir("scpu-inc");
-    let t = Trace::parse(&path, &head, 512, None).expect("trace parses");
-    let m = ReplayModel::parse("m", &d.join("m.toml"), model).expect("model parses");
+    let t = real_trace_head(300);
+    let m = ReplayModel::parse("m", &d.join("m.toml"), &model).expect("model parses");
     let run = |variant: Option<&str>, full_every: u64| {
         let opts = Options {
             variant: variant.map(String::from),
@@ -810,8 +791,7 @@ trace_block_size = 512
         .replace("connector = \"simple-cpu\"", "connector = \"mooncake\"")
         .replace("[simple_cpu]\ncpu_blocks = 512\n", "");
     let m = ReplayModel::parse("mc", &d.join("mc.toml"), &mc_model).expect("model parses");
-    let head: String = text.lines().take(100).map(|l| format!("{l}\n")).collect();
-    let t = Trace::parse(&path, &head, 512, None).expect("trace parses");
+    let t = real_trace_head(100);
     for full_every in [0, 1] {
         let opts = Options { full_check_every: Some(full_every), out_dir: Some(d.clone()), ..Default::default() };
         let o = run_trace(&t, &m, &opts).expect("replay runs");

@@ -8,7 +8,6 @@ use kvmc::check::Verdict;
 use kvmc::model::Action;
 use kvmc::props::{Kind, REGISTRY};
 use kvmc::replay::invariants;
-use kvmc::replay::trace::Trace;
 use kvmc::replay::{run_trace, Options};
 use kvmc::scope::replay::ReplayModel;
 use kvmc::system::ghost::Breach;
@@ -65,29 +64,10 @@ fn every_property_and_guard_has_a_replay_mapping() {
 /// under pressure, reaches all four; the run reaches the end (reach-all-finished).
 #[test]
 fn replay_reports_every_guard_it_reaches() {
-    let path = root().join("tests/traces/conversation-head-300.jsonl");
-    let text = std::fs::read_to_string(&path).expect("the trace excerpt (tests/traces/README.md)");
-    let head: String = text.lines().take(100).map(|l| format!("{l}\n")).collect();
-    let model = r#"
-[engine]
-profile = "vllm-main"
-connector = "simple-cpu"
-block_size = 16
-gpu_blocks = 8192
-max_num_batched_tokens = 8192
-max_num_seqs = 64
-
-[simple_cpu]
-cpu_blocks = 512
-
-[replay]
-load = "closed-loop"
-concurrency = 64
-trace_block_size = 512
-"#;
+    let model = simple_cpu_replay_model("vllm-main");
     let d = tempdir("reached");
-    let t = Trace::parse(&path, &head, 512, None).expect("trace parses");
-    let m = ReplayModel::parse("m", &d.join("m.toml"), model).expect("model parses");
+    let t = real_trace_head(100);
+    let m = ReplayModel::parse("m", &d.join("m.toml"), &model).expect("model parses");
     let opts =
         Options { out_dir: Some(d.clone()), skip_properties: vec!["final-store-kept".into()], ..Default::default() };
     let o = run_trace(&t, &m, &opts).expect("replay runs");

@@ -5,17 +5,17 @@
 //! every action. Actions are the checker's own vocabulary (arrive, step, store copy done,
 //! load copy done), so the history of a violation is a scenario the checker re-runs.
 
+use super::arrivals::ArrivalQueue;
 use super::invariants::{self, Checker, Violation};
 use super::trace::{Format, Trace};
 use crate::error::{KvmcError, Result};
-use crate::scope::replay::{Load, ReplayModel, SameTime};
+use crate::scope::replay::ReplayModel;
 use crate::system::events::ReqStats;
 use crate::system::ghost::Mark;
 use crate::system::input::{apply_in_place, Input};
 use crate::system::types::{JobId, ReqId, Status, Token};
 use crate::system::{Ctx, Direction, EndKind, Engine, Events, RequestSpec, Rules, Workload};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 /// One action of an instance's history.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -87,11 +87,7 @@ pub struct Driver<'a> {
     pub rules: Rules,
     pub inst: Vec<Instance>,
     pub results: Vec<RowResult>,
-    timed: BinaryHeap<Reverse<(u64, u32)>>,
-    eligible: BinaryHeap<Reverse<u32>>,
-    /// `load = "sessions"`: first turns not started yet, and the sessions in flight.
-    fresh: BinaryHeap<Reverse<u32>>,
-    active_sessions: u32,
+    queue: ArrivalQueue<'a>,
     session_prompt: HashMap<u32, Vec<Token>>,
     routing: super::route::Routing,
     pub now: u64,
@@ -101,7 +97,6 @@ pub struct Driver<'a> {
     /// Output tokens each row generates: its `output_length`, capped so that prompt and output
     /// fit `max_model_len` (the engine stops a request there, `check_stop`).
     pub out_len: Vec<u32>,
-    refuse: Vec<bool>,
     /// Properties left out (`--skip-property`).
     pub skip: Vec<crate::props::PropId>,
     unfinished: u32,
@@ -160,62 +155,32 @@ impl<'a> Driver<'a> {
         skip: Vec<crate::props::PropId>,
     ) -> Result<Driver<'a>> {
         let cfg = &model.cfg;
-        // vLLM's input processor refuses a prompt of max_model_len tokens or more (there is no
-        // room for one output token); the engine stops any other request at max_model_len. A
-        // session whose turn is refused has no later turns (their prompts build on it).
-        let mut refuse = vec![false; trace.rows.len()];
-        let mut out_len = Vec::with_capacity(trace.rows.len());
-        for (i, r) in trace.rows.iter().enumerate() {
-            refuse[i] = r.prompt_len >= cfg.max_model_len || r.prev.is_some_and(|p| refuse[p as usize]);
-            out_len.push(r.output_len.min(cfg.max_model_len.saturating_sub(r.prompt_len)));
-        }
+        let (queue, out_len) = ArrivalQueue::new(trace, model);
         let bpc = cfg.offload().map_or(1, |o| o.blocks_per_chunk);
         let inst = (0..model.replay.engines).map(|_| Instance::new(model, &rules, bpc, &skip)).collect();
-        let mut d = Driver {
+        Ok(Driver {
             trace,
             model,
             rules,
             inst,
             results: vec![RowResult::default(); trace.rows.len()],
-            timed: BinaryHeap::new(),
-            eligible: BinaryHeap::new(),
-            fresh: BinaryHeap::new(),
-            active_sessions: 0,
+            queue,
             session_prompt: HashMap::new(),
             routing: Default::default(),
             now: 0,
             finished: 0,
             rejected: 0,
             out_len,
-            refuse,
             skip,
             unfinished: 0,
             full_every,
             ahead: Vec::new(),
             interrupted: false,
-        };
-        let speed = model.replay.speedup;
-        let t0 = trace.rows.iter().filter(|r| r.prev.is_none()).filter_map(|r| r.timestamp_us).min().unwrap_or(0);
-        for (i, r) in trace.rows.iter().enumerate() {
-            if r.prev.is_some() {
-                continue;
-            }
-            let at = match model.replay.load {
-                Load::Timestamps => ((r.timestamp_us.unwrap_or(t0) - t0) as f64 / speed).round() as u64,
-                Load::ClosedLoop(_) | Load::Sessions(_) => 0,
-            };
-            d.timed.push(Reverse((at, i as u32)));
-        }
-        Ok(d)
+        })
     }
 
     fn ctx<'b>(model: &'b ReplayModel, rules: &'b Rules, wl: &'b Workload) -> Ctx<'b> {
         Ctx { cfg: &model.cfg, rules, wl }
-    }
-
-    /// `load = "sessions"`: a session not started yet has a place.
-    fn session_waits(&self) -> bool {
-        matches!(self.model.replay.load, Load::Sessions(n) if self.active_sessions < n) && !self.fresh.is_empty()
     }
 
     /// Run to the end of the trace, to the first violation, or to Ctrl-C (then
@@ -236,45 +201,11 @@ impl<'a> Driver<'a> {
                 });
             }
             let busy_min = self.inst.iter().filter(|i| i.busy()).map(|i| i.clock).min();
-            let now = match busy_min {
-                Some(t) => t,
-                // A refused session's place may go to a session waiting for one.
-                None if !self.eligible.is_empty() || self.session_waits() => self.now,
-                None => match self.timed.peek() {
-                    Some(Reverse((t, _))) => (*t).max(self.now),
-                    None => break,
-                },
-            };
+            let Some(now) = self.queue.next_time(busy_min, self.now) else { break };
             self.now = self.now.max(now);
-            // same_time = "step-first": an arrival at the time a busy engine's step starts
-            // waits for the step after.
-            let hold = self.model.replay.same_time == SameTime::StepFirst && busy_min == Some(self.now);
-            let sessions = match self.model.replay.load {
-                Load::Sessions(n) => n,
-                _ => 0,
-            };
-            while let Some(&Reverse((t, r))) = self.timed.peek() {
-                if t > self.now || (hold && t == self.now) {
-                    break;
-                }
-                self.timed.pop();
-                match sessions > 0 && self.trace.rows[r as usize].prev.is_none() {
-                    true => self.fresh.push(Reverse(r)),
-                    false => self.eligible.push(Reverse(r)),
-                }
-            }
-            while self.active_sessions < sessions {
-                let Some(r) = self.fresh.pop() else { break };
-                self.active_sessions += 1;
-                self.eligible.push(r);
-            }
-            let cap = match self.model.replay.load {
-                Load::ClosedLoop(n) => n,
-                Load::Timestamps | Load::Sessions(_) => u32::MAX,
-            };
-            while self.unfinished < cap {
-                let Some(Reverse(r)) = self.eligible.pop() else { break };
-                if self.refuse[r as usize] {
+            self.queue.release(self.now, busy_min);
+            while let Some(r) = self.queue.admit(self.unfinished) {
+                if self.queue.refused(r) {
                     self.reject(r);
                     continue;
                 }
@@ -286,7 +217,7 @@ impl<'a> Driver<'a> {
             let Some(k) =
                 (0..self.inst.len()).filter(|&k| self.inst[k].busy()).min_by_key(|&k| (self.inst[k].clock, k))
             else {
-                if self.timed.is_empty() && self.eligible.is_empty() && self.fresh.is_empty() {
+                if self.queue.is_empty() {
                     break;
                 }
                 continue;
@@ -322,17 +253,23 @@ impl<'a> Driver<'a> {
 
     /// The full-state predicates over engine `k` (counted as one full check).
     fn full_check(&mut self, k: usize) -> Option<Found> {
-        self.inst[k].full_checks += 1;
+        let v = self.full_verdict(k)?;
         let inst = &self.inst[k];
-        let v = invariants::full(
+        Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps })
+    }
+
+    /// The full-state predicates' verdict on engine `k` (counted as one full check).
+    fn full_verdict(&mut self, k: usize) -> Option<Violation> {
+        let inst = &mut self.inst[k];
+        inst.full_checks += 1;
+        invariants::full(
             &inst.engine,
             &inst.wl,
             &self.model.cfg,
             &self.rules,
             self.model.replay.progress_steps,
             &self.skip,
-        )?;
-        Some(Found { engine: k, violation: v, action: inst.actions, step: inst.steps })
+        )
     }
 
     fn route(&mut self, r: u32) -> usize {
@@ -363,7 +300,7 @@ impl<'a> Driver<'a> {
                 let mut rows = vec![r];
                 if self.ahead.is_empty() {
                     let own = |x: u32| !(t.format == Format::MooncakeDelta && t.rows[x as usize].session.is_some());
-                    let later = (r + 1..t.rows.len() as u32).filter(|&x| own(x) && !self.refuse[x as usize]);
+                    let later = (r + 1..t.rows.len() as u32).filter(|&x| own(x) && !self.queue.refused(x));
                     rows.extend(later.take(AHEAD - 1));
                 }
                 let reqs = rows.iter().map(|&x| (t.name(x), t.prompt(x), self.output(x), EndKind::Length)).collect();
@@ -386,10 +323,7 @@ impl<'a> Driver<'a> {
         self.results[r as usize].rejected = true;
         self.rejected += 1;
         self.finished += 1;
-        match self.trace.rows[r as usize].next {
-            Some(nx) => self.timed.push(Reverse((self.now, nx))),
-            None => self.active_sessions = self.active_sessions.saturating_sub(1),
-        }
+        self.queue.reject(r, self.now);
     }
 
     fn arrive(&mut self, r: u32) -> Result<Option<Found>> {
@@ -433,28 +367,20 @@ impl<'a> Driver<'a> {
         let inst = &mut self.inst[k];
         inst.actions += 1;
         let found = inst.checker.check(&mut inst.engine, &inst.wl);
-        let every = self.full_every;
-        if every == 1 {
+        if self.full_every == 1 {
             // Self-test mode: the incremental verdict must equal the full one.
-            inst.full_checks += 1;
-            let full = invariants::full(
-                &inst.engine,
-                &inst.wl,
-                &self.model.cfg,
-                &self.rules,
-                self.model.replay.progress_steps,
-                &self.skip,
-            );
+            let full = self.full_verdict(k);
             if full.as_ref().map(|v| v.property) != found.as_ref().map(|v| v.property) {
                 return Err(KvmcError::Internal(format!(
                     "incremental invariant check disagrees with the full one after action {} of engine {k}: \
                      incremental {:?}, full {:?}",
-                    inst.actions,
+                    self.inst[k].actions,
                     found.map(|v| v.property),
                     full.map(|v| v.property)
                 )));
             }
         }
+        let inst = &self.inst[k];
         Ok(found.map(|violation| Found { engine: k, violation, action: inst.actions, step: inst.steps }))
     }
 
@@ -551,20 +477,7 @@ impl<'a> Driver<'a> {
             res.finished = true;
             res.finish_us = inst.clock;
             res.stats = stats;
-            let row = &self.trace.rows[r as usize];
-            if row.next.is_none() {
-                self.active_sessions = self.active_sessions.saturating_sub(1);
-            }
-            if let Some(nx) = row.next {
-                let n = &self.trace.rows[nx as usize];
-                let wait = match (n.delay_us, n.timestamp_us, row.timestamp_us) {
-                    (Some(d), _, _) => d,
-                    (None, Some(b), Some(a)) => b.saturating_sub(a),
-                    _ => 0,
-                };
-                let wait = (wait as f64 / self.model.replay.speedup).round() as u64;
-                self.timed.push(Reverse((inst.clock + wait, nx)));
-            }
+            self.queue.finished(r, inst.clock);
         }
         Ok(None)
     }

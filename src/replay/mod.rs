@@ -3,6 +3,8 @@
 //!
 //! - [`trace`]: Mooncake JSONL (and its session/delta form) parsed and checked up front.
 //! - [`config`]: the replay model (a model file with a `[replay]` table).
+//! - `arrivals`: the arrival queue both drivers share (timed rows, fresh sessions, eligible
+//!   rows, the closed loop's cap).
 //! - `driver`: arrivals (timestamps or a closed loop), engine steps on a time model, copies
 //!   completing a fixed number of steps after they were issued, one or more engines behind a
 //!   router.
@@ -15,6 +17,7 @@
 //! - [`pd`]: P/D pairs behind prime-rl's router (a model with `connector = "nixl"` and
 //!   `[router_replay]`), per-instance metrics with the router-replay figures.
 
+mod arrivals;
 mod driver;
 mod export;
 pub mod invariants;

@@ -5,16 +5,16 @@
 use super::pair::{Found, Pair, Row, Side};
 use super::PdRouter;
 use crate::error::{KvmcError, Result};
+use crate::replay::arrivals::ArrivalQueue;
 use crate::replay::invariants;
 use crate::replay::trace::{Format, Trace};
-use crate::scope::replay::{Load, ReplayModel, SameTime};
+use crate::scope::replay::ReplayModel;
 use crate::system::events::ReqStats;
 use crate::system::input::{apply_in_place, Arrivals, Environment, Faults, Input, StreamInput, System};
 use crate::system::pd::{self, PdInput, PdSys, Route};
 use crate::system::types::{ReqId, Token};
 use crate::system::{EndKind, RequestSpec, Rules, Workload};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
 pub struct PdDriver<'a> {
     pub(super) trace: &'a Trace,
@@ -22,17 +22,13 @@ pub struct PdDriver<'a> {
     pub(super) rules: Rules,
     pub(super) pairs: Vec<Pair>,
     pub(super) rows: Vec<Row>,
-    pub(super) timed: BinaryHeap<Reverse<(u64, u32)>>,
-    pub(super) eligible: BinaryHeap<Reverse<u32>>,
-    pub(super) fresh: BinaryHeap<Reverse<u32>>,
-    pub(super) active_sessions: u32,
+    pub(super) queue: ArrivalQueue<'a>,
     pub(super) session_prompt: HashMap<u32, Vec<Token>>,
     pub(super) routing: crate::replay::route::Routing,
     pub(super) now: u64,
     pub(super) finished: u32,
     pub(super) rejected: u32,
     pub(super) out_len: Vec<u32>,
-    pub(super) refuse: Vec<bool>,
     pub(super) skip: Vec<crate::props::PropId>,
     pub(super) unfinished: u32,
     pub(super) full_every: u64,
@@ -53,12 +49,7 @@ impl<'a> PdDriver<'a> {
             // vLLM refuses routed experts with a P/D connector; only prime-rl bypasses it.
             return Err(KvmcError::Usage(crate::scope::pd_refusal(profile)));
         }
-        let mut refuse = vec![false; trace.rows.len()];
-        let mut out_len = Vec::with_capacity(trace.rows.len());
-        for (i, r) in trace.rows.iter().enumerate() {
-            refuse[i] = r.prompt_len >= cfg.max_model_len || r.prev.is_some_and(|p| refuse[p as usize]);
-            out_len.push(r.output_len.min(cfg.max_model_len.saturating_sub(r.prompt_len)));
-        }
+        let (queue, out_len) = ArrivalQueue::new(trace, model);
         let b = cfg.block_size;
         let mut pairs = Vec::new();
         for _ in 0..model.replay.pairs {
@@ -97,46 +88,24 @@ impl<'a> PdDriver<'a> {
                 router_violation: None,
             });
         }
-        let mut d = PdDriver {
+        Ok(PdDriver {
             trace,
             model,
             rules,
             pairs,
             rows: vec![Row::default(); trace.rows.len()],
-            timed: BinaryHeap::new(),
-            eligible: BinaryHeap::new(),
-            fresh: BinaryHeap::new(),
-            active_sessions: 0,
+            queue,
             session_prompt: HashMap::new(),
             routing: Default::default(),
             now: 0,
             finished: 0,
             rejected: 0,
             out_len,
-            refuse,
             skip,
             unfinished: 0,
             full_every,
             interrupted: false,
-        };
-        let speed = model.replay.speedup;
-        let t0 = trace.rows.iter().filter(|r| r.prev.is_none()).filter_map(|r| r.timestamp_us).min().unwrap_or(0);
-        for (i, r) in trace.rows.iter().enumerate() {
-            if r.prev.is_some() {
-                continue;
-            }
-            let at = match model.replay.load {
-                Load::Timestamps => ((r.timestamp_us.unwrap_or(t0) - t0) as f64 / speed).round() as u64,
-                Load::ClosedLoop(_) | Load::Sessions(_) => 0,
-            };
-            d.timed.push(Reverse((at, i as u32)));
-        }
-        Ok(d)
-    }
-
-    /// `load = "sessions"`: a session not started yet has a place.
-    fn session_waits(&self) -> bool {
-        matches!(self.model.replay.load, Load::Sessions(n) if self.active_sessions < n) && !self.fresh.is_empty()
+        })
     }
 
     /// Run to the end of the trace, to the first violation, or to Ctrl-C.
@@ -157,43 +126,11 @@ impl<'a> PdDriver<'a> {
             }
             let busy = self.busy();
             let busy_min = busy.iter().map(|&(_, _, c)| c).min();
-            let now = match busy_min {
-                Some(t) => t,
-                // A refused session's place may go to a session waiting for one.
-                None if !self.eligible.is_empty() || self.session_waits() => self.now,
-                None => match self.timed.peek() {
-                    Some(Reverse((t, _))) => (*t).max(self.now),
-                    None => break,
-                },
-            };
+            let Some(now) = self.queue.next_time(busy_min, self.now) else { break };
             self.now = self.now.max(now);
-            let hold = self.model.replay.same_time == SameTime::StepFirst && busy_min == Some(self.now);
-            let sessions = match self.model.replay.load {
-                Load::Sessions(n) => n,
-                _ => 0,
-            };
-            while let Some(&Reverse((t, r))) = self.timed.peek() {
-                if t > self.now || (hold && t == self.now) {
-                    break;
-                }
-                self.timed.pop();
-                match sessions > 0 && self.trace.rows[r as usize].prev.is_none() {
-                    true => self.fresh.push(Reverse(r)),
-                    false => self.eligible.push(Reverse(r)),
-                }
-            }
-            while self.active_sessions < sessions {
-                let Some(r) = self.fresh.pop() else { break };
-                self.active_sessions += 1;
-                self.eligible.push(r);
-            }
-            let cap = match self.model.replay.load {
-                Load::ClosedLoop(n) => n,
-                Load::Timestamps | Load::Sessions(_) => u32::MAX,
-            };
-            while self.unfinished < cap {
-                let Some(Reverse(r)) = self.eligible.pop() else { break };
-                if self.refuse[r as usize] {
+            self.queue.release(self.now, busy_min);
+            while let Some(r) = self.queue.admit(self.unfinished) {
+                if self.queue.refused(r) {
                     self.reject(r);
                     continue;
                 }
@@ -210,7 +147,7 @@ impl<'a> PdDriver<'a> {
                 .min_by_key(|&&(k, role, c)| (c, k, role))
                 .or_else(|| busy.iter().min_by_key(|&&(k, role, c)| (c, k, role)));
             let Some(&(k, role, _)) = pick else {
-                if self.timed.is_empty() && self.eligible.is_empty() && self.fresh.is_empty() {
+                if self.queue.is_empty() {
                     break;
                 }
                 continue;
@@ -296,10 +233,7 @@ impl<'a> PdDriver<'a> {
     fn reject(&mut self, r: u32) {
         self.rejected += 1;
         self.finished += 1;
-        match self.trace.rows[r as usize].next {
-            Some(nx) => self.timed.push(Reverse((self.now, nx))),
-            None => self.active_sessions = self.active_sessions.saturating_sub(1),
-        }
+        self.queue.reject(r, self.now);
     }
 
     fn arrive(&mut self, r: u32) -> Result<Option<Found>> {
@@ -363,26 +297,26 @@ impl<'a> PdDriver<'a> {
         }
         for &x in roles {
             let pair = &mut self.pairs[k];
-            let (side, e, wl, cfg) = if x == 0 {
-                (&mut pair.p, &mut pair.e, &pair.sys.workload, &pair.sys.cfg)
+            let (side, e, wl) = if x == 0 {
+                (&mut pair.p, &mut pair.e, &pair.sys.workload)
             } else {
                 let pdsys = pair.sys.pd.as_deref().expect("P/D");
-                (&mut pair.d, &mut pair.e.pd.as_mut().expect("a P/D state").d, &pdsys.wl, &pdsys.cfg)
+                (&mut pair.d, &mut pair.e.pd.as_mut().expect("a P/D state").d, &pdsys.wl)
             };
             let found = side.checker.check(e, wl);
             if self.full_every == 1 {
-                side.full_checks += 1;
-                let full = invariants::full(e, wl, cfg, &self.rules, self.model.replay.progress_steps, &self.skip);
+                let full = self.full_verdict(k, x);
                 if full.as_ref().map(|v| v.property) != found.as_ref().map(|v| v.property) {
                     return Err(KvmcError::Internal(format!(
                         "incremental invariant check disagrees with the full one after action {} of pair {k} ({}): incremental {:?}, full {:?}",
-                        side.actions,
+                        self.side(k, x).actions,
                         if x == 0 { "P" } else { "D" },
                         found.map(|v| v.property),
                         full.map(|v| v.property)
                     )));
                 }
             }
+            let side = self.side(k, x);
             if let Some(violation) = found {
                 return Ok(Some(Found {
                     instance: 2 * k + usize::from(x),
@@ -396,6 +330,13 @@ impl<'a> PdDriver<'a> {
     }
 
     fn full_check(&mut self, k: usize, role: u8) -> Option<Found> {
+        let v = self.full_verdict(k, role)?;
+        let side = self.side(k, role);
+        Some(Found { instance: 2 * k + usize::from(role), violation: v, action: side.actions, step: side.steps })
+    }
+
+    /// The full-state predicates' verdict on pair `k`'s instance `role` (one full check).
+    fn full_verdict(&mut self, k: usize, role: u8) -> Option<invariants::Violation> {
         let pair = &mut self.pairs[k];
         let (side, e, wl, cfg) = if role == 0 {
             (&mut pair.p, &pair.e, &pair.sys.workload, &pair.sys.cfg)
@@ -404,8 +345,7 @@ impl<'a> PdDriver<'a> {
             (&mut pair.d, &pair.e.pd.as_ref().expect("a P/D state").d, &pdsys.wl, &pdsys.cfg)
         };
         side.full_checks += 1;
-        let v = invariants::full(e, wl, cfg, &self.rules, self.model.replay.progress_steps, &self.skip)?;
-        Some(Found { instance: 2 * k + usize::from(role), violation: v, action: side.actions, step: side.steps })
+        invariants::full(e, wl, cfg, &self.rules, self.model.replay.progress_steps, &self.skip)
     }
 
     fn step_p(&mut self, k: usize) -> Result<Option<Found>> {
@@ -546,20 +486,7 @@ impl<'a> PdDriver<'a> {
             row.finish_us = finish;
             row.p = pair.p.ev.stats.as_deref_mut().map(|x| x.req(s).clone()).unwrap_or_default();
             row.d = pair.d.ev.stats.as_deref_mut().map(|x| x.req(s).clone()).unwrap_or_default();
-            let trow = &self.trace.rows[r as usize];
-            if trow.next.is_none() {
-                self.active_sessions = self.active_sessions.saturating_sub(1);
-            }
-            if let Some(nx) = trow.next {
-                let n = &self.trace.rows[nx as usize];
-                let wait = match (n.delay_us, n.timestamp_us, trow.timestamp_us) {
-                    (Some(d), _, _) => d,
-                    (None, Some(b), Some(a)) => b.saturating_sub(a),
-                    _ => 0,
-                };
-                let wait = (wait as f64 / self.model.replay.speedup).round() as u64;
-                self.timed.push(Reverse((finish + wait, nx)));
-            }
+            self.queue.finished(r, finish);
         }
     }
 }
