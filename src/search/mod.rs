@@ -67,6 +67,9 @@ pub mod fingerprint;
 mod frontier;
 mod liveness;
 mod pool;
+mod stats;
+#[cfg(test)]
+mod tests;
 mod trace;
 mod visited;
 
