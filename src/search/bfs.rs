@@ -200,6 +200,9 @@ struct Run<'a, M: Model> {
     src: NodeId,
     /// `all_found()`, updated at each discovery.
     decided: bool,
+    /// Candidates a thread took for new that the merge found visited (a look-up that ran
+    /// before the merge inserted the state; `KVMC_SEARCH_STATS`).
+    repeats: usize,
 }
 
 impl<M: Model> Run<'_, M> {
@@ -292,7 +295,10 @@ impl<M: Model> Run<'_, M> {
                                 }
                                 id
                             }
-                            Err(id) => id,
+                            Err(id) => {
+                                self.repeats += 1;
+                                id
+                            }
                         }
                     }
                     id => id,
@@ -347,6 +353,7 @@ where
         max_states: opts.max_states,
         src: 0,
         decided: false,
+        repeats: 0,
     };
     // Level 0: the initial states within the boundary, deduplicated in order.
     let mut level: Level<M::State> = Level::new();
@@ -456,9 +463,10 @@ where
         report.push("thread 0 (merges)".to_string(), times);
     });
     if stats::enabled() {
-        report.print(began.elapsed());
+        report.print(began.elapsed(), run.repeats);
     }
-    let visited = Visited { table: std::mem::take(&mut *table.write().unwrap()), nodes: std::mem::take(&mut run.nodes) };
+    let visited =
+        Visited { table: std::mem::take(&mut *table.write().unwrap()), nodes: std::mem::take(&mut run.nodes) };
     let end = run.end.unwrap_or(match run.stopped {
         Some(s) => End::Stopped(s),
         None => End::Exhausted,

@@ -24,7 +24,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
 /// How far (in chunks) expansion may run ahead of the merge.
-pub(super) const WINDOW: usize = 256;
+pub(super) const WINDOW: usize = 32;
 
 /// One level: its chunks (each claimed once, by index, in order).
 pub(super) struct Job<S> {
@@ -56,7 +56,15 @@ pub(super) struct Gate {
 
 impl Gate {
     /// Wait until chunk `i` of `job` may be expanded; false if the run halts meanwhile.
-    fn admit<S>(&self, job: &Job<S>, i: usize, window: usize, halt: &AtomicBool, clock: Clock, times: &mut Times) -> bool {
+    fn admit<S>(
+        &self,
+        job: &Job<S>,
+        i: usize,
+        window: usize,
+        halt: &AtomicBool,
+        clock: Clock,
+        times: &mut Times,
+    ) -> bool {
         if i < job.merged.load(Ordering::Acquire) + window {
             return true;
         }

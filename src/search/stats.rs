@@ -58,7 +58,8 @@ impl Report {
         self.rows.lock().unwrap().push((who, t));
     }
 
-    pub fn print(&self, wall: Duration) {
+    /// `repeats`: successors encoded as new that the merge found visited.
+    pub fn print(&self, wall: Duration, repeats: usize) {
         let mut rows = self.rows.lock().unwrap();
         rows.sort_by(|a, b| a.0.cmp(&b.0));
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
@@ -73,5 +74,6 @@ impl Report {
                 ms(wall)
             );
         }
+        eprintln!("search stats: {repeats} successors taken for new and found visited by the merge");
     }
 }
