@@ -1,24 +1,22 @@
 //! The level-synchronous parallel BFS: parallel expansion of chunks of a level (on a pool of
-//! threads started once per run), then a sequential merge in chunk order that replays exactly
-//! what a FIFO search would decide.
+//! threads started once per run) and, on the calling thread at the same time, a sequential
+//! merge in chunk order that replays exactly what a FIFO search would decide.
 
 use super::fingerprint::{collision_probability, fingerprint, Fingerprint};
 use super::frontier::{Chunk, Level};
 use super::liveness::{self, Graph};
-use super::pool::{Batch, Fixed, Pool};
+use super::pool::{self, Fixed, Gate, Job, Pool};
+use super::stats::{self, Clock, Report, Times};
 use super::trace::Walker;
-use super::visited::{NodeId, Visited, MAX_NODES, ROOT};
+use super::visited::{NodeId, Nodes, Table, Visited, MAX_NODES, ROOT};
 use super::{Discovery, End, Hooks, Options, Outcome, Progress, PropertyOutcome, Stop, Trace};
 use stateright::{Expectation, Model, Property};
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 
-/// Chunks per thread per batch (a batch is expanded, then merged).
-const BATCH_CHUNKS: usize = 16;
-
-/// A candidate successor: an edge to a state of an earlier level, or to a state not visited
-/// before this batch (the next of the chunk's `news`; the merge decides).
+/// A candidate successor: an edge to a state visited before, or to a state the expanding
+/// thread did not find in the visited set (the next of the chunk's `news`; the merge decides).
 struct Succ {
     /// The target's node (`NEW`: the next entry of `news`).
     known: NodeId,
@@ -39,8 +37,8 @@ pub(super) struct ChunkOut<S> {
     /// Per source: the end of its successors in `succs`, and how many it generated.
     ends: Vec<(u32, u32)>,
     succs: Vec<Succ>,
-    /// The successors not visited before this batch (whole or encoded, as the frontier keeps
-    /// them), and their fingerprints, in order.
+    /// The successors the expanding thread did not find in the visited set (whole or encoded,
+    /// as the frontier keeps them), and their fingerprints, in order.
     news: Chunk<S>,
     fps: Vec<Fingerprint>,
 }
@@ -63,9 +61,10 @@ pub(super) struct Shared<'a, M: Model, H> {
     pub model: &'a M,
     pub hooks: &'a H,
     pub props: &'a [Property<M>],
-    /// Per property: evaluate it (not yet discovered when the batch began, or `Eventually`).
-    pub eval: &'a [bool],
-    pub visited: &'a Visited,
+    /// Per property: evaluate it (not yet discovered, or `Eventually`).
+    pub eval: &'a [AtomicBool],
+    /// Read while the merge inserts: a state it misses is reported new, and the merge decides.
+    pub visited: &'a Table,
     pub seed: u64,
     pub words: usize,
     pub expand: bool,
@@ -120,7 +119,7 @@ where
                 break;
             }
             for (k, p) in self.props.iter().enumerate() {
-                if !self.eval[k] {
+                if !self.eval[k].load(Ordering::Relaxed) {
                     continue; // discovered already: the merge ignores it
                 }
                 let c = (p.condition)(self.model, s);
@@ -196,7 +195,9 @@ impl<M: Model> Scratch<M> {
 /// The search's sequential state: the visited set, the graph, the counts, the decisions.
 struct Run<'a, M: Model> {
     props: &'a [Property<M>],
-    visited: &'a RwLock<Visited>,
+    /// The visited set: the table (shared with the expanding threads) and the nodes.
+    table: &'a RwLock<Table>,
+    nodes: Nodes,
     graph: Option<Graph>,
     found: Vec<Option<NodeId>>,
     generated: usize,
@@ -208,6 +209,9 @@ struct Run<'a, M: Model> {
     src: NodeId,
     /// `all_found()`, updated at each discovery.
     decided: bool,
+    /// Candidates a thread took for new that the merge found visited (a look-up that ran
+    /// before the merge inserted the state; `KVMC_SEARCH_STATS`).
+    repeats: usize,
 }
 
 impl<M: Model> Run<'_, M> {
@@ -233,7 +237,8 @@ impl<M: Model> Run<'_, M> {
         next: &mut Level<M::State>,
     ) -> bool {
         let words = self.props.len().div_ceil(64);
-        let mut visited = self.visited.write().unwrap();
+        let lock = self.table;
+        let mut table = lock.read().unwrap();
         let mut succs = out.succs.into_iter();
         let mut whole = std::mem::take(&mut out.news.states).into_iter();
         let mut k = 0; // the next entry of `out.fps`
@@ -272,27 +277,37 @@ impl<M: Model> Run<'_, M> {
                     NEW => {
                         let fp = out.fps[k];
                         k += 1;
-                        if visited.len() >= MAX_NODES {
+                        if self.nodes.len() >= MAX_NODES {
                             self.end = Some(End::Stopped(Stop::Capacity));
                             return false;
                         }
                         // The state bound: never more than `max_states` visited states; a new
                         // one past it stops the run (it may be a repeat within this batch:
                         // conservative, the run is cut all the same).
-                        if self.max_states.is_some_and(|n| visited.len() >= n) && visited.get(fp).is_none() {
+                        if self.max_states.is_some_and(|n| self.nodes.len() >= n) && table.get(fp).is_none() {
                             self.end = Some(End::Stopped(Stop::MaxStates));
                             return false;
                         }
                         let state = whole.next();
-                        match visited.insert(fp, src, s.action) {
-                            Ok(id) => {
+                        if table.needs_room(1) {
+                            // Growing moves every slot: wait for the readers' chunks.
+                            drop(table);
+                            lock.write().unwrap().grow(1);
+                            table = lock.read().unwrap();
+                        }
+                        match table.insert(fp, self.nodes.next_id()) {
+                            Ok(()) => {
+                                let id = self.nodes.push(src, s.action);
                                 match state {
                                     Some(state) => next.push_state(state),
                                     None => next.push_encoded(out.news.encoded(k - 1)),
                                 }
                                 id
                             }
-                            Err(id) => id,
+                            Err(id) => {
+                                self.repeats += 1;
+                                id
+                            }
                         }
                     }
                     id => id,
@@ -317,15 +332,27 @@ where
     M::Action: Send + Sync,
     H: Hooks<M>,
 {
+    run_in(model, hooks, opts, pool::WINDOW)
+}
+
+/// [`run`] with expansion at most `window` chunks ahead of the merge.
+pub(super) fn run_in<M, H>(model: &M, hooks: &H, opts: &Options, window: usize) -> Outcome<M::Action>
+where
+    M: Model + Sync,
+    M::State: Hash + Eq + Clone + Send + Sync,
+    M::Action: Send + Sync,
+    H: Hooks<M>,
+{
     let threads = opts.threads.max(1);
     let props = model.properties();
     let live = props.iter().any(|p| p.expectation == Expectation::Eventually);
     let words = props.len().div_ceil(64);
     let encoded = hooks.encodes();
-    let visited = RwLock::new(Visited::new());
+    let table = RwLock::new(Table::new());
     let mut run: Run<M> = Run {
         props: &props,
-        visited: &visited,
+        table: &table,
+        nodes: Nodes::default(),
         graph: live.then(|| Graph::new(&props)),
         found: vec![None; props.len()],
         generated: 0,
@@ -335,6 +362,7 @@ where
         max_states: opts.max_states,
         src: 0,
         decided: false,
+        repeats: 0,
     };
     // Level 0: the initial states within the boundary, deduplicated in order.
     let mut level: Level<M::State> = Level::new();
@@ -345,7 +373,10 @@ where
         }
         run.generated += 1;
         let s = hooks.representative(model, &s).unwrap_or(s);
-        if visited.write().unwrap().insert(fingerprint(&s, opts.seed), ROOT, i as u32).is_ok() {
+        let mut t = table.write().unwrap();
+        t.grow(1);
+        if t.insert(fingerprint(&s, opts.seed), run.nodes.next_id()).is_ok() {
+            run.nodes.push(ROOT, i as u32);
             if encoded {
                 buf.clear();
                 hooks.encode(model, &s, &mut buf);
@@ -355,15 +386,23 @@ where
             }
         }
     }
-    let roots = visited.read().unwrap().len();
+    let roots = run.nodes.len();
     let halt = AtomicBool::new(false);
     let reason = Mutex::new(None);
     let mut frontier = FrontierPeak::default();
+    let clock = Clock::new(stats::enabled());
+    let report = Report::default();
+    let began = std::time::Instant::now();
+    let eval: Vec<AtomicBool> = props.iter().map(|_| AtomicBool::new(true)).collect();
+    let progress = Mutex::new(Progress::default());
+    let gate = Gate::default();
     let fixed = Fixed {
         model,
         hooks,
         props: &props,
-        visited: &visited,
+        table: &table,
+        eval: &eval,
+        progress: &progress,
         seed: opts.seed,
         words,
         live,
@@ -371,68 +410,77 @@ where
         halt: &halt,
         reason: &reason,
         encoded,
+        gate: &gate,
+        window: window.max(1),
+        clock,
+        report: &report,
     };
     std::thread::scope(|scope| {
         let pool = Pool::start(scope, &fixed, threads);
         let mut scratch = Scratch::new();
+        let mut times = Times::default();
         let mut depth = 0usize;
-        'levels: while level.len > 0 {
+        while level.len > 0 {
             let expand = opts.max_depth.is_none_or(|d| depth < d);
             let mut left = level.len;
             let mut level_bytes = level.bytes;
             let mut next: Level<M::State> = Level::new();
-            let mut chunks = level.chunks.into_iter().peekable();
-            while chunks.peek().is_some() {
-                let batch: Vec<Chunk<M::State>> = chunks.by_ref().take(threads * BATCH_CHUNKS).collect();
-                let lens: Vec<usize> = batch.iter().map(Chunk::len).collect();
+            // Per chunk: its length and its bytes (freed when it is expanded).
+            let sizes: Vec<(usize, usize)> = level.chunks.iter().map(|c| (c.len(), c.bytes())).collect();
+            let publish = |run: &Run<M>, left: usize, next: &Level<M::State>| {
+                *progress.lock().unwrap() = Progress {
+                    unique: run.nodes.len(),
+                    generated: run.generated,
+                    depth,
+                    frontier: left + next.len,
+                    visited_bytes: table.read().unwrap().bytes() + run.nodes.bytes(),
+                    graph_bytes: run.graph.as_ref().map_or(0, Graph::bytes),
+                };
+            };
+            publish(&run, left, &next);
+            frontier.see(left, level_bytes);
+            let job = Job::new(level.chunks, expand);
+            let go_on = pool.level(&fixed, &mut scratch, &mut times, job, |i, out| {
+                let (len, bytes) = sizes[i];
+                let found_before = run.found.iter().filter(|f| f.is_some()).count();
+                if !run.merge(out, len, depth, expand, &mut left, &mut next) {
+                    return false;
+                }
+                level_bytes -= bytes;
                 frontier.see(left + next.len, level_bytes + next.bytes);
-                // This batch's chunks are freed as they are expanded.
-                level_bytes -= batch.iter().map(Chunk::bytes).sum::<usize>();
-                let progress = {
-                    let v = visited.read().unwrap();
-                    Progress {
-                        unique: v.len(),
-                        generated: run.generated,
-                        depth,
-                        frontier: left + next.len,
-                        visited_bytes: v.bytes(),
-                        graph_bytes: run.graph.as_ref().map_or(0, Graph::bytes),
-                    }
-                };
-                let eval: Vec<bool> = props
-                    .iter()
-                    .zip(&run.found)
-                    .map(|(p, f)| f.is_none() || p.expectation == Expectation::Eventually)
-                    .collect();
-                let b = Batch {
-                    inputs: batch.into_iter().map(|c| Mutex::new(Some(c))).collect(),
-                    claim: AtomicUsize::new(0),
-                    eval,
-                    progress,
-                    expand,
-                };
-                let outs = pool.expand(&fixed, &mut scratch, b);
-                for (out, len) in outs.into_iter().zip(lens) {
-                    let out = out.unwrap_or_else(ChunkOut::empty);
-                    if !run.merge(out, len, depth, expand, &mut left, &mut next) {
-                        if run.end.is_none() {
-                            let r = reason.lock().unwrap().expect("a chunk stops short only for the stop hook");
-                            run.end = Some(End::Stopped(r));
+                if run.found.iter().filter(|f| f.is_some()).count() > found_before {
+                    for ((p, f), e) in props.iter().zip(&run.found).zip(&eval) {
+                        if f.is_some() && p.expectation != Expectation::Eventually {
+                            e.store(false, Ordering::Relaxed);
                         }
-                        break 'levels;
                     }
                 }
+                publish(&run, left, &next);
+                true
+            });
+            if !go_on {
+                if run.end.is_none() {
+                    let r = reason.lock().unwrap().expect("a chunk stops short only for the stop hook");
+                    run.end = Some(End::Stopped(r));
+                }
+                break;
             }
             frontier.see(next.len, next.bytes);
             level = next;
             depth += 1;
         }
+        report.push("thread 0 (merges)".to_string(), times);
     });
+    if stats::enabled() {
+        report.print(began.elapsed(), run.repeats);
+    }
+    let visited =
+        Visited { table: std::mem::take(&mut *table.write().unwrap()), nodes: std::mem::take(&mut run.nodes) };
     let end = run.end.unwrap_or(match run.stopped {
         Some(s) => End::Stopped(s),
         None => End::Exhausted,
     });
-    let mut o = finish(model, hooks, opts, &run, &visited.read().unwrap(), end, roots, threads);
+    let mut o = finish(model, hooks, opts, &run, &visited, end, roots, threads);
     if encoded {
         (o.frontier_bytes, o.frontier_states) = (frontier.bytes, frontier.states);
     }

@@ -33,16 +33,17 @@
 //! for a bound nobody needs.
 //!
 //! # Parallelism and determinism
-//! Each level is cut into chunks of 16 states, handed out in batches of 16 chunks per thread
-//! to threads started once per run (the caller's and `threads - 1` helpers, each keeping its
-//! scratch buffers). Threads claim chunks and expand them (the model step, the properties,
-//! the representative, the fingerprint, and a read-only look-up in the visited set that drops
-//! successors seen before the batch); then one thread merges the chunks' candidate successors in chunk order:
-//! the first candidate of each new fingerprint gets the next node number and goes to the next
-//! level. The merge visits sources in the order a sequential FIFO search pops them and applies
-//! every decision (first discovery, early stop, state bound) at that source, so every count and
-//! path is the sequential search's, whatever the threads did. Only the stop hook depends on
-//! timing: a run it stops keeps what was merged before the first unexamined state.
+//! Each level is cut into chunks of 16 states, handed whole to threads started once per run
+//! (the caller's and `threads - 1` helpers, each keeping its scratch buffers). Threads claim
+//! chunks in order and expand them (the model step, the properties, the representative, the
+//! fingerprint, and a look-up in the visited set, read while the merge writes it, that drops
+//! successors seen before); the calling thread merges the chunks' candidate successors in
+//! chunk order as they come in (expanding a chunk itself while the next one in order is not
+//! ready): the first candidate of each new fingerprint gets the next node number and goes to
+//! the next level. The merge visits sources in the order a sequential FIFO search pops them and
+//! applies every decision (first discovery, early stop, state bound) at that source, so every
+//! count and path is the sequential search's, whatever the threads did. Only the stop hook
+//! depends on timing: a run it stops keeps what was merged before the first unexamined state.
 //!
 //! # Liveness
 //! When a property is `Eventually`, the search records the state graph (edges as node indices,
@@ -67,6 +68,9 @@ pub mod fingerprint;
 mod frontier;
 mod liveness;
 mod pool;
+mod stats;
+#[cfg(test)]
+mod tests;
 mod trace;
 mod visited;
 
@@ -163,7 +167,8 @@ pub enum End {
     Stopped(Stop),
 }
 
-/// What the stop hook sees (a snapshot taken before each batch of states).
+/// What the stop hook sees (a snapshot the merge updates after each chunk; a thread reads it
+/// before each chunk it expands).
 #[derive(Copy, Clone, Debug, Default)]
 pub struct Progress {
     pub unique: usize,
@@ -249,7 +254,7 @@ pub struct Outcome<A> {
     /// The estimated probability that a fingerprint collision pruned a state.
     pub collision_probability: f64,
     /// Encoded frontiers ([`Hooks::encodes`]): the frontier's largest size in bytes (its
-    /// chunks' arenas, by capacity), taken before each batch and at each level's end, and its
+    /// chunks' arenas, by capacity), taken after each chunk's merge and at each level's end, and its
     /// state count then (0 and 0 when states stay whole).
     pub frontier_bytes: usize,
     pub frontier_states: usize,
