@@ -256,3 +256,24 @@ fn a_kv_event_string_that_is_not_utf8_says_so() {
     let err = kvmc::conform::kv_events::parse(Path::new("ev.msgpack"), &bytes).unwrap_err().to_string();
     assert!(err.contains(&format!("batch 2 at byte {second}: the event's \"type\" is not UTF-8")), "{err}");
 }
+
+#[test]
+fn cache_aware_admission_needs_a_034_profile_and_a_threshold_in_thousandths() {
+    let d = tempdir("bad-cache-aware");
+    for (name, extra, at, says) in [
+        ("w.toml", "cache_aware_admission_window = 2\n", "w.toml:5", "profile vllm-0.33 does not have it"),
+        (
+            "t.toml",
+            "profile = \"vllm-0.34\"\ncache_aware_admission_window = 2\ncache_aware_admission_threshold = 1.5\n",
+            "t.toml:7",
+            "cache_aware_admission_threshold must be 0.0..=1.0",
+        ),
+    ] {
+        let m = write(&d, name, &format!("{ENGINE}{extra}{REQUEST}"));
+        assert_refused(&kvmc(&["check", m.to_str().unwrap()]), at, says);
+    }
+    // The same settings on vllm-0.34 are accepted.
+    let ok = "profile = \"vllm-0.34\"\ncache_aware_admission_window = 2\ncache_aware_admission_threshold = 0.25\n";
+    let m = write(&d, "ok.toml", &format!("{ENGINE}{ok}{REQUEST}"));
+    assert_eq!(kvmc(&["check", m.to_str().unwrap(), "--property", "requests-finish"]).status.code(), Some(0));
+}

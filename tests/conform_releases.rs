@@ -109,6 +109,8 @@ fn the_034_recordings_show_each_rule_034_changed() {
         ("error-mid-prefill", 2, "store"),
         // scpu_refresh_local_hit (#62444 fixed at admission): the CPU free queue order.
         ("scpu-main", 7, "cpu"),
+        // cache_aware_admission (new in 0.34): C, with a cached prefix, admitted before B.
+        ("cache-aware-admission", 2, "schedule"),
     ] {
         let f = fixture("vllm-0.34", name);
         let text = std::fs::read_to_string(&f).unwrap();
@@ -129,7 +131,7 @@ fn the_034_recordings_show_each_rule_034_changed() {
     let f = fixture("vllm-0.34", "scpu-main");
     assert!(conform::check(&f, "vllm-0.33", Some("fix-62444"), 8).unwrap().divergence.is_some());
     // vllm-main is rebased on 0.34: every 0.34 recording conforms to it.
-    for name in ["resume-with-new", "error-mid-prefill", "scpu-main"] {
+    for name in ["resume-with-new", "error-mid-prefill", "scpu-main", "cache-aware-admission"] {
         let f = fixture("vllm-0.34", name);
         assert!(conform::check(&f, "vllm-main", None, 8).unwrap().divergence.is_none(), "{name} under vllm-main");
     }
@@ -214,5 +216,31 @@ fn the_024_async_recordings_preempt_without_the_deferred_free_check() {
             .divergence
             .unwrap_or_else(|| panic!("{name}: conforms with 0.32's preemption check (no rule change shown)"));
         assert_eq!((d.step, d.what.as_str()), (step, "flush"), "{name}: {d:?}");
+    }
+}
+
+/// vLLM 0.34's cache-aware admission (`_reorder_waiting_by_cached_prefix`): the recording
+/// conforms with its header's window and threshold, and diverges in step 2 (B admitted, not C)
+/// when the header turns the window off or raises the threshold above step 2's usage (0.5:
+/// 3 of 6 usable blocks held; equal to the default threshold, which applies).
+#[test]
+fn the_cache_aware_window_reorders_admission_and_diverges_when_off() {
+    let f = fixture("vllm-0.34", "cache-aware-admission");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let head = text.lines().next().unwrap();
+    assert!(
+        head.contains("\"cache_aware_admission_window\":2") && head.contains("\"cache_aware_admission_threshold\":0.5")
+    );
+    assert!(conform::check(&f, "vllm-0.34", None, 8).unwrap().divergence.is_none());
+    let dir = tempdir("cache-aware-admission");
+    for (from, to) in [
+        ("\"cache_aware_admission_window\":2", "\"cache_aware_admission_window\":0"),
+        ("\"cache_aware_admission_threshold\":0.5", "\"cache_aware_admission_threshold\":0.501"),
+    ] {
+        let g = dir.join("log.jsonl");
+        std::fs::write(&g, text.replacen(from, to, 1)).unwrap();
+        let d =
+            conform::check(&g, "vllm-0.34", None, 8).unwrap().divergence.unwrap_or_else(|| panic!("{to}: conforms"));
+        assert_eq!((d.step, d.what.as_str()), (2, "schedule"), "{to}");
     }
 }

@@ -39,6 +39,7 @@ const PINNED: &[(&str, usize)] = &[
     ("pd-rows-e1", 636),
     ("pd-rows-e", 1410),
     ("preempt-livelock", 57),
+    ("cache-aware-admission", 331),
     ("preempt-store", 37),
     ("restart-recompute", 2632),
     ("scpu-async-abort", 79),

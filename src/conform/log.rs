@@ -38,6 +38,16 @@ pub struct Header {
     /// SimpleCPU's `num_cpu_blocks` (its CPU `BlockPool`, null block 0 included).
     #[serde(default)]
     pub cpu_blocks: u32,
+    /// `cache_aware_admission_window` (vLLM 0.34+; absent = 0, off).
+    #[serde(default)]
+    pub cache_aware_admission_window: u32,
+    /// `cache_aware_admission_threshold` (absent = vLLM's default 0.5).
+    #[serde(default = "half")]
+    pub cache_aware_admission_threshold: f64,
+}
+
+fn half() -> f64 {
+    0.5
 }
 
 fn one() -> u32 {

@@ -141,6 +141,8 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], inpu
         "simple-cpu" => ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: h.cpu_blocks }),
         _ => ConnectorConfig::None,
     };
+    let threshold = crate::system::config::threshold_permille(h.cache_aware_admission_threshold)
+        .map_err(|m| KvmcError::input(path, 1, m))?;
     let cfg = EngineConfig {
         block_size: h.block_size,
         num_gpu_blocks: h.num_gpu_blocks,
@@ -156,6 +158,8 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], inpu
         enable_prefix_caching: h.enable_prefix_caching,
         // vLLM's default (the harness does not change it).
         reserve_full_isl: true,
+        cache_aware_admission_window: h.cache_aware_admission_window,
+        cache_aware_admission_threshold_permille: threshold,
         async_scheduling: h.async_scheduling,
         connector,
         router_replay: None,

@@ -58,6 +58,11 @@ fn engine_toml(cfg: &EngineConfig, profile: &str) -> String {
     let _ = writeln!(s, "load_failure_policy = {pol:?}");
     let _ = writeln!(s, "async_scheduling = {}", cfg.async_scheduling);
     let _ = writeln!(s, "enable_prefix_caching = {}", cfg.enable_prefix_caching);
+    if cfg.cache_aware_admission_window > 0 {
+        let _ = writeln!(s, "cache_aware_admission_window = {}", cfg.cache_aware_admission_window);
+        let t = f64::from(cfg.cache_aware_admission_threshold_permille) / 1000.0;
+        let _ = writeln!(s, "cache_aware_admission_threshold = {t:?}");
+    }
     if let ConnectorConfig::Offloading(o) = &cfg.connector {
         let _ = writeln!(s, "\n[offload]");
         let _ = writeln!(s, "host_chunks = {}", o.host_chunks);

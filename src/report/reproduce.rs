@@ -309,6 +309,11 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
     let _ = writeln!(s, "long_prefill_token_threshold = {}", cfg.long_prefill_token_threshold);
     let policy = if cfg.load_failure_policy == LoadFailurePolicy::Recompute { "recompute" } else { "fail" };
     let _ = writeln!(s, "load_failure_policy = {policy:?}");
+    if cfg.cache_aware_admission_window > 0 {
+        let _ = writeln!(s, "cache_aware_admission_window = {}", cfg.cache_aware_admission_window);
+        let t = f64::from(cfg.cache_aware_admission_threshold_permille) / 1000.0;
+        let _ = writeln!(s, "cache_aware_admission_threshold = {t:?}");
+    }
     if cfg.async_scheduling {
         // AsyncScheduler + EngineCore.step_with_batch_queue (record.py); a model step is one
         // step_with_batch_queue call, as a recorder step is.

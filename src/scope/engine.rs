@@ -238,7 +238,10 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             return Err(bad(e.connector.span(), format!("connector must be {known}, got \"{other}\"")));
         }
     };
+    let (window, threshold) = cache_aware_admission(e, &profile, &bad)?;
     let cfg = EngineConfig {
+        cache_aware_admission_window: window,
+        cache_aware_admission_threshold_permille: threshold,
         block_size: b,
         num_gpu_blocks: n,
         max_num_batched_tokens: budget,
@@ -319,4 +322,27 @@ fn host_chunks_of(
             Ok((n, b.span()))
         }
     }
+}
+
+/// `cache_aware_admission_window` and `cache_aware_admission_threshold` (in thousandths): only
+/// a profile with the rule `cache_aware_admission` (vLLM 0.34+) has them.
+fn cache_aware_admission(
+    e: &super::RawEngine,
+    profile: &str,
+    bad: &dyn Fn(std::ops::Range<usize>, String) -> KvmcError,
+) -> Result<(u32, u32)> {
+    let window = e.cache_aware_admission_window.as_ref();
+    if let Some(w) = window.filter(|w| *w.get_ref() > 0) {
+        if crate::system::rules::resolve(profile, None).is_ok_and(|r| !r.cache_aware_admission) {
+            return Err(bad(
+                w.span(),
+                format!("cache_aware_admission_window is new in vLLM 0.34: profile {profile} does not have it"),
+            ));
+        }
+    }
+    let threshold = match e.cache_aware_admission_threshold.as_ref() {
+        None => 500,
+        Some(t) => crate::system::config::threshold_permille(*t.get_ref()).map_err(|m| bad(t.span(), m))?,
+    };
+    Ok((window.map_or(0, |w| *w.get_ref()), threshold))
 }

@@ -95,6 +95,12 @@ struct RawEngine {
     enable_prefix_caching: bool,
     #[serde(default = "yes")]
     scheduler_reserve_full_isl: bool,
+    /// vLLM 0.34+ (`SchedulerConfig.cache_aware_admission_window`; 0 = off).
+    #[serde(default)]
+    cache_aware_admission_window: Option<Spanned<u32>>,
+    /// `SchedulerConfig.cache_aware_admission_threshold` (0.0..=1.0, default 0.5).
+    #[serde(default)]
+    cache_aware_admission_threshold: Option<Spanned<f64>>,
 }
 
 fn no_faults() -> RawFaults {

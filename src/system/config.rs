@@ -132,6 +132,12 @@ pub struct EngineConfig {
     /// `SchedulerConfig.scheduler_reserve_full_isl` (default true): a waiting request is
     /// admitted only if its whole current sequence fits in the free blocks.
     pub reserve_full_isl: bool,
+    /// `SchedulerConfig.cache_aware_admission_window` (0.34+, default 0 = off): how many of the
+    /// first waiting requests cache-aware admission may reorder (rule `cache_aware_admission`).
+    pub cache_aware_admission_window: u32,
+    /// `SchedulerConfig.cache_aware_admission_threshold` in thousandths (default 500 = 0.5): the
+    /// window applies only once the KV cache usage is at least this.
+    pub cache_aware_admission_threshold_permille: u32,
     pub connector: ConnectorConfig,
     /// Router replay (routed-expert rows captured and returned), if on.
     pub router_replay: Option<RowsConfig>,
@@ -191,4 +197,14 @@ impl EngineConfig {
     pub fn tokens_per_chunk(&self) -> u32 {
         self.offload().map_or(self.block_size, |c| c.blocks_per_chunk * self.block_size)
     }
+}
+
+/// `cache_aware_admission_threshold` (a fraction in 0.0..=1.0) in thousandths; more precision
+/// than 0.001 is refused (the model compares the usage exactly).
+pub fn threshold_permille(t: f64) -> Result<u32, String> {
+    let p = (t * 1000.0).round();
+    if !(0.0..=1.0).contains(&t) || (t * 1000.0 - p).abs() > 1e-6 {
+        return Err(format!("cache_aware_admission_threshold must be 0.0..=1.0 in steps of 0.001, got {t}"));
+    }
+    Ok(p as u32)
 }

@@ -3,6 +3,7 @@
 //! replay, conformance) run exactly this code. A P/D pair with router replay (`pd`) is two
 //! such engines, the decode one held by the prefill one, and prime-rl's router.
 
+pub mod admission;
 pub mod choice;
 pub mod collections;
 pub mod config;

@@ -226,6 +226,9 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
 
     // Phase B: waiting requests, only if nothing was preempted.
     if out.preempted.is_empty() || !ctx.rules.no_admission_after_preempt {
+        if out.preempted.is_empty() {
+            super::admission::reorder_waiting_by_cached_prefix(e, &ctx);
+        }
         schedule_waiting(e, ctx, &mut budget, long_prefill_threshold, &mut out, scratch, ev);
     }
 

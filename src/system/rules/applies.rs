@@ -44,6 +44,7 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         }
         // Deferred frees exist only with async scheduling and a connector.
         "preempt_checks_deferred_free" => cfg.defer_block_free(),
+        "cache_aware_admission" => cfg.cache_aware_admission_window > 0 && cfg.enable_prefix_caching,
         "sync_loads" => off.is_some_and(|o| o.sync_load_budget_tokens > 0),
         "arc_t1_fallback" | "arc_ghost_trim" => off.is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc),
         "double_complete" | "full_table_resets_mirror" => {

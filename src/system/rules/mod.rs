@@ -111,6 +111,7 @@ fn vllm_033() -> Rules {
         no_admission_after_preempt: true,
         preempt_checks_deferred_free: true,
         resumed_after_new: true,
+        cache_aware_admission: false,
         parked_holds_slot: true,
         session_rehash: true,
         session_max_tokens: true,
@@ -172,8 +173,15 @@ fn vllm_033() -> Rules {
 /// `_build_store_jobs`) and #62444 fixed its own way (SimpleCPU refreshes the CPU copies of a
 /// GPU prefix hit in `update_state_after_alloc`, not in the eager scan); `Scheduler.schedule`
 /// lists a resumed request among the new ones in admission order (no `scheduled_resumed_reqs`).
+/// New in 0.34: `cache_aware_admission_window` (`_reorder_waiting_by_cached_prefix`).
 fn vllm_034() -> Rules {
-    Rules { resumed_after_new: false, error_watermark_computed: true, scpu_refresh_local_hit: true, ..vllm_033() }
+    Rules {
+        resumed_after_new: false,
+        error_watermark_computed: true,
+        scpu_refresh_local_hit: true,
+        cache_aware_admission: true,
+        ..vllm_033()
+    }
 }
 
 /// vLLM main: 0.34.0's rules (no change merged after 0.34.0 is modelled yet). It used to be 0.33

@@ -155,6 +155,13 @@ rules_table! {
     /// session keeps its first input's `max_tokens` for every input.
     session_max_tokens: bool
         => "a streaming session's next input sets its max_tokens", "Scheduler._update_request_as_session (session.max_tokens = update.max_tokens)";
+    /// `SchedulerConfig.cache_aware_admission_window` exists (0.34+): with the window on, prefix
+    /// caching on and the KV cache at least `cache_aware_admission_threshold` used, the plain
+    /// waiting requests (status WAITING, nothing computed) among the first N of `waiting` are
+    /// reordered deepest G1 prefix hit first, arrival order breaking ties
+    /// (`Scheduler._reorder_waiting_by_cached_prefix`); false: the knob does not exist.
+    cache_aware_admission: bool
+        => "the waiting window is reordered toward cached prefixes (cache_aware_admission_window)", "Scheduler._reorder_waiting_by_cached_prefix (0.34)";
     /// An async load is admitted only if it leaves the blocks in-flight prefills still need
     /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
     reserve_for_async_loads: bool

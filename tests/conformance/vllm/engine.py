@@ -126,6 +126,16 @@ def connector_by_name(sc: Scenario, builtin: str) -> dict:
     return {"kv_connector": cls, "kv_connector_module_path": module}
 
 
+def _cache_aware_admission(sc: Scenario) -> dict:
+    """SchedulerConfig's cache-aware admission fields (vLLM 0.34+), only when the scenario sets
+    the window: older releases have no such fields."""
+    window = int(getattr(sc, "cache_aware_admission_window", 0))
+    if not window:
+        return {}
+    return {"cache_aware_admission_window": window,
+            "cache_aware_admission_threshold": float(sc.cache_aware_admission_threshold)}
+
+
 def build_engine(sc: Scenario) -> Engine:
     from vllm.config import (CacheConfig, DeviceConfig, KVEventsConfig, KVTransferConfig,
                              ModelConfig, SchedulerConfig, VllmConfig)
@@ -145,6 +155,7 @@ def build_engine(sc: Scenario) -> Engine:
         is_encoder_decoder=False,
         long_prefill_token_threshold=sc.long_prefill_token_threshold,
         async_scheduling=bool(getattr(sc, "async_scheduling", False)),
+        **_cache_aware_admission(sc),
     )
     cache_config = CacheConfig(block_size=sc.block_size, enable_prefix_caching=True,
                                num_gpu_blocks_override=sc.gpu_blocks)

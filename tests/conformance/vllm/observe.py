@@ -116,6 +116,9 @@ class Recorder:
             hdr["cpu_blocks"] = sc.cpu_blocks
         if getattr(sc, "connector_class", None):   # absent: vLLM's built-in connector
             hdr["connector_class"] = sc.connector_class
+        if getattr(sc, "cache_aware_admission_window", 0):   # absent: 0 (off)
+            hdr["cache_aware_admission_window"] = sc.cache_aware_admission_window
+            hdr["cache_aware_admission_threshold"] = sc.cache_aware_admission_threshold
         if self.hash_seed != "0":   # absent: 0, the fixtures' seed
             hdr["hash_seed"] = int(self.hash_seed) if self.hash_seed.isdigit() else self.hash_seed
         self.out.write(dumps(hdr) + "\n")

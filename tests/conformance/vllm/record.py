@@ -346,6 +346,11 @@ def unsupported(sc: Scenario) -> str | None:
 
         if "sync_load_budget_bytes" not in inspect.getsource(osch):
             return "synchronous host loads (sync_load_budget_bytes) are 0.33+"
+    if getattr(sc, "cache_aware_admission_window", 0):
+        from vllm.config import SchedulerConfig
+
+        if "cache_aware_admission_window" not in getattr(SchedulerConfig, "__dataclass_fields__", {}):
+            return "cache-aware admission (SchedulerConfig.cache_aware_admission_window) is 0.34+"
     if sc.connector == "simple-cpu":
         try:
             from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler

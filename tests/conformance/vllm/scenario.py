@@ -158,6 +158,9 @@ class Scenario:
     async_scheduling: bool = False
     # Not a scenario key: record.py --connector-class MODULE:CLASS (engine.connector_by_name)
     connector_class: str | None = None
+    # [engine] cache_aware_admission_window / _threshold (vLLM 0.34+; 0 = off, vLLM's default)
+    cache_aware_admission_window: int = 0
+    cache_aware_admission_threshold: float = 0.5
 
     def request(self, name: str) -> RequestSpec:
         for r in self.requests:
@@ -183,6 +186,7 @@ _ENGINE_KEYS = {
     "block_size", "gpu_blocks", "max_num_batched_tokens", "max_num_seqs",
     "max_model_len", "long_prefill_token_threshold", "load_failure_policy",
     "connector", "profile", "async_scheduling",
+    "cache_aware_admission_window", "cache_aware_admission_threshold",
 }
 _OFFLOAD_KEYS = {
     "host_chunks", "blocks_per_chunk", "offload_prompt_only",
@@ -361,6 +365,8 @@ def _load_scenario(path: Path) -> Scenario:
         max_steps=int(wrk.get("max_steps", 200)),
         cpu_blocks=int(scpu.get("cpu_blocks", 0)),
         async_scheduling=_bool(eng.get("async_scheduling", False), "[engine] async_scheduling"),
+        cache_aware_admission_window=int(eng.get("cache_aware_admission_window", 0)),
+        cache_aware_admission_threshold=float(eng.get("cache_aware_admission_threshold", 0.5)),
     )
     if connector == "simple-cpu" and sc.cpu_blocks < 2:
         raise ScenarioError("[simple_cpu] cpu_blocks must be >= 2 (block 0 is the null block)")
