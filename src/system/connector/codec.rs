@@ -111,9 +111,17 @@ mod tests {
     use bincode::Options;
 
     fn all() -> Vec<Connector> {
-        let mut o = OffloadingState::default();
-        o.reqs.push(None);
-        vec![Connector::None, Connector::Offloading(Box::new(o)), Connector::SimpleCpu(Box::default())]
+        let rules = crate::system::rules::resolve("vllm-0.33", None).unwrap();
+        let cfg = crate::system::config::OffloadConfig {
+            host_chunks: 2,
+            blocks_per_chunk: 1,
+            offload_prompt_only: true,
+            sync_load_budget_tokens: 0,
+            eviction_policy: Default::default(),
+        };
+        let o = OffloadingState::new(2, &cfg, &rules);
+        let s = crate::system::connector::SimpleCpuState::new(2, 3);
+        vec![Connector::None, Connector::Offloading(Box::new(o)), Connector::SimpleCpu(Box::new(s))]
     }
 
     /// The written-out impl reads what the derive's `Serialize` writes (bincode by index,
