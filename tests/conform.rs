@@ -731,5 +731,7 @@ fn simple_cpu_kv_events_carry_the_stored_blocks_and_match_the_log() {
             medium: "CPU".into(),
         }],
     }];
-    assert!(kv_events::consistency(&bad).is_some_and(|(_, why)| why.contains("CPU BlockStored carries 3 tokens")));
+    assert!(
+        kv_events::consistency(&bad, false).is_some_and(|(_, why)| why.contains("CPU BlockStored carries 3 tokens"))
+    );
 }

@@ -244,3 +244,35 @@ fn the_cache_aware_window_reorders_admission_and_diverges_when_off() {
         assert_eq!((d.step, d.what.as_str()), (2, "schedule"), "{to}");
     }
 }
+
+/// vLLM 0.24's SimpleCPU (recorded since observe.py splits `_prepare_eager_store_specs`'s
+/// store event per request). It has no finish-time store (`scpu_finish_flush = false`):
+/// scpu-pressure (step 5) and seed-scpu-recving (step 1) conform to 0.32's rules without it
+/// (variant `pre-finish-flush`) and diverge with it. Its CPU `BlockPool` publishes only its
+/// evictions, as medium GPU (`scpu_cpu_kv_events = false`): their KV event streams match the
+/// model step by step under vllm-0.24, and under 0.32's CPU-medium events a CPU eviction reads
+/// as a GPU removal of a block the GPU does not hold.
+#[test]
+fn the_024_simple_cpu_recordings_show_no_finish_store_and_gpu_labelled_cpu_events() {
+    for (name, step) in [("scpu-pressure", 5), ("seed-scpu-recving", 1)] {
+        let f = fixture("vllm-0.24", name);
+        let d = conform::check(&f, "vllm-0.32", None, 8)
+            .unwrap()
+            .divergence
+            .unwrap_or_else(|| panic!("{name}: conforms with 0.32's finish-time store"));
+        assert_eq!(d.step, step, "{name}: {d:?}");
+        let r = conform::check(&f, "vllm-0.32", Some("pre-finish-flush"), 8).unwrap();
+        assert!(r.divergence.is_none(), "{name}: {:?}", r.divergence);
+        let ev = f.with_extension("kvevents");
+        for (profile, variant, want) in [
+            ("vllm-0.24", None, "consistent and matches the model step by step"),
+            ("vllm-0.32", Some("pre-finish-flush"), "GPU BlockRemoved of"),
+        ] {
+            let mut args = vec!["conform", "--profile", profile, f.to_str().unwrap()];
+            args.extend(variant.iter().flat_map(|v| ["--variant", *v]));
+            args.extend(["--kv-events", ev.to_str().unwrap()]);
+            let out = stdout(&kvmc(&args));
+            assert!(out.contains(want), "{name} under {profile}: {out}");
+        }
+    }
+}

@@ -49,18 +49,15 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
             assert!(want.split_whitespace().any(|p| p == row_prop), "{name}");
         }
     }
-    // Every scenario has its log (0.24, 0.32 and 0.33), but 0.24's SimpleCPU ones: the
-    // recorder cannot observe 0.24's SimpleCPU (its eager stores are selected in
-    // `_prepare_eager_store_specs`, which observe.py does not split per request;
-    // fixtures/vllm-0.24/skipped.txt, docs/conformance.md).
+    // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
+    // observe.py splits `_prepare_eager_store_specs`'s store event per request.
     for sc in files("tests/conformance/reproduced", "toml")
         .into_iter()
         .filter(|p| !p.to_string_lossy().ends_with(".model.toml"))
     {
         let n = sc.file_stem().unwrap().to_string_lossy().to_string();
         let recorded = logs.iter().any(|l| l.file_stem().unwrap().to_string_lossy() == n);
-        let scpu_024 = n.starts_with("scpu-") && n.contains("__vllm-0.24__");
-        assert_eq!(recorded, !scpu_024, "{n}: recorded on its vLLM release, unless 0.24 SimpleCPU");
+        assert!(recorded, "{n}: recorded on its vLLM release");
     }
 }
 

@@ -11,6 +11,7 @@
 //! block size and a payload (SimpleCPU's carry the block's tokens); offload placeholders
 //! (OffloadingConnector) carry `block_size` 0 and no tokens, and a host key is not stored twice
 //! without a removal between.
+//! 0.24's SimpleCPU publishes its CPU evictions as GPU removals (`consistency`'s `cpu_as_gpu`).
 //! With a conformance log, every batch's counts of stored and removed blocks per medium must
 //! equal what the model cached, evicted, stored and evicted in the same step.
 
@@ -128,7 +129,13 @@ pub fn counts(b: &Batch) -> Counts {
 }
 
 /// The stream's own consistency. Returns the first problem, naming its batch.
-pub fn consistency(batches: &[Batch]) -> Option<(usize, String)> {
+///
+/// `cpu_as_gpu` (0.24's SimpleCPU): its CPU pool's evictions are published as GPU removals,
+/// which a reader cannot tell from the GPU's own. A GPU removal of a hash the GPU medium does
+/// not hold is then taken for a CPU eviction, and a GPU store's parent is not checked (a CPU
+/// eviction of the parent's hash may have been taken for the GPU's): the per-step counts
+/// against the model are the check there.
+pub fn consistency(batches: &[Batch], cpu_as_gpu: bool) -> Option<(usize, String)> {
     let mut resident: BTreeMap<String, BTreeMap<Hash, u32>> = BTreeMap::new();
     for b in batches {
         for e in &b.events {
@@ -159,7 +166,7 @@ pub fn consistency(batches: &[Batch]) -> Option<(usize, String)> {
                         ));
                     }
                     let m = resident.entry(medium.clone()).or_default();
-                    if gpu {
+                    if gpu && !cpu_as_gpu {
                         if let Some(p) = parent {
                             if m.get(p).copied().unwrap_or(0) == 0 {
                                 return Some((b.index, format!("GPU BlockStored whose parent {p:?} is not stored")));
@@ -179,6 +186,7 @@ pub fn consistency(batches: &[Batch]) -> Option<(usize, String)> {
                     for h in hashes {
                         match m.get_mut(h) {
                             Some(n) if *n > 0 => *n -= 1,
+                            _ if cpu_as_gpu && medium == "GPU" => {}
                             _ => {
                                 return Some((b.index, format!("{medium} BlockRemoved of {h:?}, which is not stored")))
                             }

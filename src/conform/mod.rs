@@ -68,6 +68,9 @@ pub struct Report {
     pub findings: Vec<(String, u32)>,
     /// Per step with any: blocks the model stored and removed, per medium (KV-event counts).
     pub kv_counts: Vec<(u32, kv_events::Counts)>,
+    /// The log's SimpleCPU publishes its CPU pool's evictions as GPU removals and its CPU
+    /// stores not at all (rule `scpu_cpu_kv_events` false: 0.24).
+    pub kv_cpu_as_gpu: bool,
     /// The log is partial: the recorder stopped (its marker line says where and why), so a
     /// log that conforms conforms only as far as it goes.
     pub partial: Option<Partial>,
@@ -285,15 +288,19 @@ pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>,
 }
 
 /// What the model did in one step, counted the way vLLM's KV events count it.
-fn model_counts(events: &[crate::system::Event]) -> kv_events::Counts {
+/// `cpu_as_gpu` (0.24's SimpleCPU, `Report::kv_cpu_as_gpu`): CPU stores publish nothing and
+/// CPU evictions count as GPU removals.
+fn model_counts(events: &[crate::system::Event], cpu_as_gpu: bool) -> kv_events::Counts {
     use crate::system::Event;
     let mut c = kv_events::Counts::new();
+    let cpu = if cpu_as_gpu { "GPU" } else { "CPU" };
     for e in events {
         match e {
             Event::G1Cached { .. } => c.entry("GPU".into()).or_default().0 += 1,
             Event::G1Evicted { .. } => c.entry("GPU".into()).or_default().1 += 1,
+            Event::HostStored { .. } if cpu_as_gpu => {}
             Event::HostStored { keys } => c.entry("CPU".into()).or_default().0 += keys.len(),
-            Event::HostEvicted { .. } => c.entry("CPU".into()).or_default().1 += 1,
+            Event::HostEvicted { .. } => c.entry(cpu.into()).or_default().1 += 1,
             _ => {}
         }
     }
@@ -305,7 +312,8 @@ fn model_counts(events: &[crate::system::Event]) -> kv_events::Counts {
 pub fn check_kv_events(path: &Path, report: Option<&Report>, steps: Option<&[u32]>) -> Result<Option<String>> {
     let bytes = std::fs::read(path).map_err(|e| KvmcError::io(path, e))?;
     let batches = kv_events::parse(path, &bytes)?;
-    if let Some((b, why)) = kv_events::consistency(&batches) {
+    let cpu_as_gpu = report.is_some_and(|r| r.kv_cpu_as_gpu);
+    if let Some((b, why)) = kv_events::consistency(&batches, cpu_as_gpu) {
         return Ok(Some(format!("batch {b}: {why}")));
     }
     let (Some(r), Some(steps)) = (report, steps) else { return Ok(None) };

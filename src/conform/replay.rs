@@ -50,6 +50,7 @@ pub(super) fn replay(
 ) -> Result<(Report, Vec<usize>)> {
     let rules = crate::system::rules::resolve(profile, variant).map_err(KvmcError::Usage)?;
     let mut scope = scope_of(path, h, lines, dropped, rules.session_max_tokens)?;
+    let kv_cpu_as_gpu = h.connector == "simple-cpu" && !rules.scpu_cpu_kv_events;
     let safety: Vec<_> = props::REGISTRY
         .iter()
         .filter(|p| p.kind == Kind::Always && props::applies(p, &scope.cfg) && p.id != props::PropId::RequestsFinish)
@@ -92,6 +93,7 @@ pub(super) fn replay(
         divergence,
         findings: b.findings.clone(),
         kv_counts: b.kv_counts.clone(),
+        kv_cpu_as_gpu,
         partial: None,
         choices: b.choices.clone(),
         search_bound: bounded.clone(),
@@ -164,7 +166,7 @@ pub(super) fn replay(
                     }
                     None => {
                         let mut nb = Branch { engine, memo, ..b.clone() };
-                        let c = model_counts(&ev.list);
+                        let c = model_counts(&ev.list, kv_cpu_as_gpu);
                         if !h.async_scheduling {
                             if !c.is_empty() {
                                 nb.kv_counts.push((step, c));

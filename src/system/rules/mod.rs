@@ -148,6 +148,7 @@ fn vllm_033() -> Rules {
         scpu_store_pins_gpu: true,
         scpu_register_at_prep: false,
         scpu_release_head_first: true,
+        scpu_cpu_kv_events: true,
         mc_save_pins: true,
         nixl_resave_partial: false,
         aux_emit: EmitStart::V033,
@@ -227,7 +228,8 @@ fn prime_rl() -> Rules {
 /// the connector's touches, a cursor that follows the watermark (not monotonic), no visit of
 /// finished requests (no finish-time store).
 /// SimpleCPU 0.24: no finish-time store, the hash stamped at store prep, no reset on
-/// `preempted_req_ids` (only on MRV1's resumed flag). Its `Scheduler.schedule` stops admitting
+/// `preempted_req_ids` (only on MRV1's resumed flag), the CPU pool's KV events only its
+/// evictions, published as medium GPU. Its `Scheduler.schedule` stops admitting
 /// at `len(self.running) == max_num_running_reqs`: a parked streaming session holds no slot.
 /// Its `_update_request_as_session` neither truncates the session's block hashes nor takes the
 /// next input's `max_tokens`. Its `Scheduler.schedule` preempts without asking
@@ -246,6 +248,7 @@ fn vllm_024() -> Rules {
         scpu_finish_flush: false,
         scpu_hash_at_prep: true,
         scpu_reset_on_preempt: false,
+        scpu_cpu_kv_events: false,
         ..vllm_032()
     }
 }

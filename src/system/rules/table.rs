@@ -318,4 +318,10 @@ rules_table! {
     scpu_register_at_prep: bool => "SimpleCPU registers a CPU block before its copy lands", "(mutation)";
     /// A completed store frees its CPU blocks in transfer order, head (prefix) first.
     scpu_release_head_first: bool => "SimpleCPU frees a transfer's CPU blocks head first", "_process_store_completion";
+    /// The CPU pool's KV events are published as medium CPU, stores and evictions (0.32+).
+    /// 0.24's CPU `BlockPool` publishes only its evictions (`_maybe_evict_cached_block`),
+    /// labelled medium GPU: a CPU store is silent (`_process_store_completion` inserts the hash
+    /// without `cache_full_blocks`). Read by `conform --kv-events` only.
+    scpu_cpu_kv_events: bool
+        => "SimpleCPU's CPU pool publishes its KV events as medium CPU", "BlockPool(medium) (0.32)";
 }

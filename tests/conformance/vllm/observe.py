@@ -18,7 +18,8 @@ Wraps (instance attributes shadowing the class methods; nothing in vLLM is patch
 * SimpleCPU (``_install_scpu``): ``SimpleCPUOffloadConnector.get_num_new_matched_tokens``
   -> ``lookup`` with ``pins`` (``_pending_cpu_hits``); ``SimpleCPUOffloadScheduler.
   build_connector_meta`` (with ``_select_eager_blocks_to_store`` and
-  ``_queue_finished_eager_store`` to split the store event per request) -> ``store``,
+  ``_queue_finished_eager_store`` to split the store event per request; on 0.24
+  ``_prepare_eager_store_specs`` and its per-request ``get_new_blocks`` calls) -> ``store``,
   ``load``; the CPU ``BlockPool``'s ``get_new_blocks`` / ``_maybe_evict_cached_block`` ->
   ``evict``; ``update_connector_output`` -> ``load_completed``; ``_process_store_event``
   -> ``store_completed``; end of step: ``cpu`` (free queue, cached map, ref counts,
@@ -348,6 +349,8 @@ class Recorder:
         self.store_event_reqs: list[str] = []
         in_build = [False]
         eager: list[tuple[str, list[int]]] = []
+        prepping = [False]                   # inside 0.24's _prepare_eager_store_specs
+        prep_sizes: list[int] = []           # its get_new_blocks calls, one per request
         finish_req: dict[int, str] = {}      # id(TransferMeta) of a finish-time store -> req
         evicted: list[H] = []
 
@@ -365,6 +368,8 @@ class Recorder:
         orig_new = cpu_pool.get_new_blocks
 
         def get_new_blocks(n):
+            if prepping[0]:
+                prep_sizes.append(n)
             evicted.clear()
             res = orig_new(n)
             if evicted:
@@ -374,32 +379,59 @@ class Recorder:
 
         cpu_pool.get_new_blocks = get_new_blocks
 
-        orig_select = mgr._select_eager_blocks_to_store
+        if hasattr(mgr, "_select_eager_blocks_to_store"):
+            orig_select = mgr._select_eager_blocks_to_store
 
-        def select(state, block_ids_by_group):
-            res = orig_select(state, block_ids_by_group)
-            if in_build[0]:
-                eager.append((state.request.request_id, list(res[0])))
-            return res
+            def select(state, block_ids_by_group):
+                res = orig_select(state, block_ids_by_group)
+                if in_build[0]:
+                    eager.append((state.request.request_id, list(res[0])))
+                return res
 
-        mgr._select_eager_blocks_to_store = select
+            mgr._select_eager_blocks_to_store = select
+        else:
+            # 0.24: _prepare_eager_store_specs selects inline, request by request in
+            # yield_req_data order; each request that stores a block takes its CPU blocks
+            # with one cpu_block_pool.get_new_blocks(n) call, then its req_id and its n GPU
+            # block ids are appended to the returned lists. Split the merged list by those
+            # calls' sizes.
+            orig_prep = mgr._prepare_eager_store_specs
 
-        orig_queue = mgr._queue_finished_eager_store
+            def prepare_eager(scheduler_output):
+                prep_sizes.clear()
+                prepping[0] = True
+                try:
+                    gpu, cpu, rids = orig_prep(scheduler_output)
+                finally:
+                    prepping[0] = False
+                assert len(rids) == len(prep_sizes) and sum(prep_sizes) == len(gpu), \
+                    "eager store split"
+                if in_build[0]:
+                    i = 0
+                    for rid, n in zip(rids, prep_sizes):
+                        eager.append((rid, list(gpu[i:i + n])))
+                        i += n
+                return gpu, cpu, rids
 
-        def queue_finished(request, block_ids):
-            n = len(mgr._pending_finished_stores)
-            res = orig_queue(request, block_ids)
-            for t in mgr._pending_finished_stores[n:]:
-                finish_req[id(t)] = request.request_id
-            return res
+            mgr._prepare_eager_store_specs = prepare_eager
 
-        mgr._queue_finished_eager_store = queue_finished
+        if hasattr(mgr, "_queue_finished_eager_store"):   # 0.24 has no finish-time store
+            orig_queue = mgr._queue_finished_eager_store
+
+            def queue_finished(request, block_ids):
+                n = len(mgr._pending_finished_stores)
+                res = orig_queue(request, block_ids)
+                for t in mgr._pending_finished_stores[n:]:
+                    finish_req[id(t)] = request.request_id
+                return res
+
+            mgr._queue_finished_eager_store = queue_finished
 
         orig_build = mgr.build_connector_meta
 
         def build_connector_meta(scheduler_output, *a, **kw):
             eager.clear()
-            queued = list(mgr._pending_finished_stores)
+            queued = list(getattr(mgr, "_pending_finished_stores", ()))
             in_build[0] = True
             try:
                 meta = orig_build(scheduler_output, *a, **kw)

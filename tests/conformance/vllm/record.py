@@ -356,9 +356,11 @@ def unsupported(sc: Scenario) -> str | None:
             from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler
         except ImportError:
             return "no SimpleCPUOffloadConnector"
-        if not hasattr(SimpleCPUOffloadScheduler, "_select_eager_blocks_to_store"):
+        if not any(hasattr(SimpleCPUOffloadScheduler, f) for f in (
+                "_select_eager_blocks_to_store", "_prepare_eager_store_specs")):
             return ("recorder limit, not a vLLM one: this SimpleCPU selects eager stores in "
-                    "_prepare_eager_store_specs, which observe.py does not split per request")
+                    "neither _select_eager_blocks_to_store (0.32+) nor "
+                    "_prepare_eager_store_specs (0.24), which observe.py splits per request")
     return None
 
 
