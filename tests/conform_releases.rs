@@ -155,7 +155,7 @@ fn the_034_recordings_fail_a_load_per_request() {
         let r = conform::check(&f, profile, None, 8).unwrap();
         assert!(r.divergence.is_none(), "{profile}: {:?}", r.divergence);
     }
-    let e = conform::check(&f, "vllm-0.33", None, 8).err().expect("a request-level line under 0.33");
+    let Err(e) = conform::check(&f, "vllm-0.33", None, 8) else { panic!("a request-level line under 0.33") };
     assert!(e.to_string().contains("without invalid_blocks"), "{e}");
     let o = kvmc(&["conform", "--profile", "vllm-0.33", f.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -165,7 +165,7 @@ fn the_034_recordings_fail_a_load_per_request() {
         text.replace(request_level, r#"{"ev":"transfer_failed","step":12,"job":4,"invalid_blocks":[1,2,3]}"#);
     let d = conform::check_text(&f, &block_level, "vllm-0.33", None, 8).unwrap().divergence.expect("0.33 retries");
     assert_eq!((d.step, d.what.as_str()), (13, "lookup"), "{d:?}");
-    let e = conform::check_text(&f, &block_level, "vllm-0.34", None, 8).err().expect("block ids under 0.34");
+    let Err(e) = conform::check_text(&f, &block_level, "vllm-0.34", None, 8) else { panic!("block ids under 0.34") };
     assert!(e.to_string().contains("names invalid_blocks"), "{e}");
     // Under fail, 0.34 finishes the waiting request with an error (the recording conforms).
     let r = conform::check(&fixture("vllm-0.34", "load-fail-fail"), "vllm-0.34", None, 8).unwrap();
