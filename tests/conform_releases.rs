@@ -167,6 +167,13 @@ fn the_034_recordings_fail_a_load_per_request() {
     assert_eq!((d.step, d.what.as_str()), (13, "lookup"), "{d:?}");
     let Err(e) = conform::check_text(&f, &block_level, "vllm-0.34", None, 8) else { panic!("block ids under 0.34") };
     assert!(e.to_string().contains("names invalid_blocks"), "{e}");
+    // A failed sync load stops 0.34's engine (RuntimeError): a request-level report of one is
+    // bad input (0.33's seed-fail-sync, its sync job 5 reported without block ids).
+    let sync = root().join("tests/conformance/fixtures/seed-fail-sync.jsonl");
+    let text = std::fs::read_to_string(&sync).unwrap();
+    let text = text.replace(r#""job":5,"invalid_blocks":[3,4]}"#, r#""job":5}"#);
+    let Err(e) = conform::check_text(&sync, &text, "vllm-0.34", None, 8) else { panic!("a sync job per request") };
+    assert!(e.to_string().contains("sync load job 5"), "{e}");
     // Under fail, 0.34 finishes the waiting request with an error (the recording conforms).
     let r = conform::check(&fixture("vllm-0.34", "load-fail-fail"), "vllm-0.34", None, 8).unwrap();
     assert!(r.divergence.is_none(), "{:?}", r.divergence);
