@@ -137,6 +137,48 @@ fn the_034_recordings_show_each_rule_034_changed() {
     }
 }
 
+/// failed_load_request_level (0.34): the OffloadingConnector's worker reports a failed async
+/// load per request (`failed_jobs`, `failed_recving`), written as a `transfer_failed` without
+/// `invalid_blocks`. In load-fail-recompute R2's load (job 4) fails at step 12; 0.34 rewinds R2
+/// to 0 tokens and marks it `load_failed`, so its lookup at step 13 finds nothing and it
+/// recomputes. The same failure reported block-level (every block of job 4 invalid) under
+/// 0.33's rule diverges at that lookup: the model's R2 finds the 12 host tokens again and loads
+/// them (finding 20's retry; gate row offload-load-retry). A line of the other form is bad input.
+#[test]
+fn the_034_recordings_fail_a_load_per_request() {
+    let f = fixture("vllm-0.34", "load-fail-recompute");
+    let text = std::fs::read_to_string(&f).unwrap();
+    let request_level = r#"{"ev":"transfer_failed","step":12,"job":4}"#;
+    assert!(text.contains(request_level), "the 0.34 recording reports job 4 per request");
+    assert!(text.contains(r#"{"ev":"lookup","step":13,"req":"R2","local":0,"external":0,"async":false}"#));
+    for profile in ["vllm-0.34", "vllm-main"] {
+        let r = conform::check(&f, profile, None, 8).unwrap();
+        assert!(r.divergence.is_none(), "{profile}: {:?}", r.divergence);
+    }
+    let Err(e) = conform::check(&f, "vllm-0.33", None, 8) else { panic!("a request-level line under 0.33") };
+    assert!(e.to_string().contains("without invalid_blocks"), "{e}");
+    let o = kvmc(&["conform", "--profile", "vllm-0.33", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("load-fail-recompute.jsonl:61"), "{}", stderr(&o));
+
+    let block_level =
+        text.replace(request_level, r#"{"ev":"transfer_failed","step":12,"job":4,"invalid_blocks":[1,2,3]}"#);
+    let d = conform::check_text(&f, &block_level, "vllm-0.33", None, 8).unwrap().divergence.expect("0.33 retries");
+    assert_eq!((d.step, d.what.as_str()), (13, "lookup"), "{d:?}");
+    let Err(e) = conform::check_text(&f, &block_level, "vllm-0.34", None, 8) else { panic!("block ids under 0.34") };
+    assert!(e.to_string().contains("names invalid_blocks"), "{e}");
+    // A failed sync load stops 0.34's engine (RuntimeError): a request-level report of one is
+    // bad input (0.33's seed-fail-sync, its sync job 5 reported without block ids).
+    let sync = root().join("tests/conformance/fixtures/seed-fail-sync.jsonl");
+    let text = std::fs::read_to_string(&sync).unwrap();
+    let text = text.replace(r#""job":5,"invalid_blocks":[3,4]}"#, r#""job":5}"#);
+    let Err(e) = conform::check_text(&sync, &text, "vllm-0.34", None, 8) else { panic!("a sync job per request") };
+    assert!(e.to_string().contains("sync load job 5"), "{e}");
+    // Under fail, 0.34 finishes the waiting request with an error (the recording conforms).
+    let r = conform::check(&fixture("vllm-0.34", "load-fail-fail"), "vllm-0.34", None, 8).unwrap();
+    assert!(r.divergence.is_none(), "{:?}", r.divergence);
+}
+
 /// vLLM 0.24's recordings: a store or load job's keys become evictable in the order of a Python
 /// set (`TransferJobStatus.keys`), a model choice point that conform searches; `main` needs an
 /// order other than the model's canonical one (the only matching resolution of its step), so

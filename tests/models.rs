@@ -25,6 +25,8 @@ const PINNED: &[(&str, usize)] = &[
     ("mooncake-a", 31),
     ("mooncake-cap", 42),
     ("mooncake-load-retry", 17),
+    // Finding 20 with the OffloadingConnector (0.33: violated; 0.34's load_failed: holds).
+    ("offload-load-retry", 58),
     ("mooncake-pool", 2079),
     ("mooncake-preempt", 2389),
     ("pd-chunked", 8),
@@ -174,6 +176,7 @@ const FOUND: &[Found] = &[
     ("mooncake-preempt", None, Some("mut-mc-no-save-pin"), "host-integrity", 7),
     ("mooncake-preempt", None, Some("mut-mc-no-save-pin"), "source-freshness", 7),
     ("mooncake-load-retry", None, None, "requests-finish", 5),
+    ("offload-load-retry", None, None, "requests-finish", 9),
     ("pd-chunked", None, None, "handoff-integrity", 4),
     ("pd-chunked", Some("vllm-main"), None, "handoff-integrity", 4),
     ("pd-shared", None, None, "handoff-integrity", 4),

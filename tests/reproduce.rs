@@ -99,7 +99,9 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     assert!(!out.contains("async scheduling is not"), "{out}");
     assert!(!out.contains("pre-29870"), "variants are not released code: {out}");
     let listed = out.lines().filter(|l| l.contains("__vllm-0.")).count();
-    assert_eq!(listed, 41, "{out}");
+    // offload-load-retry (0.24, 0.32, 0.33): requests-finish, listed as a liveness property.
+    assert!(out.contains("offload-load-retry__vllm-0.33__requests-finish"), "{out}");
+    assert_eq!(listed, 44, "{out}");
 }
 
 #[test]

@@ -139,7 +139,10 @@ pub enum Ev {
     TransferFailed {
         step: u32,
         job: u32,
-        invalid_blocks: Vec<u32>,
+        /// The job's unwritten blocks (`invalid_block_ids`, 0.24 to 0.33); absent: the job
+        /// failed as a whole (0.34's `failed_jobs`, its request in `failed_recving`).
+        #[serde(default)]
+        invalid_blocks: Option<Vec<u32>>,
     },
     Lookup {
         step: u32,

@@ -276,6 +276,12 @@ pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>,
         }
     }
     let bad = validate::bad_transfer(&lines, h.connector == "simple-cpu");
+    if let Ok(rules) = crate::system::rules::resolve(profile, variant) {
+        let offloading = h.connector == "offloading";
+        if let Some(b) = validate::bad_failure_form(&lines, offloading, rules.failed_load_request_level) {
+            return Err(KvmcError::input(path, b.line, b.why));
+        }
+    }
     let mut dropped: Vec<usize> = Vec::new();
     loop {
         let (mut report, newly) = replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref())?;

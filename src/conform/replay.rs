@@ -282,8 +282,14 @@ pub(super) fn apply_step(
                     input.complete.push(id)
                 }
             }
-            Ev::TransferFailed { job, invalid_blocks, .. } if !input.fail_blocks.iter().any(|(j, _)| j == job) => {
-                input.fail_blocks.push((*job, invalid_blocks.clone()))
+            Ev::TransferFailed { job, invalid_blocks: Some(invalid), .. }
+                if !input.fail_blocks.iter().any(|(j, _)| j == job) =>
+            {
+                input.fail_blocks.push((*job, invalid.clone()))
+            }
+            // Request-level (0.34): the whole job failed; it wrote none of its blocks.
+            Ev::TransferFailed { job, invalid_blocks: None, .. } if !input.fail.iter().any(|(j, _)| j == job) => {
+                input.fail.push((*job, 0))
             }
             _ => {}
         }

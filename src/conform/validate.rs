@@ -105,3 +105,44 @@ pub fn bad_transfer(lines: &[Line], scpu: bool) -> Option<BadTransfer> {
     }
     None
 }
+
+/// The first `transfer_failed` line whose form does not fit the profile: an OffloadingConnector
+/// under rule `failed_load_request_level` (0.34) reports a failed async load per request (no
+/// `invalid_blocks`), and stops the engine on a failed sync load (`get_finished` raises
+/// RuntimeError); without the rule, and for the other connectors, a failed load names its
+/// unwritten blocks.
+pub fn bad_failure_form(lines: &[Line], offloading: bool, request_level: bool) -> Option<BadTransfer> {
+    let mut sync_jobs: BTreeMap<u32, bool> = BTreeMap::new();
+    for l in lines {
+        let (job, invalid) = match &l.ev {
+            Ev::Load { job, sync, .. } => {
+                sync_jobs.entry(*job).or_insert(*sync);
+                continue;
+            }
+            Ev::TransferFailed { job, invalid_blocks, .. } => (*job, invalid_blocks),
+            _ => continue,
+        };
+        let level = offloading && request_level;
+        let sync = sync_jobs.get(&job).copied().unwrap_or(false);
+        let why = match (invalid, level) {
+            (Some(_), true) if !sync => format!(
+                "transfer_failed of job {job} names invalid_blocks: under this profile the \
+                 OffloadingConnector reports a failed async load per request (failed_recving), \
+                 without block ids; drop \"invalid_blocks\""
+            ),
+            (None, true) if sync => format!(
+                "transfer_failed of sync load job {job} without invalid_blocks: a failed sync load \
+                 stops this profile's engine (OffloadingConnectorWorker.get_finished raises \
+                 RuntimeError), which the model does not replay"
+            ),
+            (None, false) => format!(
+                "transfer_failed of job {job} without invalid_blocks: a request-level failure \
+                 (failed_recving) is what vLLM 0.34's OffloadingConnector reports; this \
+                 connector and profile report the failed load's blocks (\"invalid_blocks\")"
+            ),
+            _ => continue,
+        };
+        return Some(BadTransfer { line: l.no, step: l.ev.step(), why });
+    }
+    None
+}

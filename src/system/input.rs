@@ -280,12 +280,20 @@ impl System {
         })
     }
 
-    /// The most blocks an async load of the next load job has (for failure choices).
+    /// The most blocks an async load of the next load job has (for failure choices). Under
+    /// `failed_load_request_level` the OffloadingConnector's failed load is reported per request
+    /// and its request recomputes from 0 (or fails): where it broke off changes nothing, so the
+    /// one choice is the whole job (from block 0).
     fn load_fail_choices(&self, e: &Engine) -> u32 {
         let Some(id) = e.next_transfer(Direction::Load) else {
             return 0;
         };
-        e.conn.load_job_blocks(id)
+        let n = e.conn.load_job_blocks(id);
+        if self.rules.failed_load_request_level && self.cfg.connector_kind() == super::ConnectorKind::Offloading {
+            n.min(1)
+        } else {
+            n
+        }
     }
 
     /// Every input the environment may give in state `e`, in a fixed order (the checker's

@@ -24,13 +24,16 @@ pub struct WorkerOut {
     pub(crate) completed: Vec<JobId>,
     pub(crate) finished_recving: Vec<ReqId>,
     pub(crate) invalid_blocks: BTreeSet<BlockId>,
+    /// `failed_recving` (0.34, rule `failed_load_request_level`): requests whose async load
+    /// failed as a whole (also in `finished_recving`; their jobs are in `completed`, failed).
+    pub(crate) failed_recving: Vec<ReqId>,
     /// `finished_sending`: requests whose delayed blocks the consumer is done with (NIXL).
     pub(crate) finished_sending: Vec<ReqId>,
     /// Router replay: the rows each request emitted (`aux_output_connector_output`).
     pub(crate) rows: Vec<RowsOutput>,
 }
 
-clone_fields!(WorkerOut { completed, finished_recving, invalid_blocks, finished_sending, rows });
+clone_fields!(WorkerOut { completed, finished_recving, invalid_blocks, failed_recving, finished_sending, rows });
 
 /// Run the worker side of one step.
 pub fn execute(

@@ -24,9 +24,14 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
         drain_deferred_frees(e);
     }
     let mut failed: Vec<ReqId> = Vec::new();
+    if !w.failed_recving.is_empty() {
+        e.ghost.mark(Mark::LoadFailure);
+        failed = handle_failed_recving(e, ctx, &w.failed_recving);
+    }
     if !w.invalid_blocks.is_empty() {
         e.ghost.mark(Mark::LoadFailure);
-        failed = handle_invalid_blocks(e, ctx, &w.invalid_blocks, out, ev);
+        let more = handle_invalid_blocks(e, ctx, &w.invalid_blocks, out, ev);
+        failed.extend(more.into_iter().filter(|r| !failed.contains(r)).collect::<Vec<_>>());
     }
     let mut stopped: Vec<(ReqId, Status)> = Vec::new();
     let mut continuing: Vec<ReqId> = Vec::new();
@@ -136,6 +141,33 @@ fn drain_deferred_frees(e: &mut Engine) {
         let (_, blocks) = e.deferred_frees.remove(0);
         e.pool.note_holders(&[], &blocks);
         e.pool.free_blocks(blocks.iter().rev().copied(), &mut e.ghost);
+    }
+}
+
+/// `_handle_failed_recving` (0.34, rule `failed_load_request_level`): of the requests whose
+/// async load failed, only those still waiting for it count. Under `recompute` each goes back
+/// to 0 computed tokens and is marked failed (its promotion frees its blocks and it looks up
+/// again); nothing is returned. Under `fail` they are returned, to be finished with an error.
+fn handle_failed_recving(e: &mut Engine, ctx: Ctx, reqs: &[ReqId]) -> Vec<ReqId> {
+    let recompute = ctx.cfg.load_failure_policy == LoadFailurePolicy::Recompute;
+    let mut affected = Vec::new();
+    for &r in reqs {
+        let q = &mut e.reqs[r as usize];
+        if q.status != Status::WaitingForRemoteKvs || affected.contains(&r) {
+            continue;
+        }
+        affected.push(r);
+        if recompute {
+            q.num_computed = 0;
+            if !e.failed_recving.contains(&r) {
+                e.failed_recving.push(r);
+            }
+        }
+    }
+    if recompute {
+        Vec::new()
+    } else {
+        affected
     }
 }
 

@@ -108,6 +108,7 @@ fn view(e: &Engine, r: ReqId) -> u64 {
         pos(&b.out.preempted).hash(&mut h);
         pos(&b.out.finished).hash(&mut h);
         pos(&b.wout.finished_recving).hash(&mut h);
+        pos(&b.wout.failed_recving).hash(&mut h);
         pos(&b.wout.finished_sending).hash(&mut h);
     }
     if let Some(oc) = e.conn.offloading() {
@@ -144,6 +145,7 @@ pub fn rename(e: &Engine, map: &[ReqId]) -> Engine {
         b.out.preempted.iter_mut().for_each(m);
         b.out.finished.iter_mut().for_each(m);
         b.wout.finished_recving.iter_mut().for_each(m);
+        b.wout.failed_recving.iter_mut().for_each(m);
         b.wout.finished_sending.iter_mut().for_each(m);
         b.wout.rows.iter_mut().for_each(|x| m(&mut x.req));
     }

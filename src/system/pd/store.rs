@@ -177,6 +177,7 @@ impl<A: KvConnector> KvConnector for PdStore<A> {
         w.completed.extend(x.completed);
         w.finished_recving.extend(x.finished_recving);
         w.invalid_blocks.extend(x.invalid_blocks);
+        w.failed_recving.extend(x.failed_recving);
         w.finished_sending.extend(x.finished_sending);
         w.rows.extend(x.rows);
         w

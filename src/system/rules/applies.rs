@@ -39,6 +39,8 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
             load_failure
                 && matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)
         }
+        // The OffloadingConnector's worker reports its failed async loads per request.
+        "failed_load_request_level" => load_failure && kind == ConnectorKind::Offloading,
         "evict_invalid_on_recompute" => {
             load_failure && cfg.load_failure_policy == crate::system::LoadFailurePolicy::Recompute
         }

@@ -119,6 +119,7 @@ fn vllm_033() -> Rules {
         reserve_for_async_loads: true,
         reserve_excludes_self: false,
         failed_load_requeue: false,
+        failed_load_request_level: false,
         full_table_resets_mirror: true,
         cursor_reset_on_lookup: true,
         inflight_lookup_guard: true,
@@ -174,13 +175,16 @@ fn vllm_033() -> Rules {
 /// `_build_store_jobs`) and #62444 fixed its own way (SimpleCPU refreshes the CPU copies of a
 /// GPU prefix hit in `update_state_after_alloc`, not in the eager scan); `Scheduler.schedule`
 /// lists a resumed request among the new ones in admission order (no `scheduled_resumed_reqs`).
-/// New in 0.34: `cache_aware_admission_window` (`_reorder_waiting_by_cached_prefix`).
+/// New in 0.34: `cache_aware_admission_window` (`_reorder_waiting_by_cached_prefix`); a failed
+/// async OffloadingConnector load is reported per request (`failed_recving`,
+/// `_handle_failed_recving`) and the request never loads from the host tier again.
 fn vllm_034() -> Rules {
     Rules {
         resumed_after_new: false,
         error_watermark_computed: true,
         scpu_refresh_local_hit: true,
         cache_aware_admission: true,
+        failed_load_request_level: true,
         ..vllm_033()
     }
 }

@@ -176,6 +176,17 @@ rules_table! {
     /// 20 and 23d: otherwise it can stay at the queue's head forever).
     failed_load_requeue: bool
         => "a request reset by a failed load leaves _inflight_prefills and kv_holding_waiting", "(proposed)";
+    /// OffloadingConnector, a failed async load is request-level (0.34+): the worker marks the
+    /// job in `failed_jobs` and reports its request in `finished_recving` and `failed_recving`,
+    /// no block ids (`OffloadingConnectorWorker.get_finished`, `take_failed_recving`). The core
+    /// (`Scheduler._handle_failed_recving`) takes it only while `WAITING_FOR_REMOTE_KVS`:
+    /// `recompute` rewinds it to 0 computed tokens (the promotion frees its blocks), `fail`
+    /// finishes it with an error; the connector marks the request `load_failed` and every later
+    /// lookup of it returns 0 (`update_connector_output`, `get_num_new_matched_tokens`).
+    /// false: the load is reported complete with its unwritten blocks in `invalid_block_ids`
+    /// (`_handle_invalid_blocks` keeps the valid prefix). Failed sync loads are not covered.
+    failed_load_request_level: bool
+        => "a failed async load is reported per request (failed_recving), and the request never loads again", "OffloadingConnectorWorker.get_finished, Scheduler._handle_failed_recving (0.34)";
     /// Not in vLLM: under `recompute`, also evict the invalid blocks' hashes (a fix for GP S10).
     evict_invalid_on_recompute: bool => "recompute policy evicts invalid blocks' hashes", "(proposed)";
     /// `get_num_new_matched_tokens` resets the store cursor to 0 (#63010).

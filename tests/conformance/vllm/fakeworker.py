@@ -22,7 +22,14 @@ Rules (README "Fake-worker rules"):
   for every earlier job of its direction (as ``CPUOffloadingWorker.get_finished``);
 * every completed job goes into ``completed_jobs``; an async load also puts its request
   into ``finished_recving``; a failing load (scenario ``[[load_failure]]``) is still
-  reported complete and its destination GPU blocks go into ``invalid_block_ids``.
+  reported complete and its destination GPU blocks go into ``invalid_block_ids``;
+* where the OffloadingConnector's worker reports failures per request (0.34+:
+  ``OffloadingConnectorWorker.take_failed_recving`` exists), a failing load is reported as
+  its real worker's ``get_finished`` does instead: the job is marked completed with
+  ``success=False`` (``failed_jobs``), and an async load's request goes into
+  ``finished_recving`` and ``failed_recving``, with no block ids; a failing sync load raises
+  RuntimeError ("KV offload sync load job N failed"), as the real worker does (the engine
+  stops).
 """
 
 from __future__ import annotations
@@ -42,7 +49,20 @@ class PendingJob:
     due: int             # step
     dst_blocks: list[int]
     invalid: list[int] | None = None   # set for a failing load
+    failed: bool = False                # a failing load (the scenario's [[load_failure]])
     flushed_at_creation: bool = False
+
+
+def request_level_failures() -> bool:
+    """Does the installed vLLM's OffloadingConnector worker report a failed load per request
+    (``failed_jobs`` / ``failed_recving``, 0.34+) rather than by ``invalid_block_ids``?"""
+    try:
+        from vllm.distributed.kv_transfer.kv_connector.v1.offloading.worker import (
+            OffloadingConnectorWorker,
+        )
+    except ImportError:
+        return False
+    return hasattr(OffloadingConnectorWorker, "take_failed_recving")
 
 
 class FakeWorker:
@@ -53,6 +73,14 @@ class FakeWorker:
         self.pending: dict[int, PendingJob] = {}
         self._count: dict[tuple[str, str], int] = {}   # (req, kind) -> jobs seen
         self.used: set[int] = set()   # ids of the scenario's failures/overrides applied
+        self.request_level = request_level_failures()
+
+    def failed_line(self, pj: PendingJob) -> dict | None:
+        """The fields of pj's ``transfer_failed`` line, or None if pj did not fail: the
+        invalid blocks, or (request-level, 0.34+) the job alone."""
+        if self.request_level:
+            return {"job": pj.job_id} if pj.failed else None
+        return {"job": pj.job_id, "invalid_blocks": pj.invalid} if pj.invalid else None
 
     def unused(self) -> list[str]:
         """Scenario failures/overrides that never matched a job (a scenario bug)."""
@@ -93,6 +121,7 @@ class FakeWorker:
             fail = self._failure_for(job.req_id, nth)
             if fail is not None:
                 pj.invalid = dst[fail.from_block:]
+                pj.failed = True
             self.pending[job_id] = pj
         for job_id in sorted(meta.store_jobs):
             job = meta.store_jobs[job_id]
@@ -157,17 +186,29 @@ class FakeWorker:
         wmeta = OffloadingWorkerMetadata()
         finished_recving: set[str] = set()
         invalid: set[int] = set()
+        failed_recving: set[str] = set()
         for pj in done:
+            if self.request_level and pj.failed:
+                # OffloadingConnectorWorker.get_finished (0.34): the job is in failed_jobs;
+                # a sync load's request already ran on the unloaded KV.
+                wmeta.mark_completed(pj.job_id, success=False)
+                if pj.sync:
+                    raise RuntimeError(f"KV offload sync load job {pj.job_id} failed")
+                failed_recving.add(pj.req_id)
+                finished_recving.add(pj.req_id)
+                continue
             wmeta.mark_completed(pj.job_id)
             if pj.kind == "load" and not pj.sync:
                 finished_recving.add(pj.req_id)
             if pj.invalid:
                 invalid.update(pj.invalid)
+        extra = {"failed_recving": failed_recving} if failed_recving else {}
         return KVConnectorOutput(
             finished_sending=None,
             finished_recving=finished_recving or None,
             kv_connector_worker_meta=wmeta,
             invalid_block_ids=invalid,
+            **extra,
         )
 
     def model_output(self, so, requests: dict, kv_out, eos_of: dict[str, int | None],

@@ -255,8 +255,8 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
             worker.register(step, meta)
             done = worker.complete(step, meta)
             for pj in done:
-                if pj.invalid:
-                    rec.emit("transfer_failed", job=pj.job_id, invalid_blocks=pj.invalid)
+                if (line := _failed_line(worker, pj)) is not None:
+                    rec.emit("transfer_failed", **line)
                 elif worker.tagged:
                     rec.emit("transfer_done", job=pj.job_id, kind=pj.kind)
                 else:
@@ -278,6 +278,12 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
             "kv_batches": len(cap.payloads), "kv_events": cap.num_events}
 
 
+def _failed_line(worker, pj) -> dict | None:
+    """The fields of a failed job's ``transfer_failed`` line (None: it did not fail)."""
+    failed_line = getattr(worker, "failed_line", None)
+    return failed_line(pj) if failed_line is not None else None
+
+
 def _execute(eng, rec, worker, step: int, so):
     """The fake worker executes SchedulerOutput `so` in `step`: the transfers it reports
     (transfer_done / transfer_failed lines, written now) and its ModelRunnerOutput. Returns
@@ -288,8 +294,8 @@ def _execute(eng, rec, worker, step: int, so):
         worker.register(step, meta)
         done = worker.complete(step, meta)
         for pj in done:
-            if pj.invalid:
-                rec.emit("transfer_failed", job=pj.job_id, invalid_blocks=pj.invalid)
+            if (line := _failed_line(worker, pj)) is not None:
+                rec.emit("transfer_failed", **line)
             elif worker.tagged:
                 rec.emit("transfer_done", job=pj.job_id, kind=pj.kind)
             else:
@@ -346,6 +352,12 @@ def unsupported(sc: Scenario) -> str | None:
 
         if "sync_load_budget_bytes" not in inspect.getsource(osch):
             return "synchronous host loads (sync_load_budget_bytes) are 0.33+"
+    if sc.connector == "offloading" and sc.load_failures and sc.sync_load_budget_tokens:
+        from fakeworker import request_level_failures
+
+        if request_level_failures():
+            return ("a failed sync load raises RuntimeError in OffloadingConnectorWorker."
+                    "get_finished (0.34+): the engine stops")
     if getattr(sc, "cache_aware_admission_window", 0):
         from vllm.config import SchedulerConfig
 

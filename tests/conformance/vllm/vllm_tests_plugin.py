@@ -359,20 +359,28 @@ class TestRecorder:
         kvo = getattr(mro, "kv_connector_output", None)
         conn = self.hdr.get("connector")
         if kvo is not None:
-            if getattr(kvo, "failed_recving", None):
-                self.flag("failed_recving (per-request load failure report)")
+            if getattr(kvo, "failed_recving", None) and conn != "offloading":
+                self.flag("failed_recving (per-request load failure report) without the "
+                          "OffloadingConnector")
             if kvo.finished_sending:
                 self.flag("finished_sending reported (not how these connectors report)")
             wm = kvo.kv_connector_worker_meta
             invalid = sorted(kvo.invalid_block_ids or ())
             if conn == "offloading":
                 done = sorted((getattr(wm, "completed_jobs", None) or {}).keys())
-                if getattr(wm, "failed_jobs", None):
-                    self.flag("failed_jobs (0.34 per-job failure report)")
+                # 0.34: a failed job is in failed_jobs (its request in failed_recving):
+                # a request-level transfer_failed, without invalid_blocks.
+                failed = set(getattr(wm, "failed_jobs", None) or ())
+                if failed and invalid:
+                    self.flag("failed_jobs together with invalid_block_ids")
+                if getattr(kvo, "failed_recving", None) and not failed:
+                    self.flag("failed_recving without failed_jobs")
                 if invalid and len(done) != 1:
                     self.flag("invalid_block_ids not attributable to one job")
                 for j in done:
-                    if invalid:
+                    if j in failed:
+                        rec.emit("transfer_failed", job=j)
+                    elif invalid:
                         rec.emit("transfer_failed", job=j, invalid_blocks=invalid)
                     else:
                         rec.emit("transfer_done", job=j)

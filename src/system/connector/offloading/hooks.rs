@@ -135,10 +135,11 @@ impl KvConnector for OffloadingState {
                 conn::complete(self, pool, ctx, id, Some(first_bad), ghost, ev);
             }
         }
-        let (completed, recving, inv) = conn::get_finished(self);
-        w.completed = completed;
-        w.finished_recving = recving;
-        w.invalid_blocks = inv;
+        let f = conn::get_finished(self, ctx.rules.failed_load_request_level);
+        w.completed = f.completed;
+        w.finished_recving = f.recving;
+        w.invalid_blocks = f.invalid;
+        w.failed_recving = f.failed_recving;
         w.finished_sending = self.finished_sending();
     }
 

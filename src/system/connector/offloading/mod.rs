@@ -52,6 +52,9 @@ pub struct OffloadingReq {
     /// final-store-kept ghost: chunks the host tier refused (no room) at the request's latest
     /// store visit.
     pub(crate) refused: BitSet,
+    /// `load_failed` (0.34, rule `failed_load_request_level`): an async load of this request
+    /// failed; every later lookup of it finds 0 tokens.
+    pub(crate) load_failed: bool,
 }
 
 clone_fields!(OffloadingReq {
@@ -64,7 +67,8 @@ clone_fields!(OffloadingReq {
     num_local,
     access,
     owed,
-    refused
+    refused,
+    load_failed
 });
 
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
@@ -231,7 +235,12 @@ impl OffloadingState {
         Self::update_offload_keys(st, req, spec, c);
         st.num_local = num_local;
         let st = self.reqs[r as usize].as_ref().expect("tracked request");
-        let hit = self.lookup_complete_chunks(st, req.num_tokens(spec), max_new, spec, c);
+        // 0.34: a request whose load failed never loads again (`req_status.load_failed`).
+        let hit = if st.load_failed {
+            Some(0)
+        } else {
+            self.lookup_complete_chunks(st, req.num_tokens(spec), max_new, spec, c)
+        };
         // 0.24: `_touch(req)` after the lookup, whatever it found.
         if rules.host_lru == HostLru::ReleaseOrder {
             let keys = Self::keys_of(st, spec, c);
@@ -468,6 +477,14 @@ impl OffloadingState {
                     self.host.complete_store(&job.keys, ghost, ev);
                 } else {
                     self.host.complete_load(&job.keys, ghost, ev);
+                }
+            }
+            // 0.34: the job is in `failed_jobs`; a failed load marks its request `load_failed`
+            // (the model's failed sync loads stay block-level: not marked).
+            let failed_async = job.is_async_load() && job.invalid_from.is_some();
+            if failed_async && c.rules.failed_load_request_level {
+                if let Some(st) = self.reqs[job.req as usize].as_mut() {
+                    st.load_failed = true;
                 }
             }
             ev.emit(|| Event::JobCompleted { job: id });

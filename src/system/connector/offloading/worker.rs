@@ -193,13 +193,28 @@ pub fn wait_for_save(oc: &mut OffloadingState, scratch: &StepScratch) {
     }
 }
 
+/// What the worker reports in one step (`get_finished`, `get_block_ids_with_load_errors`,
+/// 0.34's `take_failed_recving`).
+#[derive(Default)]
+pub struct Finished {
+    /// Job ids in `completed_jobs` (a failed one too: 0.34 also lists it in `failed_jobs`).
+    pub completed: Vec<JobId>,
+    /// `finished_recving`: the requests of completed async loads, failed ones included.
+    pub recving: Vec<ReqId>,
+    /// `invalid_block_ids`: the unwritten blocks of failed loads reported block-level.
+    pub invalid: BTreeSet<BlockId>,
+    /// `failed_recving`: the requests of failed async loads reported request-level.
+    pub failed_recving: Vec<ReqId>,
+}
+
 /// `get_finished` + `get_block_ids_with_load_errors`: what the worker reports this step
-/// (each completion once: reported jobs leave the worker's queues).
-pub fn get_finished(oc: &mut OffloadingState) -> (Vec<JobId>, Vec<ReqId>, BTreeSet<BlockId>) {
+/// (each completion once: reported jobs leave the worker's queues). `request_level` (rule
+/// `failed_load_request_level`, `OffloadingConnectorWorker.get_finished` in 0.34): a failed
+/// async load names its request in `failed_recving` instead of its blocks; a failed sync load
+/// is still reported by its blocks.
+pub fn get_finished(oc: &mut OffloadingState, request_level: bool) -> Finished {
     let finished = |p: Phase| matches!(p, Phase::Done | Phase::Failed);
-    let mut completed = Vec::new();
-    let mut recving = Vec::new();
-    let mut invalid = BTreeSet::new();
+    let mut f = Finished::default();
     let order = |j: &super::Job| {
         if j.is_store() {
             0
@@ -213,14 +228,18 @@ pub fn get_finished(oc: &mut OffloadingState) -> (Vec<JobId>, Vec<ReqId>, BTreeS
     ids.sort_unstable();
     for (_, id) in ids {
         let j = oc.job_mut(id).expect("listed");
-        completed.push(id);
+        f.completed.push(id);
         if j.is_async_load() {
-            recving.push(j.req);
+            f.recving.push(j.req);
         }
-        if let Some(f) = j.invalid_from {
-            invalid.extend(j.blocks.iter().skip(f as usize).copied());
+        if let Some(first_bad) = j.invalid_from {
+            if request_level && j.is_async_load() {
+                f.failed_recving.push(j.req);
+            } else {
+                f.invalid.extend(j.blocks.iter().skip(first_bad as usize).copied());
+            }
         }
         j.phase = Phase::Reported;
     }
-    (completed, recving, invalid)
+    f
 }
