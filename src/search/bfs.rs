@@ -1,14 +1,16 @@
 //! The level-synchronous parallel BFS: parallel expansion of chunks of a level (on a pool of
 //! threads started once per run) and, on the calling thread at the same time, a sequential
-//! merge in chunk order that replays exactly what a FIFO search would decide.
+//! merge in chunk order that replays exactly what a FIFO search would decide
+//! ([`merge`](super::merge)).
 
 use super::fingerprint::{collision_probability, fingerprint, Fingerprint};
-use super::frontier::{Chunk, Level};
+use super::frontier::{self, Chunk, Level};
 use super::liveness::{self, Graph};
+use super::merge::Run;
 use super::pool::{self, Fixed, Gate, Job, Pool};
 use super::stats::{self, Clock, Report, Times};
 use super::trace::Walker;
-use super::visited::{NodeId, Nodes, Table, Visited, MAX_NODES, ROOT};
+use super::visited::{NodeId, Nodes, Table, Visited, ROOT};
 use super::{Discovery, End, Hooks, Options, Outcome, Progress, PropertyOutcome, Stop, Trace};
 use stateright::{Expectation, Model, Property};
 use std::hash::Hash;
@@ -16,31 +18,39 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, RwLock};
 
 /// A candidate successor: an edge to a state visited before, or to a state the expanding
-/// thread did not find in the visited set (the next of the chunk's `news`; the merge decides).
-struct Succ {
-    /// The target's node (`NEW`: the next entry of `news`).
-    known: NodeId,
+/// thread did not find in the visited set (a candidate; the merge decides).
+pub(super) struct Succ {
+    /// The target's node, or `NEW` (the next candidate), or `DUP` (a candidate of this chunk
+    /// an earlier successor reached: the next entry of `dups` says which).
+    pub known: NodeId,
     /// Its index in the source's action list.
-    action: u32,
+    pub action: u32,
     /// Its fairness class (`liveness::NO_CLASS` if none).
-    class: u8,
+    pub class: u8,
 }
 
-const NEW: NodeId = NodeId::MAX;
+pub(super) const NEW: NodeId = NodeId::MAX;
+/// Not a node number: [`MAX_NODES`](super::visited::MAX_NODES) stops the run before it.
+pub(super) const DUP: NodeId = NodeId::MAX - 1;
 
 /// What a thread produced for one chunk.
 pub(super) struct ChunkOut<S> {
     /// Sources examined (fewer than the chunk's length if the stop hook fired).
-    done: usize,
+    pub done: usize,
     /// Per source: property bits (`words` words each).
-    hits: Vec<u64>,
+    pub hits: Vec<u64>,
     /// Per source: the end of its successors in `succs`, and how many it generated.
-    ends: Vec<(u32, u32)>,
-    succs: Vec<Succ>,
-    /// The successors the expanding thread did not find in the visited set (whole or encoded,
-    /// as the frontier keeps them), and their fingerprints, in order.
-    news: Chunk<S>,
-    fps: Vec<Fingerprint>,
+    pub ends: Vec<(u32, u32)>,
+    pub succs: Vec<Succ>,
+    /// The candidates (successors the expanding thread did not find in the visited set, each
+    /// fingerprint once), in order: whole states, or encoded and cut into pieces
+    /// ([`frontier::cut`]).
+    pub states: Vec<S>,
+    pub pieces: Vec<Chunk<S>>,
+    /// The candidates' fingerprints.
+    pub fps: Vec<Fingerprint>,
+    /// Per `DUP` successor, in order: the candidate it reached again.
+    pub dups: Vec<u32>,
 }
 
 impl<S> ChunkOut<S> {
@@ -50,8 +60,10 @@ impl<S> ChunkOut<S> {
             hits: Vec::new(),
             ends: Vec::new(),
             succs: Vec::new(),
-            news: Chunk::default(),
+            states: Vec::new(),
+            pieces: Vec::new(),
             fps: Vec::new(),
+            dups: Vec::new(),
         }
     }
 }
@@ -84,17 +96,15 @@ where
     H: Hooks<M>,
 {
     pub(super) fn expand_chunk(&self, mut chunk: Chunk<M::State>, scratch: &mut Scratch<M>) -> ChunkOut<M::State> {
-        let Scratch { acts, next: reuse, cur } = scratch;
+        let Scratch { acts, next: reuse, cur, seen, arena, arena_ends } = scratch;
         let n = chunk.len();
-        let mut out = ChunkOut {
-            done: 0,
-            hits: vec![0; n * self.words],
-            ends: Vec::with_capacity(n),
-            succs: Vec::new(),
-            news: Chunk::default(),
-            fps: Vec::new(),
-        };
+        let mut out =
+            ChunkOut { done: 0, hits: vec![0; n * self.words], ends: Vec::with_capacity(n), ..ChunkOut::empty() };
+        seen.clear();
+        arena.clear();
+        arena_ends.clear();
         let mut whole = std::mem::take(&mut chunk.states).into_iter();
+        let mut entries = chunk.live();
         // Each state is decoded right before its expansion and dropped right after it, while
         // its memory is in cache.
         for j in 0..n {
@@ -106,7 +116,8 @@ where
                 }
                 None => {
                     // Into the thread's decoded state, reused from one state to the next.
-                    self.hooks.decode_into(self.model, chunk.encoded(j), cur);
+                    let e = entries.next().expect("a live entry");
+                    self.hooks.decode_into(self.model, chunk.encoded(e), cur);
                     cur.as_ref().expect("decode_into gave a state")
                 }
             };
@@ -152,21 +163,29 @@ where
                     let known = match self.visited.get(fp) {
                         Some(_) if !self.live => continue,
                         Some(id) => id,
-                        None => {
-                            if self.encoded {
-                                // Encoded from the reused successor, which stays for the next.
-                                self.hooks.encode(self.model, rep.as_ref().unwrap_or(next), &mut out.news.bytes);
-                                out.news.ends.push(out.news.bytes.len() as u32);
-                            } else {
-                                let kept = match rep {
-                                    Some(r) => r,
-                                    None => reuse.take().expect("a successor"),
-                                };
-                                out.news.states.push(kept);
+                        None => match seen.insert(fp, &out.fps) {
+                            // A candidate already: without a graph, nothing to record.
+                            Err(_) if !self.live => continue,
+                            Err(c) => {
+                                out.dups.push(c);
+                                DUP
                             }
-                            out.fps.push(fp);
-                            NEW
-                        }
+                            Ok(()) => {
+                                if self.encoded {
+                                    // Encoded from the reused successor, which stays for the next.
+                                    self.hooks.encode(self.model, rep.as_ref().unwrap_or(next), arena);
+                                    arena_ends.push(arena.len() as u32);
+                                } else {
+                                    let kept = match rep {
+                                        Some(r) => r,
+                                        None => reuse.take().expect("a successor"),
+                                    };
+                                    out.states.push(kept);
+                                }
+                                out.fps.push(fp);
+                                NEW
+                            }
+                        },
                     };
                     out.succs.push(Succ { known, action: i as u32, class });
                 }
@@ -174,154 +193,83 @@ where
             out.ends.push((out.succs.len() as u32, generated));
             out.done += 1;
         }
+        if !arena_ends.is_empty() {
+            // Copied while in this thread's cache, so the merge moves the pieces and copies nothing.
+            frontier::cut(arena, arena_ends, &mut out.pieces);
+        }
         out
     }
 }
 
-/// A thread's reused buffers: the action list, the last successor the search dropped and the
-/// frontier state last decoded (encoded frontiers).
+/// The candidates of the chunk being expanded, by fingerprint: a successor that two of its
+/// sources reach is encoded once. Open addressing over indices into the chunk's `fps`.
+#[derive(Default)]
+struct Seen {
+    /// `index + 1` of a candidate in `fps` (0: empty); a power of two long.
+    slots: Vec<u32>,
+    len: usize,
+}
+
+impl Seen {
+    fn clear(&mut self) {
+        if self.len > 0 {
+            self.slots.fill(0);
+            self.len = 0;
+        }
+    }
+
+    /// `Err(index)` of the candidate with fingerprint `fp`, or `Ok(())` after recording that
+    /// `fp` is the next candidate (`fps.len()`; the caller pushes it).
+    fn insert(&mut self, fp: Fingerprint, fps: &[Fingerprint]) -> Result<(), u32> {
+        if (self.len + 1) * 2 > self.slots.len() {
+            self.slots = vec![0; (self.slots.len() * 2).max(64)];
+            let mask = self.slots.len() - 1;
+            for (k, f) in fps.iter().enumerate() {
+                let mut i = f.0[0] as usize & mask;
+                while self.slots[i] != 0 {
+                    i = (i + 1) & mask;
+                }
+                self.slots[i] = k as u32 + 1;
+            }
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = fp.0[0] as usize & mask;
+        loop {
+            match self.slots[i] {
+                0 => {
+                    self.slots[i] = fps.len() as u32 + 1;
+                    self.len += 1;
+                    return Ok(());
+                }
+                k if fps[k as usize - 1] == fp => return Err(k - 1),
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+}
+
+/// A thread's reused buffers: the action list, the last successor the search dropped, the
+/// frontier state last decoded (encoded frontiers), the chunk's candidates by fingerprint, and
+/// the arena its candidates are encoded into before [`frontier::cut`].
 pub(super) struct Scratch<M: Model> {
     acts: Vec<M::Action>,
     next: Option<M::State>,
     cur: Option<M::State>,
+    seen: Seen,
+    arena: Vec<u8>,
+    arena_ends: Vec<u32>,
 }
 
 impl<M: Model> Scratch<M> {
     pub(super) fn new() -> Self {
-        Scratch { acts: Vec::new(), next: None, cur: None }
-    }
-}
-
-/// The search's sequential state: the visited set, the graph, the counts, the decisions.
-struct Run<'a, M: Model> {
-    props: &'a [Property<M>],
-    /// The visited set: the table (shared with the expanding threads) and the nodes.
-    table: &'a RwLock<Table>,
-    nodes: Nodes,
-    graph: Option<Graph>,
-    found: Vec<Option<NodeId>>,
-    generated: usize,
-    max_depth: usize,
-    stopped: Option<Stop>,
-    end: Option<End>,
-    max_states: Option<usize>,
-    /// The next source's node index.
-    src: NodeId,
-    /// `all_found()`, updated at each discovery.
-    decided: bool,
-    /// Candidates a thread took for new that the merge found visited (a look-up that ran
-    /// before the merge inserted the state; `KVMC_SEARCH_STATS`).
-    repeats: usize,
-}
-
-impl<M: Model> Run<'_, M> {
-    /// Every property is decided: it has its discovery, or a property of the same name has
-    /// (properties sharing a name are one property, e.g. a deadlock check and a cycle check).
-    fn all_found(&self) -> bool {
-        !self.props.is_empty()
-            && self
-                .props
-                .iter()
-                .all(|p| self.props.iter().zip(&self.found).any(|(q, f)| q.name == p.name && f.is_some()))
-    }
-
-    /// Merge one chunk's output; `left` counts this level's sources not yet merged. Returns
-    /// false when the run ends here.
-    fn merge(
-        &mut self,
-        mut out: ChunkOut<M::State>,
-        len: usize,
-        depth: usize,
-        expand: bool,
-        left: &mut usize,
-        next: &mut Level<M::State>,
-    ) -> bool {
-        let words = self.props.len().div_ceil(64);
-        let lock = self.table;
-        let mut table = lock.read().unwrap();
-        let mut succs = out.succs.into_iter();
-        let mut whole = std::mem::take(&mut out.news.states).into_iter();
-        let mut k = 0; // the next entry of `out.fps`
-        let mut start = 0u32;
-        for j in 0..out.done {
-            let src = self.src;
-            self.src += 1;
-            *left -= 1;
-            self.max_depth = depth;
-            let hits = &out.hits[j * words..(j + 1) * words];
-            for (k, p) in self.props.iter().enumerate() {
-                let bit = hits[k / 64] >> (k % 64) & 1 == 1;
-                if bit && p.expectation != Expectation::Eventually && self.found[k].is_none() {
-                    self.found[k] = Some(src);
-                    self.decided = self.all_found();
-                }
-            }
-            if let Some(g) = &mut self.graph {
-                g.push_bits(hits);
-            }
-            if self.decided {
-                self.end = Some(End::AllDiscovered);
-                return false;
-            }
-            let (end, generated) = out.ends[j];
-            if !expand {
-                self.stopped.get_or_insert(Stop::MaxDepth);
-                if let Some(g) = &mut self.graph {
-                    g.close_node();
-                }
-                continue;
-            }
-            self.generated += generated as usize;
-            for s in succs.by_ref().take((end - start) as usize) {
-                let target = match s.known {
-                    NEW => {
-                        let fp = out.fps[k];
-                        k += 1;
-                        if self.nodes.len() >= MAX_NODES {
-                            self.end = Some(End::Stopped(Stop::Capacity));
-                            return false;
-                        }
-                        // The state bound: never more than `max_states` visited states; a new
-                        // one past it stops the run (it may be a repeat within this batch:
-                        // conservative, the run is cut all the same).
-                        if self.max_states.is_some_and(|n| self.nodes.len() >= n) && table.get(fp).is_none() {
-                            self.end = Some(End::Stopped(Stop::MaxStates));
-                            return false;
-                        }
-                        let state = whole.next();
-                        if table.needs_room(1) {
-                            // Growing moves every slot: wait for the readers' chunks.
-                            drop(table);
-                            lock.write().unwrap().grow(1);
-                            table = lock.read().unwrap();
-                        }
-                        match table.insert(fp, self.nodes.next_id()) {
-                            Ok(()) => {
-                                let id = self.nodes.push(src, s.action);
-                                match state {
-                                    Some(state) => next.push_state(state),
-                                    None => next.push_encoded(out.news.encoded(k - 1)),
-                                }
-                                id
-                            }
-                            Err(id) => {
-                                self.repeats += 1;
-                                id
-                            }
-                        }
-                    }
-                    id => id,
-                };
-                if let Some(g) = &mut self.graph {
-                    g.push_edge(target, s.class);
-                }
-            }
-            start = end;
-            if let Some(g) = &mut self.graph {
-                g.close_node();
-            }
+        Scratch {
+            acts: Vec::new(),
+            next: None,
+            cur: None,
+            seen: Seen::default(),
+            arena: Vec::new(),
+            arena_ends: Vec::new(),
         }
-        out.done == len
     }
 }
 
@@ -363,6 +311,7 @@ where
         src: 0,
         decided: false,
         repeats: 0,
+        ids: Vec::new(),
     };
     // Level 0: the initial states within the boundary, deduplicated in order.
     let mut level: Level<M::State> = Level::new();
@@ -465,6 +414,7 @@ where
                 }
                 break;
             }
+            next.close();
             frontier.see(next.len, next.bytes);
             level = next;
             depth += 1;
