@@ -119,6 +119,11 @@ impl Hooks<KvModel> for KvHooks {
             }
             None => *out = Some(self.decode(model, bytes)),
         }
+        // A new identity for the step memo (`System::take_step_memo`): the search holds this
+        // state read-only until the next decode.
+        if let Some(s) = out {
+            s.engine.stamp = crate::system::collections::side::Stamp::fresh();
+        }
     }
 
     fn fairness_class(&self, _model: &KvModel, a: &Action) -> Option<u8> {
