@@ -97,9 +97,21 @@ impl Hooks<KvModel> for KvHooks {
         self.encode
     }
 
+    /// Appended to `out`, the expanding chunk's buffer of new states: a fresh buffer first
+    /// takes room for about 24 states of the last size encoded on this thread (a chunk of 16
+    /// expansions makes about that many), so it is not regrown and copied a dozen times from
+    /// 8 bytes up (a realloc for nearly every state encoded).
     fn encode(&self, _model: &KvModel, s: &KvState, out: &mut Vec<u8>) {
         use bincode::Options;
-        codec().serialize_into(out, &s.engine).expect("an engine state encodes");
+        thread_local! {
+            static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new(1024) };
+        }
+        if out.capacity() == 0 {
+            out.reserve(24 * LAST.get());
+        }
+        let start = out.len();
+        codec().serialize_into(&mut *out, &s.engine).expect("an engine state encodes");
+        LAST.set(out.len() - start);
     }
 
     fn decode(&self, model: &KvModel, bytes: &[u8]) -> KvState {
@@ -118,6 +130,11 @@ impl Hooks<KvModel> for KvHooks {
                 crate::system::Engine::deserialize_in_place(&mut d, &mut s.engine).expect("a frontier state decodes");
             }
             None => *out = Some(self.decode(model, bytes)),
+        }
+        // A new identity for the step memo (`System::take_step_memo`): the search holds this
+        // state read-only until the next decode.
+        if let Some(s) = out {
+            s.engine.stamp = crate::system::collections::side::Stamp::fresh();
         }
     }
 

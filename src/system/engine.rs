@@ -4,7 +4,7 @@
 //! An engine moves only through the inputs below. The model checker chooses them
 //! nondeterministically; trace replay and conformance take them from a trace or a log.
 
-use super::collections::side::{ReadCache, Side};
+use super::collections::side::{ReadCache, Side, Stamp};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
 use super::connector::{Connector, RequestRef, StepScratch, WorkerCtx};
@@ -67,6 +67,9 @@ pub struct Engine {
     pub reads: Side<ReadCache>,
     /// P/D: the decode instance and the router (`src/system/pd`), on the prefill engine.
     pub pd: Option<Box<super::pd::PdState>>,
+    /// Not state: which decoded frontier state this is (the checker's step memo; `Stamp`).
+    #[serde(skip)]
+    pub stamp: Stamp,
 }
 
 clone_fields!(Engine {
@@ -86,7 +89,8 @@ clone_fields!(Engine {
     deferred_frees,
     aux,
     reads,
-    pd
+    pd,
+    stamp
 });
 
 /// A batch in flight: what was scheduled and what the worker reported for it.
@@ -142,6 +146,7 @@ impl Engine {
             }),
             reads: Side::default(),
             pd: None,
+            stamp: Stamp::default(),
         }
     }
 

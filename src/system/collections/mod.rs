@@ -7,6 +7,7 @@
 
 pub mod bit_set;
 pub mod inline_vec;
+pub mod opt_vec;
 pub mod pos_map;
 pub mod rank_queue;
 pub mod side;

@@ -96,6 +96,47 @@ impl<T> Hash for SideVal<T> {
     fn hash<H: Hasher>(&self, _: &mut H) {}
 }
 
+/// The identity of one decoded frontier state (the search's `decode_into` gives each a fresh
+/// one), for the checker's step memo (`System::take_step_memo`): the state a property's
+/// deadlock check stepped is the state the search then expands iff their stamps match, which
+/// spares a copy and a comparison of the whole engine per state. Not state: always equal,
+/// never hashed or encoded, and a clone is unstamped (0), so only the decoded engine itself
+/// carries it, and the search holds that engine read-only until it decodes the next one.
+#[derive(Debug, Default)]
+pub struct Stamp(u64);
+
+impl Stamp {
+    /// A stamp no other engine has had (never 0).
+    pub fn fresh() -> Stamp {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Stamp(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+    /// 0: unstamped (a clone, a step's result, a state built whole).
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0
+    }
+}
+impl Clone for Stamp {
+    #[inline]
+    fn clone(&self) -> Self {
+        Stamp(0)
+    }
+    #[inline]
+    fn clone_from(&mut self, _: &Self) {
+        self.0 = 0;
+    }
+}
+impl PartialEq for Stamp {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for Stamp {}
+impl Hash for Stamp {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
+}
+
 impl<T> Side<T> {
     #[inline]
     pub fn get(&self) -> Option<&T> {

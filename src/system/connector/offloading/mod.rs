@@ -17,6 +17,7 @@ pub mod worker;
 
 use crate::system::collections::clone_fields;
 use crate::system::collections::inline_vec::InlineVec;
+use crate::system::collections::opt_vec::OptVec;
 use crate::system::collections::side::{SideVal, WordHasher};
 use crate::system::collections::vec_map::VecMap;
 use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
@@ -128,7 +129,8 @@ impl Job {
 /// The connector's scheduler-side state plus its host tier.
 #[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct OffloadingState {
-    pub(crate) reqs: Vec<Option<OffloadingReq>>,
+    /// Decoded in place, a record over a record (`OptVec`).
+    pub(crate) reqs: OptVec<OffloadingReq>,
     /// Jobs not yet completed, ascending id.
     pub(crate) jobs: Vec<Job>,
     pub(crate) next_job: JobId,
@@ -159,7 +161,7 @@ impl OffloadingState {
             host.use_arc(rules.arc_t1_fallback, rules.arc_ghost_trim);
         }
         OffloadingState {
-            reqs: vec![None; num_reqs],
+            reqs: OptVec(vec![None; num_reqs]),
             jobs: Vec::new(),
             next_job: 0,
             fences: VecMap::new(),
