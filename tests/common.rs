@@ -106,3 +106,22 @@ trace_block_size = 512
 "#
     )
 }
+
+/// Runs one of the recorder's own Python test files (the standard library only, vLLM replaced
+/// by stand-ins) and asserts that exactly `tests` tests ran and passed. Skipped, with a line on
+/// stderr, where there is no python3.
+pub fn python_unittest(script: &str, tests: usize) {
+    let run = Command::new("python3")
+        .arg(script)
+        .current_dir(root())
+        .env("PYTHONHASHSEED", "0")
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output();
+    let Ok(o) = run else {
+        eprintln!("skipped: no python3 here (the recorder needs CPython 3.11)");
+        return;
+    };
+    assert!(o.status.success(), "{script}: {}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("Ran {tests} tests")) && err.contains("OK"), "{script}: {err}");
+}

@@ -110,16 +110,5 @@ fn the_forgetful_connectors_missing_final_store_diverges() {
 fn the_observation_interface_writes_a_connectors_own_lines() {
     // tests/conformance/vllm/test_observe_api.py: the standard library only (vLLM replaced by
     // stand-ins); --connector-class parsing and observe_api.ConnectorObserver.
-    let run = std::process::Command::new("python3")
-        .arg("tests/conformance/vllm/test_observe_api.py")
-        .current_dir(root())
-        .env("PYTHONHASHSEED", "0")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output();
-    let Ok(o) = run else {
-        eprintln!("skipped: no python3 here (the recorder needs CPython 3.11)");
-        return;
-    };
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stderr(&o).contains("Ran 5 tests") && stderr(&o).contains("OK"), "{}", stderr(&o));
+    python_unittest("tests/conformance/vllm/test_observe_api.py", 5);
 }

@@ -213,16 +213,5 @@ fn the_recorder_keeps_a_failed_runs_log_marked_partial() {
     // record.py's own tests (tests/conformance/vllm/test_record.py: the standard library only,
     // vLLM replaced by stand-ins): a failed run's log is kept as NAME.jsonl.partial, ending with
     // the marker kvmc reads above; --hash-seed is checked and named in the header.
-    let run = std::process::Command::new("python3")
-        .arg("tests/conformance/vllm/test_record.py")
-        .current_dir(root())
-        .env("PYTHONHASHSEED", "0")
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output();
-    let Ok(o) = run else {
-        eprintln!("skipped: no python3 here (the recorder needs CPython 3.11)");
-        return;
-    };
-    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stderr(&o).contains("Ran 9 tests") && stderr(&o).contains("OK"), "{}", stderr(&o));
+    python_unittest("tests/conformance/vllm/test_record.py", 9);
 }
