@@ -275,12 +275,12 @@ pub const PROFILES: &[Profile] = &[
     },
     Profile {
         name: "vllm-0.34",
-        summary: "vLLM 0.34.0 as released: #63937 and #62444 fixed, resumed requests listed in admission order; #59102 (NIXL host buffer) and the async-load self-reservation hang still present",
+        summary: "vLLM 0.34.0 as released: #63937 and #62444 fixed, resumed requests listed in admission order, cache-aware admission window, a failed async load handled per request (recomputed or failed, never reloaded from the CPU tier); #59102 (NIXL host buffer) and the async-load self-reservation hang still present",
         rules: vllm_034,
     },
     Profile {
         name: "vllm-main",
-        summary: "vLLM main, rebased on 0.34.0 (no later change modelled): #63937 and #62444 fixed, resumed requests in admission order; #59102 (NIXL host buffer) is still open",
+        summary: "vLLM main, rebased on 0.34.0 (no later change modelled): #63937 and #62444 fixed, resumed requests in admission order, cache-aware admission window, request-level failed async loads; #59102 (NIXL host buffer) is still open",
         rules: vllm_main,
     },
     Profile {
