@@ -153,8 +153,8 @@ fn a_starving_mutation_is_found_as_a_lasso() {
     }
 }
 
-/// The checker's hooks, with every encoding of a frontier state checked: it decodes to an equal
-/// state with the same fingerprint, and decoded in place over the state decoded before (the
+/// The checker's hooks, with every encoding of a frontier state checked: it is bincode's, it
+/// decodes to an equal state with the same fingerprint, and decoded in place over the state decoded before (the
 /// search's way) it equals the state decoded whole.
 struct RoundTrip(kvmc::check::hooks::KvHooks);
 
@@ -180,6 +180,10 @@ impl kvmc::search::Hooks<KvModel> for RoundTrip {
     fn encode(&self, m: &KvModel, s: &kvmc::model::KvState, out: &mut Vec<u8>) {
         let from = out.len();
         self.0.encode(m, s, out);
+        // The checker's codec writes bincode's fixed-width bytes.
+        use bincode::Options;
+        let theirs = bincode::DefaultOptions::new().with_fixint_encoding().serialize(&s.engine).unwrap();
+        assert!(out[from..] == theirs[..], "the frontier codec writes bincode's bytes");
         let back = self.0.decode(m, &out[from..]);
         assert!(back == *s, "a frontier state decodes to itself");
         let fp = |s: &kvmc::model::KvState| kvmc::search::fingerprint(s, kvmc::search::DEFAULT_SEED);

@@ -18,8 +18,12 @@
 //!
 //! The frontier is kept encoded: an engine state is written with its serde derives (every
 //! state type in `crate::system` derives `Serialize` and `Deserialize`) in bincode's
-//! fixed-width format, about 1 KB where the whole state's heap takes about 2 KB, and decoded
-//! in place into the engine the search thread keeps when the search expands it. The state's `Side` data (never on in the checker) encodes to nothing.
+//! fixed-width format (`crate::check::codec`), about 1 KB where the whole state's heap takes
+//! about 2 KB, and decoded in place into the engine the search thread keeps when the search
+//! expands it. The state's `Side` data (never on in the checker) encodes to nothing. The
+//! encoding is canonical (equal engines encode to equal bytes: every container in a checker's
+//! engine is ordered, and the replay-only forms never appear), so the search keys a state by
+//! the fingerprint of its encoding (`crate::search::key`).
 
 use crate::model::{Action, KvModel, KvState};
 use crate::search::Hooks;
@@ -32,14 +36,6 @@ pub struct KvHooks {
     roles: Option<Roles>,
     /// Keep frontier states encoded (the default; off: whole, for tests that compare).
     encode: bool,
-}
-
-/// The frontier's format: bincode with fixed-width integers, little endian (a `u32` is four
-/// bytes, a length eight: 2.7 times varint's bytes on the flagship's frontier, without its
-/// branchy per-integer encode and decode, 10% of the search's instructions).
-fn codec() -> impl bincode::Options {
-    use bincode::Options;
-    bincode::DefaultOptions::new().with_fixint_encoding()
 }
 
 impl KvHooks {
@@ -97,38 +93,24 @@ impl Hooks<KvModel> for KvHooks {
         self.encode
     }
 
-    /// Appended to `out`, the expanding chunk's buffer of new states: a fresh buffer first
-    /// takes room for about 24 states of the last size encoded on this thread (a chunk of 16
-    /// expansions makes about that many), so it is not regrown and copied a dozen times from
-    /// 8 bytes up (a realloc for nearly every state encoded).
+    /// Appended to `out` in the frontier codec (`crate::check::codec`, bincode's fixed-width
+    /// format): the search's buffer for the successor's key (`crate::search::key`), reused from
+    /// one successor to the next.
+    #[inline]
     fn encode(&self, _model: &KvModel, s: &KvState, out: &mut Vec<u8>) {
-        use bincode::Options;
-        thread_local! {
-            static LAST: std::cell::Cell<usize> = const { std::cell::Cell::new(1024) };
-        }
-        if out.capacity() == 0 {
-            out.reserve(24 * LAST.get());
-        }
-        let start = out.len();
-        codec().serialize_into(&mut *out, &s.engine).expect("an engine state encodes");
-        LAST.set(out.len() - start);
+        super::codec::encode(&s.engine, out).expect("an engine state encodes");
     }
 
     fn decode(&self, model: &KvModel, bytes: &[u8]) -> KvState {
-        use bincode::Options;
-        let engine = codec().deserialize(bytes).expect("a frontier state decodes");
+        let engine = super::codec::decode(bytes).expect("a frontier state decodes");
         KvState { engine, sys: model.sys.clone() }
     }
 
     /// Into the engine there, in place (`deserialize_in_place`: its vectors, boxes and the
     /// connector's box are reused, not allocated again).
     fn decode_into(&self, model: &KvModel, bytes: &[u8], out: &mut Option<KvState>) {
-        use serde::Deserialize;
         match out {
-            Some(s) => {
-                let mut d = bincode::Deserializer::from_slice(bytes, codec());
-                crate::system::Engine::deserialize_in_place(&mut d, &mut s.engine).expect("a frontier state decodes");
-            }
+            Some(s) => super::codec::decode_in_place(bytes, &mut s.engine).expect("a frontier state decodes"),
             None => *out = Some(self.decode(model, bytes)),
         }
         // A new identity for the step memo (`System::take_step_memo`): the search holds this

@@ -3,7 +3,7 @@
 //! merge in chunk order that replays exactly what a FIFO search would decide
 //! ([`merge`](super::merge)).
 
-use super::fingerprint::{collision_probability, fingerprint, Fingerprint};
+use super::fingerprint::{collision_probability, Fingerprint};
 use super::frontier::{self, Chunk, Level};
 use super::liveness::{self, Graph};
 use super::merge::Run;
@@ -96,7 +96,7 @@ where
     H: Hooks<M>,
 {
     pub(super) fn expand_chunk(&self, mut chunk: Chunk<M::State>, scratch: &mut Scratch<M>) -> ChunkOut<M::State> {
-        let Scratch { acts, next: reuse, cur, seen, arena, arena_ends } = scratch;
+        let Scratch { acts, next: reuse, cur, seen, arena, arena_ends, buf } = scratch;
         let n = chunk.len();
         let mut out =
             ChunkOut { done: 0, hits: vec![0; n * self.words], ends: Vec::with_capacity(n), ..ChunkOut::empty() };
@@ -159,7 +159,7 @@ where
                     }
                     generated += 1;
                     let rep = self.hooks.representative(self.model, next);
-                    let fp = fingerprint(rep.as_ref().unwrap_or(next), self.seed);
+                    let fp = super::key(self.hooks, self.model, rep.as_ref().unwrap_or(next), self.seed, buf);
                     let known = match self.visited.get(fp) {
                         Some(_) if !self.live => continue,
                         Some(id) => id,
@@ -172,8 +172,12 @@ where
                             }
                             Ok(()) => {
                                 if self.encoded {
-                                    // Encoded from the reused successor, which stays for the next.
-                                    self.hooks.encode(self.model, rep.as_ref().unwrap_or(next), arena);
+                                    // Encoded by `key`, from the reused successor, which stays
+                                    // for the next.
+                                    if arena.capacity() == 0 {
+                                        arena.reserve(24 * buf.len());
+                                    }
+                                    arena.extend_from_slice(buf);
                                     arena_ends.push(arena.len() as u32);
                                 } else {
                                     let kept = match rep {
@@ -258,6 +262,8 @@ pub(super) struct Scratch<M: Model> {
     seen: Seen,
     arena: Vec<u8>,
     arena_ends: Vec<u32>,
+    /// The last successor's encoding (`key`).
+    buf: Vec<u8>,
 }
 
 impl<M: Model> Scratch<M> {
@@ -269,6 +275,7 @@ impl<M: Model> Scratch<M> {
             seen: Seen::default(),
             arena: Vec::new(),
             arena_ends: Vec::new(),
+            buf: Vec::new(),
         }
     }
 }
@@ -324,11 +331,9 @@ where
         let s = hooks.representative(model, &s).unwrap_or(s);
         let mut t = table.write().unwrap();
         t.grow(1);
-        if t.insert(fingerprint(&s, opts.seed), run.nodes.next_id()).is_ok() {
+        if t.insert(super::key(hooks, model, &s, opts.seed, &mut buf), run.nodes.next_id()).is_ok() {
             run.nodes.push(ROOT, i as u32);
             if encoded {
-                buf.clear();
-                hooks.encode(model, &s, &mut buf);
                 level.push_encoded(&buf);
             } else {
                 level.push_state(s);

@@ -24,7 +24,8 @@
 //! re-executing the model from the initial state along the chain of parent links.
 //!
 //! # Fingerprints
-//! MurmurHash3 x64_128 over the words the state's `Hash` writes, with a fixed seed (no
+//! XXH3-128 over the state's encoding when the hooks encode the frontier, else MurmurHash3
+//! x64_128 over the words the state's `Hash` writes ([`key`]), with a fixed seed (no
 //! `RandomState`); the visited set keys states by 96 of the 128 bits. A collision (two distinct
 //! states taken for one, which would silently prune the second) has probability below the
 //! birthday bound n²/2^97: 6e-12 at 10^9 states, more than this machine's memory holds. It is
@@ -77,7 +78,7 @@ mod tests;
 mod trace;
 mod visited;
 
-pub use fingerprint::{collision_probability, fingerprint, Fingerprint, DEFAULT_SEED};
+pub use fingerprint::{collision_probability, fingerprint, fingerprint_bytes, Fingerprint, DEFAULT_SEED};
 use stateright::{Expectation, Model};
 use std::hash::Hash;
 
@@ -119,7 +120,9 @@ pub trait Hooks<M: Model>: Sync {
     }
 
     /// Append `s`'s encoding to `out` (called only when [`Hooks::encodes`]). The state it
-    /// decodes to must equal `s` and hash as `s` does.
+    /// decodes to must equal `s` and hash as `s` does, and equal states must have equal
+    /// encodings: the search then keys a state by the fingerprint of its encoding
+    /// ([`key`]).
     fn encode(&self, _model: &M, _s: &M::State, _out: &mut Vec<u8>) {
         unreachable!("Hooks::encode is called only when Hooks::encodes() is true")
     }
@@ -134,6 +137,24 @@ pub trait Hooks<M: Model>: Sync {
     /// [`Hooks::encodes`]). The result must equal `decode`'s.
     fn decode_into(&self, model: &M, bytes: &[u8], out: &mut Option<M::State>) {
         *out = Some(self.decode(model, bytes));
+    }
+}
+
+/// The fingerprint the search keys `s` by. When the hooks encode the frontier, XXH3-128
+/// over `s`'s encoding, which is left in `buf` (cleared first) for the frontier: a
+/// successor is encoded once, whether it is new or not, and never hashed field by field. Else
+/// over the words `s`'s `Hash` writes ([`fingerprint`]).
+#[inline]
+pub fn key<M: Model, H: Hooks<M>>(hooks: &H, model: &M, s: &M::State, seed: u64, buf: &mut Vec<u8>) -> Fingerprint
+where
+    M::State: Hash,
+{
+    if hooks.encodes() {
+        buf.clear();
+        hooks.encode(model, s, buf);
+        fingerprint_bytes(buf, seed)
+    } else {
+        fingerprint(s, seed)
     }
 }
 

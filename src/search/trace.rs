@@ -4,7 +4,6 @@
 //! real ones even under symmetry, where the concrete states differ from the stored
 //! representatives.
 
-use super::fingerprint::fingerprint;
 use super::liveness::{self, Lasso, Step};
 use super::visited::{NodeId, Visited};
 use super::{Hooks, Trace};
@@ -50,6 +49,7 @@ where
     fn step(&self, at: &At<M::State>, to: NodeId, hint: Option<u32>, class: Option<u8>) -> (M::Action, At<M::State>) {
         let hint = hint.filter(|_| at.exact).map(|h| h as usize);
         let mut acts = Vec::new();
+        let mut buf = Vec::new();
         self.model.actions(&at.state, &mut acts);
         for (i, a) in acts.into_iter().enumerate() {
             if hint.is_some_and(|h| h != i) {
@@ -65,7 +65,9 @@ where
                 continue;
             }
             let rep = self.hooks.representative(self.model, &next);
-            if self.visited.get(fingerprint(rep.as_ref().unwrap_or(&next), self.seed)) == Some(to) {
+            if self.visited.get(super::key(self.hooks, self.model, rep.as_ref().unwrap_or(&next), self.seed, &mut buf))
+                == Some(to)
+            {
                 let exact = at.exact && rep.is_none();
                 return (self.nth_action(&at.state, i), At { state: next, exact });
             }
