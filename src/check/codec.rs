@@ -282,7 +282,7 @@ impl<'de> Dec<'de> {
     #[inline(always)]
     fn len(&mut self) -> Result<usize, Error> {
         let n = u64::from_le_bytes(self.take()?);
-        // Every item takes at least... nothing (a unit); bound by what a length can mean here.
+        // Not bounded by the bytes left (a unit item takes none); `Items::size_hint` is.
         usize::try_from(n).map_err(|_| err("a length does not fit in memory"))
     }
     #[inline(always)]
