@@ -11,7 +11,6 @@ pub mod validate;
 
 use crate::error::{KvmcError, Result};
 use crate::scope::{Arrivals, Faults, Scope};
-use crate::system::types::Status;
 use crate::system::workload::{next_turn_spec, unrehashed_keys, EndKind, TurnInput};
 use crate::system::{
     ConnectorConfig, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
@@ -233,17 +232,6 @@ fn session_specs(
         turns.push(next);
     }
     (spec, turns)
-}
-
-/// `Scheduler.has_requests` as vLLM counts: a parked session (WAITING_FOR_STREAMING_REQ) is not
-/// an unfinished request (`get_num_unfinished_requests` subtracts them), so a step in which
-/// nothing else is live is idle: `EngineCore` does not schedule.
-fn vllm_has_requests(e: &crate::system::Engine) -> bool {
-    e.reqs
-        .iter()
-        .any(|r| (r.status.is_live() && r.status != Status::Parked) || (r.status.is_finished() && !r.table.is_empty()))
-        || !e.finished_since.is_empty()
-        || e.conn.has_pending_work()
 }
 
 /// Check the log at `path` against profile `profile` (and `variant`).

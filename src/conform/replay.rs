@@ -7,7 +7,7 @@
 use super::compare::{self, Memo};
 use super::log::{Ev, Header, Line};
 use super::validate::BadTransfer;
-use super::{kv_events, model_counts, scope_of, vllm_has_requests, Divergence, Report, StepChoice};
+use super::{kv_events, model_counts, scope_of, Divergence, Report, StepChoice};
 use crate::error::{KvmcError, Result};
 use crate::props::{self, Kind};
 use crate::system::choice::{Choices, Item};
@@ -296,7 +296,7 @@ pub(super) fn apply_step(
     }
     // EngineCore.has_work(): requests to schedule, or (async scheduling) batches in flight.
     let mut processed = false;
-    if vllm_has_requests(engine) || !engine.batches.is_empty() {
+    if engine.has_requests() || !engine.batches.is_empty() {
         let in_flight = engine.batches.len();
         let first = ev.list.len();
         engine.step(ctx, &input, ev);

@@ -196,18 +196,25 @@ impl Engine {
         }
     }
 
-    /// Requests not yet finished, or finished but still holding blocks or connector state.
+    /// Requests not yet finished (a parked session too: it waits for its client), or finished
+    /// but still holding blocks or connector state.
     pub fn has_work(&self) -> bool {
         self.has_requests()
+            || self.reqs.iter().any(|r| r.status == Status::Parked)
             || !self.batches.is_empty()
             || !self.deferred_frees.is_empty()
             || self.pd.as_ref().is_some_and(|x| x.has_work())
     }
 
     /// `Scheduler.has_requests`: unfinished requests, finished ones not yet reported or still
-    /// holding blocks (delayed free), or connector push work.
+    /// holding blocks (delayed free), or connector push work. A parked session
+    /// (WAITING_FOR_STREAMING_REQ) is not an unfinished request: `get_num_unfinished_requests`
+    /// subtracts `num_waiting_for_streaming_input`, so with nothing else live `EngineCore`
+    /// does not schedule (under async scheduling it only drains the batch queue).
     pub fn has_requests(&self) -> bool {
-        self.reqs.iter().any(|r| r.status.is_live() || (r.status.is_finished() && !r.table.is_empty()))
+        self.reqs
+            .iter()
+            .any(|r| (r.status.is_live() && r.status != Status::Parked) || (r.status.is_finished() && !r.table.is_empty()))
             || !self.finished_since.is_empty()
             || self.conn.has_pending_work()
     }

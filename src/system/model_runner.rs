@@ -110,7 +110,7 @@ pub fn execute(
 /// The tag a block holds after request `spec` wrote its positions `[i*B, i*B+len)`.
 /// Positions past the script (an async step scheduled after the last sampled token) hold
 /// KV of tokens nobody will read; they get a tag no reader expects.
-fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
+pub(crate) fn written_tag(spec: &RequestSpec, i: usize, len: u32, b: u32) -> ContentTag {
     let from = i * b as usize;
     let to = from + len as usize;
     // What the block holds: the content hashes (0.24's unrehashed session keys name others).

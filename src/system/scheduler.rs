@@ -69,8 +69,9 @@ pub(crate) fn free_request_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId) -> Vec<cr
 
 /// `_preempt_request`: free the blocks, reset to token 0, front of `waiting`. The connector
 /// is not told (it learns from `preempted_req_ids`). In-flight output becomes stale: it is
-/// still delivered (OffloadingConnector does not require KV delivery) but no longer moves
-/// the request's counters.
+/// still delivered but no longer moves the request's counters, unless the connector requires
+/// KV delivery (then it is dropped) or an earlier drop-mode share is still undrained (it stays
+/// dropped: its positions were already resampled).
 fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
     debug_assert_eq!(e.reqs[r as usize].status, Status::Running);
     if let Some(a) = e.aux.as_mut() {
@@ -85,6 +86,7 @@ fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
     q.inflight_prefill = false;
     q.status = Status::Preempted;
     q.num_computed = 0;
+    q.drop_stale = e.conn.requires_kv_delivery() || (q.drop_stale && q.stale > 0);
     q.stale = q.in_flight;
     q.placeholders = 0;
     q.preempted = true;
@@ -356,9 +358,10 @@ fn schedule_waiting(
             }
         }
         let q = &e.reqs[r as usize];
-        if q.stale > 0 {
+        if q.stale > 0 && !q.drop_stale {
             // Deliverable stale output still in flight: resuming now could resample a
-            // position that output later delivers.
+            // position that output later delivers. Output to drop (a stopped session's, or
+            // a drop-mode preemption's) does not hold the request back.
             skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
             continue;
         }

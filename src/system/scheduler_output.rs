@@ -10,7 +10,7 @@ use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Mark};
 use super::kv_manager;
-use super::model_runner::WorkerOut;
+use super::model_runner::{self, WorkerOut};
 use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
 
@@ -317,6 +317,22 @@ fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReas
     q.stale = q.in_flight;
     q.placeholders = 0;
     let turn = q.turn;
+    // Async scheduling: a step in flight may have written the position of the token the
+    // session drops (its last sampled one) into the block that holds the kept frontier. The
+    // next input recomputes that position before anyone reads it, and the block is not cached
+    // (its last token was a placeholder when it was scheduled): the block serves only its
+    // positions below the frontier, as in a synchronous run.
+    let b = ctx.cfg.block_size;
+    let (frontier, spec) = (q.num_computed, ctx.wl.spec(r, turn));
+    if frontier % b != 0 {
+        let i = (frontier / b) as usize;
+        if let Some(&blk) = q.table.get(i) {
+            let keep = frontier % b;
+            if model_runner::tag_serves(e.pool.content[blk as usize], spec, i, keep, b) {
+                e.pool.set_content(blk, model_runner::written_tag(spec, i, keep, b));
+            }
+        }
+    }
     ev.emit(|| Event::TurnEnded { req: r, turn, reason });
     if q.sent > q.turn {
         if q.turn + 1 == ctx.wl.num_turns(r) {

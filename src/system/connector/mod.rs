@@ -100,6 +100,19 @@ impl Connector {
             ))),
         }
     }
+    /// `KVConnectorBase_V1.requires_kv_delivery`: the connector hands KV off and a request
+    /// preempted with the hand-off pending must be recomputed, so its in-flight output is
+    /// dropped (`_preempt_request(drop_stale_output=...)`). The base class's default is the
+    /// producer role (`kv_producer`, `kv_both`); OffloadingConnector and SimpleCPU opt out as
+    /// best-effort caches. The Mooncake store runs as `kv_both`; on the decode side of P/D every
+    /// part is a `kv_consumer`.
+    pub fn requires_kv_delivery(&self) -> bool {
+        match self {
+            Connector::None | Connector::Offloading(_) | Connector::SimpleCpu(_) => false,
+            Connector::Mooncake(_) | Connector::Nixl(_) | Connector::NixlStore(_) => true,
+            Connector::NixlDecode(_) | Connector::NixlDecodeStore(_) => false,
+        }
+    }
     pub fn nixl(&self) -> Option<&NixlState> {
         match self {
             Connector::Nixl(s) => Some(s),

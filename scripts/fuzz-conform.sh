@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Conformance fuzzing: random workloads recorded on real vLLM, each checked against the model.
+#
+#   scripts/fuzz-conform.sh --vllm VERSION [--seed S] [--count N] [--hash-seed H|random]
+#                           [--kind any|offloading|simple-cpu|none] [--out DIR]
+#
+# 1. tests/conformance/vllm/gen_scenarios.py writes N random scenarios (seed S) to
+#    DIR/scenarios/ (docs/conformance.md, "Conformance fuzzing", says what it draws);
+# 2. record.py runs them on vLLM VERSION's real scheduler side (its venv: scripts/lib/vllm-venv.sh)
+#    under PYTHONHASHSEED H into DIR/logs/, skipping what the release lacks (--vllm-skip);
+# 3. `kvmc conform --profile vllm-X.Y` checks every log; DIR/conform.json is its JSON report.
+#
+# A scenario whose fault never applied as written (a load failure or a slow load on a request
+# that never loaded, an abort after its request finished) is recorded whole but ends with the
+# recorder's error: its log is kept as NAME.jsonl.partial (every step before the end check) and
+# checked up to that point ("partial" below). Prints one summary line and, for each log that
+# diverges, where. Exit 0 when no log diverges, 10 when one does, 2 on a usage or setup error.
+# KVMC names the kvmc binary (default: target/release/kvmc, built if missing).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CONF="$ROOT/tests/conformance"
+
+version="" seed=1 count=50 hash_seed=0 kind=any out=""
+usage() { sed -n '4,5p' "$0" | sed 's/^# *//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --vllm) version="${2:?}"; shift 2 ;;
+    --seed) seed="${2:?}"; shift 2 ;;
+    --count) count="${2:?}"; shift 2 ;;
+    --hash-seed) hash_seed="${2:?}"; shift 2 ;;
+    --kind) kind="${2:?}"; shift 2 ;;
+    --out) out="${2:?}"; shift 2 ;;
+    -h|--help) usage ;;
+    *) echo "fuzz-conform.sh: unknown argument $1" >&2; usage ;;
+  esac
+done
+[ -n "$version" ] || { echo "fuzz-conform.sh: --vllm VERSION is required (0.24.0, 0.32.0, 0.33.0, 0.34.0)" >&2; exit 2; }
+case "$version" in 0.24.0|0.32.0|0.33.0|0.34.0) ;; *) echo "fuzz-conform.sh: no profile for vLLM $version" >&2; exit 2 ;; esac
+profile="vllm-${version%.*}"
+out="${out:-/tmp/kvmc-fuzz-$version-$seed-$hash_seed}"
+
+# shellcheck source=lib/vllm-venv.sh
+. "$ROOT/scripts/lib/vllm-venv.sh"
+VENV="$(vllm_venv "$version")"
+vllm_venv_check "$VENV" "$version" || { echo "fuzz-conform.sh: scripts/record-fixtures.sh --vllm $version creates the venv" >&2; exit 2; }
+
+KVMC="${KVMC:-$ROOT/target/release/kvmc}"
+if [ ! -x "$KVMC" ]; then
+  (cd "$ROOT" && cargo build --release --quiet) || exit 2
+fi
+
+rm -rf "$out/scenarios" "$out/logs"
+mkdir -p "$out/scenarios" "$out/logs"
+python3 "$CONF/vllm/gen_scenarios.py" --seed "$seed" --count "$count" --kind "$kind" --out-dir "$out/scenarios" || exit 2
+
+export HF_HUB_OFFLINE=1
+unset VLLM_USE_V2_MODEL_RUNNER
+set +e
+"$VENV/bin/python" "$CONF/vllm/record.py" "$out/scenarios"/*.toml --out-dir "$out/logs" \
+  --hash-seed "$hash_seed" --vllm-skip -q > "$out/record.txt" 2>&1
+set -e
+skipped=$( [ -f "$out/logs/skipped.txt" ] && wc -l < "$out/logs/skipped.txt" || echo 0)
+
+shopt -s nullglob
+logs=("$out/logs"/*.jsonl "$out/logs"/*.jsonl.partial)
+shopt -u nullglob
+if [ ${#logs[@]} -eq 0 ]; then
+  echo "fuzz-conform.sh: vLLM $version recorded no log (see $out/record.txt)" >&2
+  exit 2
+fi
+set +e
+"$KVMC" conform --quiet --profile "$profile" --format json "${logs[@]}" > "$out/conform.json"
+status=$?
+set -e
+case $status in
+  0|10|13) ;;
+  *) echo "fuzz-conform.sh: kvmc conform exited $status (see $out/conform.json)" >&2; exit 2 ;;
+esac
+python3 - "$out/conform.json" "$version" "$seed" "$count" "$hash_seed" "$skipped" "$profile" <<'PY'
+import json, sys
+path, version, seed, count, hseed, skipped, profile = sys.argv[1:]
+rep = json.load(open(path))
+logs = rep.get("logs", [])
+verdicts = [l.get("verdict") for l in logs]
+bad = [l for l in logs if l.get("verdict") not in ("conforms", "partial")]
+print(f"vLLM {version}, seed {seed}, hash seed {hseed}: {count} scenarios, {len(logs)} logs "
+      f"({skipped} skipped by the release): {verdicts.count('conforms')} conform, "
+      f"{verdicts.count('partial')} partial (a fault never applied; the steps recorded conform), "
+      f"{len(bad)} diverge")
+for l in bad:
+    d = l.get("divergence") or {}
+    print(f"  {l.get('log')}:{d.get('line')}: {l.get('verdict')} ({d.get('kind')}); "
+          f"kvmc conform --profile {profile} {l.get('log')}")
+sys.exit(10 if bad else 0)
+PY

@@ -1,0 +1,201 @@
+"""Random conformance scenarios: workloads nobody wrote, for recording on real vLLM.
+
+    python gen_scenarios.py --seed S --count N --out-dir DIR [--kind K]
+
+Writes DIR/fuzz-S-I.toml for I in 0..N-1, each a valid scenario (scenario.py's format,
+checked by loading it back). The same seed gives the same files. No vLLM import.
+
+What is drawn (per scenario): the connector (OffloadingConnector, SimpleCPU, none), block
+size 4 or 8, a GPU pool from tight (preemptions, prefix-cache evictions) to roomy, a batch
+token budget (chunked prefill), async scheduling, the load-failure policy; for the
+OffloadingConnector a host tier from 2 chunks (evictions, refused stores) up, 1 or 2 blocks
+per chunk, prompt-only stores or not, store and load delays; 2 to 5 requests whose prompts
+are built from a small alphabet of shared segments (a shared system prompt, another
+request's prompt or its output via `@NAME`, a prompt ending mid-block), arrivals at fixed
+steps or after another request arrives or finishes, EOS at random positions, aborts and
+errors, failed loads (with the OffloadingConnector), slow transfers, and streaming-input
+sessions. Every request fits `max_model_len` and the pool (`kvmc` models a request that can
+never fit as vLLM does, but such scenarios only test the rejection path).
+
+`--kind` restricts the connector: offloading, simple-cpu, none or any (default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scenario import load_scenario  # noqa: E402
+
+NAMES = ["A", "B", "C", "D", "E"]
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(v)
+
+
+def _table(lines: list[str], header: str, d: dict) -> None:
+    lines.append(header)
+    for k, v in d.items():
+        lines.append(f"{k} = {_toml_value(v)}")
+    lines.append("")
+
+
+def _seg_len(seg: str, longest: dict[str, int]) -> int:
+    """The most tokens a prompt segment stands for."""
+    if seg.startswith("@"):
+        name, _, count = seg[1:].partition(":")
+        return min(int(count), longest[name]) if count else longest[name]
+    return int(seg.split(":")[1])
+
+
+def gen(rng: random.Random, name: str, kind: str) -> str:
+    connector = kind if kind != "any" else rng.choice(["offloading", "offloading", "simple-cpu", "none"])
+    bs = rng.choice([4, 4, 8])
+    n = rng.randint(2, 5)
+    sys_len = rng.choice([0, bs, 2 * bs, bs + bs // 2])
+    max_prompt = 6 * bs
+    max_tokens_cap = 3 * bs
+    # The pool: from barely one request's worth (preemption, evictions) to roomy.
+    one = (max_prompt + max_tokens_cap + 3 * bs) // bs + 1  # a session's inputs: 3 blocks
+    gpu_blocks = rng.randint(one + 1, one + 2 + 3 * n)
+    eng = {
+        "block_size": bs,
+        "gpu_blocks": gpu_blocks,
+        "max_num_batched_tokens": rng.choice([2 * bs, 4 * bs, 8 * bs]),
+        "max_num_seqs": rng.choice([2, 4, 8]),
+        # vLLM's planner wants the whole pool (less the null block) to hold max_model_len.
+        "max_model_len": (gpu_blocks - 1) * bs,
+        "connector": connector,
+    }
+    if connector == "offloading":
+        eng["load_failure_policy"] = rng.choice(["fail", "recompute"])
+    if rng.random() < 0.25:
+        eng["async_scheduling"] = True
+    lines = [f'name = "{name}"', 'description = "gen_scenarios.py: a random workload"', ""]
+    _table(lines, "[engine]", eng)
+    if connector == "offloading":
+        off = {
+            "host_chunks": rng.randint(2, 6 * n),
+            "blocks_per_chunk": rng.choice([1, 1, 2]),
+            "offload_prompt_only": rng.random() < 0.5,
+        }
+        _table(lines, "[offload]", off)
+    elif connector == "simple-cpu":
+        _table(lines, "[simple_cpu]", {"cpu_blocks": rng.randint(2, 4 * n + 2)})
+    wrk = {"max_steps": 400}
+    if connector != "none":
+        wrk["store_delay"] = rng.choice([1, 1, 2, 3]) if connector == "offloading" else rng.choice([0, 1, 2])
+        wrk["load_delay"] = rng.choice([0, 1, 1, 2])
+    _table(lines, "[worker]", wrk)
+
+    names = NAMES[:n]
+    # A session resumes with new input; 0.24 lacks sessions, so at most one per scenario and
+    # only sometimes.
+    session = rng.choice(names) if rng.random() < 0.2 else None
+    longest: dict[str, int] = {}  # a request's most tokens (prompt and outputs)
+    sharing: set[str] = set()  # requests whose prompt starts with a shared segment
+    for i, r in enumerate(names):
+        prompt: list[str] = []
+        shape = rng.random()
+        earlier = names[:i]
+        if earlier and shape < 0.4:
+            # Another request's tokens (prompt and outputs so far), or a block-aligned prefix
+            # of them; at most 3 blocks, so a prompt stays within 6 blocks.
+            src = rng.choice(earlier)
+            if shape < 0.25 and longest[src] <= 3 * bs:
+                prompt.append(f"@{src}")
+            else:
+                prompt.append(f"@{src}:{rng.randint(1, 3) * bs}")
+        elif sys_len and shape < 0.8:
+            prompt.append(f"SYS:{sys_len}")
+        if prompt:
+            sharing.add(r)
+        own = rng.randint(1, 3 * bs) if rng.random() < 0.5 else rng.randint(1, 3) * bs
+        prompt.append(f"{r}:{own}")
+        req = {"name": r, "prompt": prompt, "max_tokens": rng.randint(1, max_tokens_cap)}
+        longest[r] = sum(_seg_len(p, longest) for p in prompt) + req["max_tokens"]
+        if rng.random() < 0.2:
+            req["eos_at"] = rng.randint(0, req["max_tokens"] - 1)
+        refs = [p[1:].split(":")[0] for p in prompt if p.startswith("@")]
+        if i == 0:
+            req["arrive"] = 1
+        elif refs and rng.random() < 0.6:
+            req["after"] = refs[0]
+            req["delay"] = rng.randint(1, 3)
+        elif refs:
+            req["after_arrival"] = refs[0]
+            req["delay"] = rng.randint(1, 4)
+        else:
+            w = rng.random()
+            if w < 0.4:
+                req["arrive"] = rng.randint(1, 8)
+            elif w < 0.7:
+                req["after_arrival"] = rng.choice(earlier)
+                req["delay"] = rng.randint(0, 3)
+            else:
+                req["after"] = rng.choice(earlier)
+                req["delay"] = rng.randint(1, 3)
+        _table(lines, "[[request]]", req)
+        if r == session:
+            for k in range(rng.randint(1, 2)):
+                inp = {"prompt": [f"{r}{k + 2}:{rng.randint(1, bs)}"],
+                       "max_tokens": rng.randint(1, bs // 2), "send": "parked",
+                       "delay": rng.randint(1, 2)}
+                longest[r] += _seg_len(inp["prompt"][0], longest) + inp["max_tokens"]
+                _table(lines, "[[request.input]]", inp)
+            _table(lines, "[[request.input]]", {"end": True, "send": "parked"})
+
+    for r in names:
+        if r == session:
+            continue
+        x = rng.random()
+        if x < 0.12:
+            _table(lines, "[[event]]", {"abort": r, "after_arrival": r, "delay": rng.randint(1, 6)})
+        elif x < 0.18:
+            _table(lines, "[[event]]", {"error": r, "after_arrival": r, "delay": rng.randint(1, 6)})
+    if connector == "offloading":
+        for r in names:
+            # Only a request that shares a prefix can load (a failure that never applies is a
+            # recording error).
+            if r not in sharing:
+                continue
+            if rng.random() < 0.3:
+                _table(lines, "[[load_failure]]", {"req": r, "nth": 1, "from_block": rng.randint(0, 2)})
+            if rng.random() < 0.25:
+                _table(lines, "[[transfer_delay]]", {"req": r, "kind": rng.choice(["store", "load"]),
+                                                      "nth": 1, "delay": rng.randint(2, 5)})
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--count", type=int, required=True)
+    ap.add_argument("--out-dir", required=True)
+    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none"], default="any")
+    args = ap.parse_args(argv)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for i in range(args.count):
+        rng = random.Random(f"{args.seed}/{i}/{args.kind}")
+        name = f"fuzz-{args.seed}-{i}"
+        path = out / f"{name}.toml"
+        path.write_text(gen(rng, name, args.kind))
+        load_scenario(path)  # a generator bug is an error here, not a recording failure
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

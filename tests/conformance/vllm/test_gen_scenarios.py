@@ -1,0 +1,94 @@
+"""Tests of gen_scenarios.py (the standard library only, no vLLM):
+
+    python3 tests/conformance/vllm/test_gen_scenarios.py      # (cargo test runs it too)
+
+The random scenarios must be valid (scenario.py loads them), reproducible from their seed, varied
+(every connector, async scheduling, sessions, faults), and keep every request within the pool.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import gen_scenarios  # noqa: E402
+from scenario import load_scenario  # noqa: E402
+
+
+def _longest(sc) -> dict[str, int]:
+    """Each request's most tokens (prompt, outputs, a session's further inputs)."""
+    most: dict[str, int] = {}
+    for r in sc.requests:
+        n = 0
+        for seg in r.prompt:
+            name, _, count = seg.lstrip("@").partition(":")
+            if seg.startswith("@"):
+                n += min(int(count), most[name]) if count else most[name]
+            else:
+                n += int(count)
+        n += r.max_tokens
+        for t in r.inputs:
+            n += sum(int(s.partition(":")[2]) for s in t.prompt) + t.max_tokens
+        most[r.name] = n
+    return most
+
+
+class GenScenarios(unittest.TestCase):
+    def generate(self, seed: int, count: int, kind: str = "any") -> list[Path]:
+        d = Path(tempfile.mkdtemp())
+        gen_scenarios.main(["--seed", str(seed), "--count", str(count), "--out-dir", str(d),
+                            "--kind", kind])
+        return sorted(d.glob("*.toml"))
+
+    def test_the_same_seed_gives_the_same_files(self):
+        a = [p.read_text() for p in self.generate(7, 12)]
+        b = [p.read_text() for p in self.generate(7, 12)]
+        c = [p.read_text() for p in self.generate(8, 12)]
+        self.assertEqual(a, b)
+        self.assertNotEqual(a, c)
+
+    def test_every_scenario_loads_and_fits_its_pool(self):
+        for p in self.generate(3, 200):
+            sc = load_scenario(p)
+            self.assertTrue(2 <= len(sc.requests) <= 5, p.name)
+            self.assertEqual(sc.max_model_len, (sc.gpu_blocks - 1) * sc.block_size, p.name)
+            for name, n in _longest(sc).items():
+                self.assertLessEqual(n, sc.max_model_len, f"{p.name}: {name}")
+
+    def test_the_draws_cover_every_feature(self):
+        scs = [load_scenario(p) for p in self.generate(5, 300)]
+        self.assertEqual({s.connector for s in scs}, {"offloading", "simple-cpu", "none"})
+        self.assertTrue(any(s.async_scheduling for s in scs))
+        self.assertTrue(any(r.inputs for s in scs for r in s.requests), "sessions")
+        self.assertTrue(any(s.load_failures for s in scs))
+        self.assertTrue(any(s.delay_overrides for s in scs))
+        self.assertEqual({e.kind for s in scs for e in s.events}, {"abort", "error"})
+        self.assertTrue(any(seg.startswith("@") for s in scs for r in s.requests for seg in r.prompt))
+        self.assertEqual({s.load_failure_policy for s in scs if s.connector == "offloading"},
+                         {"fail", "recompute"})
+
+    def test_kind_restricts_the_connector(self):
+        for kind in ("offloading", "simple-cpu", "none"):
+            self.assertEqual({load_scenario(p).connector for p in self.generate(2, 20, kind)}, {kind})
+
+    def test_faults_are_drawn_where_the_recorder_can_apply_them(self):
+        # The recorder applies aborts and errors before the step's arrivals, so one in the step
+        # its request arrives would miss it; a load failure on a request whose prompt shares
+        # nothing could never apply.
+        for p in self.generate(11, 200, "offloading"):
+            sc = load_scenario(p)
+            for e in sc.events:
+                self.assertEqual(e.when.after_arrival, e.req, p.name)
+                self.assertGreaterEqual(e.when.delay, 1, p.name)
+            sharing = {r.name for r in sc.requests if len(r.prompt) > 1}
+            for f in sc.load_failures:
+                self.assertIn(f.req, sharing, p.name)
+
+
+if __name__ == "__main__":
+    unittest.main()
