@@ -13,20 +13,42 @@ fn expected_findings(release: &str, name: &str) -> BTreeSet<&'static str> {
     match (release, name) {
         // #60810: before 0.33 a resumed session's full table is appended to the mirror.
         ("vllm-0.32", "async-stream-stale") => ["mirror-table"].into(),
+        // 0.24's own FIXME: a cursor past a block the CPU pool evicted never goes back to it.
+        ("vllm-0.24", "scpu-full-scan") => ["store-coverage"].into(),
+        // The lost final store: with the CPU pool full, a finishing request's last blocks
+        // are refused and nothing offers them again.
+        (_, "scpu-full-scan") => ["final-store-kept"].into(),
         _ => BTreeSet::new(),
     }
+}
+
+/// The releases each regression was recorded on (async scheduling with a session is not
+/// modelled for 0.24: docs/conformance.md, "Limits").
+fn releases(name: &str) -> &'static [&'static str] {
+    match name {
+        "async-stream-idle" | "async-stream-stale" => &["vllm-0.32", "vllm-0.33", "vllm-0.34"],
+        _ => &["vllm-0.24", "vllm-0.32", "vllm-0.33", "vllm-0.34"],
+    }
+}
+
+fn scenarios() -> BTreeSet<String> {
+    std::fs::read_dir(root().join("tests/conformance/fuzz/scenarios"))
+        .unwrap()
+        .map(|e| e.unwrap().path().file_stem().unwrap().to_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
 fn the_fuzzing_regressions_conform_on_every_release_with_only_vllms_own_findings() {
     let base = root().join("tests/conformance/fuzz");
-    let scenarios: BTreeSet<String> = std::fs::read_dir(base.join("scenarios"))
-        .unwrap()
-        .map(|e| e.unwrap().path().file_stem().unwrap().to_str().unwrap().to_string())
-        .collect();
-    assert_eq!(scenarios, ["async-stream-idle".to_string(), "async-stream-stale".to_string()].into());
-    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
-        for name in &scenarios {
+    let names = scenarios();
+    let want: BTreeSet<String> =
+        ["async-stream-idle", "async-stream-stale", "lone-prefill-threshold", "scpu-full-scan", "scpu-idle-stores"]
+            .map(String::from)
+            .into();
+    assert_eq!(names, want);
+    for name in &names {
+        for &release in releases(name) {
             let log = base.join(format!("{release}/{name}.jsonl"));
             let head = std::fs::read_to_string(&log).unwrap();
             let version = format!("\"version\":\"{}.0\"", release.trim_start_matches("vllm-"));
@@ -35,6 +57,22 @@ fn the_fuzzing_regressions_conform_on_every_release_with_only_vllms_own_findings
             assert!(r.divergence.is_none(), "{} under {release}: {:?}", log.display(), r.divergence);
             let found: BTreeSet<&str> = r.findings.iter().map(|(p, _)| p.as_str()).collect();
             assert_eq!(found, expected_findings(release, name), "{}", log.display());
+        }
+    }
+}
+
+#[test]
+fn the_024_rules_fuzzing_found_are_what_tells_024_from_032() {
+    // lone-prefill-threshold (`long_prefill_lone_exempt`), scpu-idle-stores
+    // (`scpu_pending_keeps_alive`) and scpu-full-scan (`scpu_scan_when_full`): each release's
+    // recording diverges under the other's rules, where the rule decides.
+    let base = root().join("tests/conformance/fuzz");
+    for (name, kind) in [("lone-prefill-threshold", "schedule"), ("scpu-idle-stores", "schedule"), ("scpu-full-scan", "store")] {
+        for (recorded, other) in [("vllm-0.24", "vllm-0.32"), ("vllm-0.32", "vllm-0.24")] {
+            let log = base.join(format!("{recorded}/{name}.jsonl"));
+            let r = conform::check(&log, other, None, 8).expect("the log parses");
+            let d = r.divergence.unwrap_or_else(|| panic!("{name} recorded on {recorded} conforms to {other}"));
+            assert!(d.what.starts_with(kind), "{name} on {recorded} under {other}: {}", d.what);
         }
     }
 }

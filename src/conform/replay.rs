@@ -296,7 +296,7 @@ pub(super) fn apply_step(
     }
     // EngineCore.has_work(): requests to schedule, or (async scheduling) batches in flight.
     let mut processed = false;
-    if engine.has_requests() || !engine.batches.is_empty() {
+    if engine.has_requests(ctx.rules) || !engine.batches.is_empty() {
         let in_flight = engine.batches.len();
         let first = ev.list.len();
         engine.step(ctx, &input, ev);

@@ -199,24 +199,27 @@ impl Engine {
     /// Requests not yet finished (a parked session too: it waits for its client), or finished
     /// but still holding blocks or connector state.
     pub fn has_work(&self) -> bool {
-        self.has_requests()
-            || self.reqs.iter().any(|r| r.status == Status::Parked)
+        self.reqs.iter().any(|r| r.status.is_live() || (r.status.is_finished() && !r.table.is_empty()))
+            || !self.finished_since.is_empty()
+            || self.conn.has_pending_work()
             || !self.batches.is_empty()
             || !self.deferred_frees.is_empty()
             || self.pd.as_ref().is_some_and(|x| x.has_work())
     }
 
     /// `Scheduler.has_requests`: unfinished requests, finished ones not yet reported or still
-    /// holding blocks (delayed free), or connector push work. A parked session
+    /// holding blocks (delayed free), or connector push work (`has_pending_push_work`; 0.24's
+    /// SimpleCPU has none: rule `scpu_pending_keeps_alive`). A parked session
     /// (WAITING_FOR_STREAMING_REQ) is not an unfinished request: `get_num_unfinished_requests`
     /// subtracts `num_waiting_for_streaming_input`, so with nothing else live `EngineCore`
     /// does not schedule (under async scheduling it only drains the batch queue).
-    pub fn has_requests(&self) -> bool {
+    pub fn has_requests(&self, rules: &Rules) -> bool {
         self.reqs
             .iter()
             .any(|r| (r.status.is_live() && r.status != Status::Parked) || (r.status.is_finished() && !r.table.is_empty()))
             || !self.finished_since.is_empty()
-            || self.conn.has_pending_work()
+            || (self.conn.has_pending_work()
+                && (rules.scpu_pending_keeps_alive || !matches!(self.conn, Connector::SimpleCpu(_))))
     }
 
     /// `add_request`: a new request joins the tail of `waiting`.
@@ -318,11 +321,11 @@ impl Engine {
             scheduler_output::update_from_output(self, ctx, &b.out, b.wout, ev);
             return;
         }
-        if self.has_requests() {
+        if self.has_requests(ctx.rules) {
             let b = self.schedule_and_execute(ctx, input, ev);
             let executed = b.out.scheduled.iter().any(|s| s.tokens > 0);
             self.batches.push(b);
-            if self.batches.len() < 2 && (executed || self.has_requests()) {
+            if self.batches.len() < 2 && (executed || self.has_requests(ctx.rules)) {
                 return;
             }
         } else if self.batches.is_empty() {

@@ -138,7 +138,8 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     let cfg = ctx.cfg;
     let mut budget = cfg.max_num_batched_tokens;
     let eligible = e.running.len() + e.waiting.len() + e.kv_holding.len();
-    let long_prefill_threshold = if eligible > 1 { cfg.long_prefill_token_threshold } else { 0 };
+    let long_prefill_threshold =
+        if eligible > 1 || !ctx.rules.long_prefill_lone_exempt { cfg.long_prefill_token_threshold } else { 0 };
     let mut out = SchedOut {
         finished: std::mem::take(&mut e.finished_since),
         scheduled: Vec::with_capacity(ctx.cfg.max_num_seqs as usize),

@@ -113,6 +113,8 @@ fn vllm_033() -> Rules {
         resumed_after_new: true,
         cache_aware_admission: false,
         parked_holds_slot: true,
+        long_prefill_lone_exempt: true,
+        scpu_pending_keeps_alive: true,
         session_rehash: true,
         session_max_tokens: true,
         evict_invalid_on_recompute: false,
@@ -144,6 +146,7 @@ fn vllm_033() -> Rules {
         scpu_refresh_local_hit: false,
         scpu_hash_at_prep: false,
         scpu_lookup_pins: true,
+        scpu_scan_when_full: false,
         scpu_drop_stale_pin: true,
         scpu_load_pins: true,
         scpu_store_pins_gpu: true,
@@ -231,17 +234,22 @@ fn prime_rl() -> Rules {
 /// 0.24.0's connector and host tier on the 0.32/0.33 core scheduler: release-order LRU with
 /// the connector's touches, a cursor that follows the watermark (not monotonic), no visit of
 /// finished requests (no finish-time store).
-/// SimpleCPU 0.24: no finish-time store, the hash stamped at store prep, no reset on
+/// SimpleCPU 0.24: no finish-time store, the hash stamped at store prep, an eager scan that
+/// moves its cursor even with the CPU pool full, no reset on
 /// `preempted_req_ids` (only on MRV1's resumed flag), the CPU pool's KV events only its
 /// evictions, published as medium GPU. Its `Scheduler.schedule` stops admitting
 /// at `len(self.running) == max_num_running_reqs`: a parked streaming session holds no slot.
 /// Its `_update_request_as_session` neither truncates the session's block hashes nor takes the
 /// next input's `max_tokens`. Its `Scheduler.schedule` preempts without asking
 /// `_request_blocks_can_be_freed`: under async scheduling a victim whose free is deferred is
-/// preempted all the same, and the next one after it.
+/// preempted all the same, and the next one after it. It caps every chunk at
+/// `long_prefill_token_threshold`, even a lone request's. Its SimpleCPU has no
+/// `has_pending_push_work`: stores in flight do not keep an idle engine stepping.
 fn vllm_024() -> Rules {
     Rules {
         parked_holds_slot: false,
+        long_prefill_lone_exempt: false,
+        scpu_pending_keeps_alive: false,
         preempt_checks_deferred_free: false,
         session_rehash: false,
         session_max_tokens: false,
@@ -253,6 +261,7 @@ fn vllm_024() -> Rules {
         scpu_hash_at_prep: true,
         scpu_reset_on_preempt: false,
         scpu_cpu_kv_events: false,
+        scpu_scan_when_full: true,
         ..vllm_032()
     }
 }

@@ -145,6 +145,16 @@ rules_table! {
     /// >= `max_num_seqs` (`Scheduler.schedule`, 0.32+); false: only `len(running)` counts (0.24).
     parked_holds_slot: bool
         => "a parked streaming session counts against max_num_seqs", "Scheduler.schedule (num_waiting_for_streaming_input)";
+    /// `long_prefill_token_threshold` caps a request's chunk only when more than one request is
+    /// eligible (running or waiting): a lone request has nobody to starve (`Scheduler.schedule`,
+    /// 0.32+); false (0.24): the cap always applies.
+    /// SimpleCPU's in-flight stores keep the engine stepping with no request left
+    /// (`SimpleCPUOffloadConnector.has_pending_push_work`, 0.32+); false (0.24): the connector
+    /// has no such hook, so an engine with only stores in flight idles until the next input.
+    scpu_pending_keeps_alive: bool
+        => "SimpleCPU's in-flight stores keep the engine stepping", "SimpleCPUOffloadConnector.has_pending_push_work";
+    long_prefill_lone_exempt: bool
+        => "a lone request is not held to long_prefill_token_threshold", "Scheduler.schedule (num_eligible_reqs)";
     /// A streaming session taking its next input drops its block hashes from
     /// `num_computed_tokens // block_size` on and recomputes them over the new tokens (0.32+);
     /// false (0.24): the hashes stay, so the block holding the dropped sampled token keeps a key
@@ -317,6 +327,12 @@ rules_table! {
     /// A store registers the hash stamped on the CPU block at prep (0.24) instead of the GPU
     /// block's hash read at completion (0.32+).
     scpu_hash_at_prep: bool => "SimpleCPU registers the hash stamped at store prep", "_process_store_completion (0.32)";
+    /// With the CPU pool full, the eager scan still walks a request's confirmed blocks from its
+    /// cursor, moving the cursor past those already cached or in flight, up to the first one it
+    /// would store (`_prepare_eager_store_specs`, 0.24); false (0.32+): a full pool stops the
+    /// scan before it starts (`_select_eager_blocks_to_store`) and the cursor stays.
+    scpu_scan_when_full: bool
+        => "SimpleCPU's eager scan advances its cursor when the CPU pool is full", "_prepare_eager_store_specs (0.24)";
     /// `get_num_new_matched_tokens` pins the CPU hit blocks until `update_state_after_alloc`.
     scpu_lookup_pins: bool => "SimpleCPU lookup pins its hit blocks", "get_num_new_matched_tokens";
     /// A lookup first drops the pin left by an earlier lookup of the same request.

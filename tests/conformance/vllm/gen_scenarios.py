@@ -7,9 +7,10 @@ checked by loading it back). The same seed gives the same files. No vLLM import.
 
 What is drawn (per scenario): the connector (OffloadingConnector, SimpleCPU, none), block
 size 4 or 8, a GPU pool from tight (preemptions, prefix-cache evictions) to roomy, a batch
-token budget (chunked prefill), async scheduling, the load-failure policy; for the
-OffloadingConnector a host tier from 2 chunks (evictions, refused stores) up, 1 or 2 blocks
-per chunk, prompt-only stores or not, store and load delays; 2 to 5 requests whose prompts
+token budget (chunked prefill), a long-prefill threshold, async scheduling, cache-aware
+admission (0.34+), the load-failure policy; for the OffloadingConnector a host tier from 2
+chunks (evictions, refused stores) up, 1 or 2 blocks per chunk, prompt-only stores or not,
+synchronous loads within a token budget (0.33+), store and load delays; 2 to 5 requests whose prompts
 are built from a small alphabet of shared segments (a shared system prompt, another
 request's prompt or its output via `@NAME`, a prompt ending mid-block), arrivals at fixed
 steps or after another request arrives or finishes, EOS at random positions, aborts and
@@ -83,6 +84,11 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         eng["load_failure_policy"] = rng.choice(["fail", "recompute"])
     if rng.random() < 0.25:
         eng["async_scheduling"] = True
+    if rng.random() < 0.15:
+        eng["long_prefill_token_threshold"] = rng.choice([bs, 2 * bs])
+    if rng.random() < 0.1:  # 0.34+ (the recorder skips it on older releases)
+        eng["cache_aware_admission_window"] = rng.randint(2, 4)
+        eng["cache_aware_admission_threshold"] = rng.choice([0.5, 0.75])
     lines = [f'name = "{name}"', 'description = "gen_scenarios.py: a random workload"', ""]
     _table(lines, "[engine]", eng)
     if connector == "offloading":
@@ -91,6 +97,8 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             "blocks_per_chunk": rng.choice([1, 1, 2]),
             "offload_prompt_only": rng.random() < 0.5,
         }
+        if rng.random() < 0.3:  # synchronous host loads, 0.33+
+            off["sync_load_budget_tokens"] = rng.choice([2 * bs, 4 * bs, 64 * bs])
         _table(lines, "[offload]", off)
     elif connector == "simple-cpu":
         _table(lines, "[simple_cpu]", {"cpu_blocks": rng.randint(2, 4 * n + 2)})

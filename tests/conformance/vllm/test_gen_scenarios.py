@@ -64,6 +64,9 @@ class GenScenarios(unittest.TestCase):
         scs = [load_scenario(p) for p in self.generate(5, 300)]
         self.assertEqual({s.connector for s in scs}, {"offloading", "simple-cpu", "none"})
         self.assertTrue(any(s.async_scheduling for s in scs))
+        self.assertTrue(any(s.long_prefill_token_threshold for s in scs))
+        self.assertTrue(any(s.cache_aware_admission_window for s in scs))
+        self.assertTrue(any(s.sync_load_budget_tokens for s in scs))
         self.assertTrue(any(r.inputs for s in scs for r in s.requests), "sessions")
         self.assertTrue(any(s.load_failures for s in scs))
         self.assertTrue(any(s.delay_overrides for s in scs))

@@ -198,7 +198,7 @@ impl SimpleCpuState {
         let ready = (ids.len() as u32).min(confirmed / b);
         let num_free = self.cpu.num_free();
         let mut sel = Selection::default();
-        if num_free == 0 {
+        if num_free == 0 && !c.rules.scpu_scan_when_full {
             if cursor < ready {
                 sel.capped = Some((cursor, ready));
                 ghost.mark(Mark::PartialStore);
