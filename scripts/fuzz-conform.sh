@@ -83,8 +83,10 @@ rep = json.load(open(path))
 logs = rep.get("logs", [])
 verdicts = [l.get("verdict") for l in logs]
 bad = [l for l in logs if l.get("verdict") not in ("conforms", "partial")]
+failed = int(count) - len(logs) - int(skipped)
 print(f"vLLM {version}, seed {seed}, hash seed {hseed}: {count} scenarios, {len(logs)} logs "
-      f"({skipped} skipped by the release): {verdicts.count('conforms')} conform, "
+      f"({skipped} skipped by the release, {failed} the recorder could not run: see record.txt): "
+      f"{verdicts.count('conforms')} conform, "
       f"{verdicts.count('partial')} partial (a fault never applied; the steps recorded conform), "
       f"{len(bad)} diverge")
 for l in bad:
