@@ -8,13 +8,15 @@
 #    DIR/scenarios/ (docs/conformance.md, "Conformance fuzzing", says what it draws);
 # 2. record.py runs them on vLLM VERSION's real scheduler side (its venv: scripts/lib/vllm-venv.sh)
 #    under PYTHONHASHSEED H into DIR/logs/, skipping what the release lacks (--vllm-skip);
-# 3. `kvmc conform --profile vllm-X.Y` checks every log; DIR/conform.json is its JSON report.
+# 3. `kvmc conform --profile vllm-X.Y` checks every log (DIR/conform.json is its JSON report),
+#    and every whole run again with vLLM's own KV cache events (`--kv-events`, DIR/kvevents.txt).
 #
 # A scenario whose fault never applied as written (a load failure or a slow load on a request
 # that never loaded, an abort after its request finished) is recorded whole but ends with the
 # recorder's error: its log is kept as NAME.jsonl.partial (every step before the end check) and
 # checked up to that point ("partial" below). Prints one summary line and, for each log that
-# diverges, where. Exit 0 when no log diverges, 10 when one does, 2 on a usage or setup error.
+# diverges (or that kvmc refuses as bad input), where. Exit 0 when every log conforms, 10 when
+# one does not, 2 on a usage or setup error.
 # KVMC names the kvmc binary (default: target/release/kvmc, built if missing).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -72,26 +74,64 @@ set +e
 "$KVMC" conform --quiet --profile "$profile" --format json "${logs[@]}" > "$out/conform.json"
 status=$?
 set -e
+: > "$out/unreadable.txt"
+if [ $status -eq 2 ]; then
+  # A log kvmc refuses as bad input (exit 2) is listed, with kvmc's message, and left out.
+  readable=()
+  for f in "${logs[@]}"; do
+    if "$KVMC" conform --quiet --profile "$profile" "$f" > /dev/null 2> "$out/err.txt" || [ $? -ne 2 ]; then
+      readable+=("$f")
+    else
+      echo "$f: $(head -1 "$out/err.txt")" >> "$out/unreadable.txt"
+    fi
+  done
+  rm -f "$out/err.txt"
+  set +e
+  "$KVMC" conform --quiet --profile "$profile" --format json "${readable[@]}" > "$out/conform.json"
+  status=$?
+  set -e
+fi
 case $status in
   0|10|13) ;;
   *) echo "fuzz-conform.sh: kvmc conform exited $status (see $out/conform.json)" >&2; exit 2 ;;
 esac
-python3 - "$out/conform.json" "$version" "$seed" "$count" "$hash_seed" "$skipped" "$profile" <<'PY'
+# vLLM's own KV cache events of each whole run, against the log and the model.
+: > "$out/kvevents.txt"
+for f in "$out/logs"/*.jsonl; do
+  [ -f "${f%.jsonl}.kvevents" ] || continue
+  set +e
+  "$KVMC" conform --quiet --profile "$profile" "$f" --kv-events "${f%.jsonl}.kvevents" > /dev/null 2>&1
+  rc=$?
+  set -e
+  echo "$rc $f" >> "$out/kvevents.txt"
+done
+python3 - "$out/conform.json" "$version" "$seed" "$count" "$hash_seed" "$skipped" "$profile" "$out/kvevents.txt" "$out/unreadable.txt" <<'PY'
 import json, sys
-path, version, seed, count, hseed, skipped, profile = sys.argv[1:]
+path, version, seed, count, hseed, skipped, profile, kv, unreadable = sys.argv[1:]
+unread = open(unreadable).read().splitlines()
 rep = json.load(open(path))
 logs = rep.get("logs", [])
 verdicts = [l.get("verdict") for l in logs]
 bad = [l for l in logs if l.get("verdict") not in ("conforms", "partial")]
-failed = int(count) - len(logs) - int(skipped)
-print(f"vLLM {version}, seed {seed}, hash seed {hseed}: {count} scenarios, {len(logs)} logs "
+failed = int(count) - len(logs) - len(unread) - int(skipped)
+print(f"vLLM {version}, seed {seed}, hash seed {hseed}: {count} scenarios, {len(logs) + len(unread)} logs "
       f"({skipped} skipped by the release, {failed} the recorder could not run: see record.txt): "
       f"{verdicts.count('conforms')} conform, "
       f"{verdicts.count('partial')} partial (a fault never applied; the steps recorded conform), "
-      f"{len(bad)} diverge")
+      f"{len(bad)} diverge" + (f", {len(unread)} refused by kvmc" if unread else ""))
+for u in unread:
+    print(f"  kvmc refuses it as bad input: {u}")
 for l in bad:
     d = l.get("divergence") or {}
     print(f"  {l.get('log')}:{d.get('line')}: {l.get('verdict')} ({d.get('kind')}); "
           f"kvmc conform --profile {profile} {l.get('log')}")
-sys.exit(10 if bad else 0)
+diverged = {l.get("log") for l in bad} | {u.split(": ", 1)[0] for u in unread}
+kv_runs = [line.split(" ", 1) for line in open(kv).read().splitlines()]
+kv_bad = [f for rc, f in kv_runs if rc != "0" and f not in diverged]
+print(f"  KV events: {len(kv_runs)} whole runs checked with vLLM's published events, "
+      f"{len(kv_runs) - len(kv_bad) - sum(1 for _, f in kv_runs if f in diverged)} agree"
+      + (f", {len(kv_bad)} do not" if kv_bad else ""))
+for f in kv_bad:
+    print(f"  {f}: kvmc conform --profile {profile} {f} --kv-events {f[:-6]}.kvevents")
+sys.exit(10 if bad or kv_bad or unread else 0)
 PY

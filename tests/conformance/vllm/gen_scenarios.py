@@ -177,8 +177,8 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         for r in names:
             # Only a request that shares a prefix can load (a failure that never applies is a
             # recording error).
-            if r not in sharing:
-                continue
+            if r not in sharing or r == session:
+                continue  # (a session that a failed load finishes never takes its inputs)
             if rng.random() < 0.3:
                 _table(lines, "[[load_failure]]", {"req": r, "nth": 1, "from_block": rng.randint(0, 2)})
             if rng.random() < 0.25:
