@@ -67,7 +67,9 @@ fn the_024_rules_fuzzing_found_are_what_tells_024_from_032() {
     // (`scpu_pending_keeps_alive`) and scpu-full-scan (`scpu_scan_when_full`): each release's
     // recording diverges under the other's rules, where the rule decides.
     let base = root().join("tests/conformance/fuzz");
-    for (name, kind) in [("lone-prefill-threshold", "schedule"), ("scpu-idle-stores", "schedule"), ("scpu-full-scan", "store")] {
+    for (name, kind) in
+        [("lone-prefill-threshold", "schedule"), ("scpu-idle-stores", "schedule"), ("scpu-full-scan", "store")]
+    {
         for (recorded, other) in [("vllm-0.24", "vllm-0.32"), ("vllm-0.32", "vllm-0.24")] {
             let log = base.join(format!("{recorded}/{name}.jsonl"));
             let r = conform::check(&log, other, None, 8).expect("the log parses");

@@ -214,10 +214,9 @@ impl Engine {
     /// subtracts `num_waiting_for_streaming_input`, so with nothing else live `EngineCore`
     /// does not schedule (under async scheduling it only drains the batch queue).
     pub fn has_requests(&self, rules: &Rules) -> bool {
-        self.reqs
-            .iter()
-            .any(|r| (r.status.is_live() && r.status != Status::Parked) || (r.status.is_finished() && !r.table.is_empty()))
-            || !self.finished_since.is_empty()
+        self.reqs.iter().any(|r| {
+            (r.status.is_live() && r.status != Status::Parked) || (r.status.is_finished() && !r.table.is_empty())
+        }) || !self.finished_since.is_empty()
             || (self.conn.has_pending_work()
                 && (rules.scpu_pending_keeps_alive || !matches!(self.conn, Connector::SimpleCpu(_))))
     }
