@@ -103,7 +103,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
         e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
     }
     for r in continuing {
-        enqueue_waiting(e, r);
+        enqueue_waiting(e, ctx, r);
     }
     if !failed.is_empty() && ctx.cfg.load_failure_policy == LoadFailurePolicy::Fail {
         e.ghost.mark(Mark::ErrorFinish);
@@ -367,10 +367,19 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
     ev.emit(|| Event::SessionResumed { req: r, turn, num_computed });
 }
 
-/// `_enqueue_waiting_request`: requests holding blocks go to `kv_holding_waiting`.
-fn enqueue_waiting(e: &mut Engine, r: ReqId) {
+/// `_enqueue_waiting_request`: requests holding blocks go to `kv_holding_waiting`. 0.24
+/// (rule `session_requeue_kv_holding` false) has no such queue: a parked session goes to
+/// `skipped_waiting`, which is served first like `kv_holding` here, and a session that took
+/// its queued input joins the tail of `waiting`.
+fn enqueue_waiting(e: &mut Engine, ctx: Ctx, r: ReqId) {
     let q = &e.reqs[r as usize];
-    if q.num_computed > 0 || q.status == Status::WaitingForRemoteKvs {
+    if !ctx.rules.session_requeue_kv_holding {
+        if q.status == Status::Parked {
+            e.kv_holding.push(r);
+        } else {
+            e.waiting.push(r);
+        }
+    } else if q.num_computed > 0 || q.status == Status::WaitingForRemoteKvs {
         e.kv_holding.push(r);
     } else {
         e.waiting.push(r);

@@ -292,21 +292,23 @@ impl Workload {
         assert_eq!(requests.len(), turns.len());
         let mut registry = BTreeMap::new();
         // Each request's turns right after it: a block gets the label of the first input
-        // (in that order) whose tokens produce it.
-        for r in requests.iter().zip(&turns).flat_map(|(r, ts)| std::iter::once(r).chain(ts)) {
-            // Keys first, then (0.24's unrehashed sessions) the content their blocks hold.
-            let content = r.content.iter().enumerate().map(|(i, h)| (i, h, r.content_parent(i)));
-            for (i, h, parent) in r.hashes.iter().enumerate().map(|(i, h)| (i, h, r.parent(i))).chain(content) {
-                registry.entry(*h).or_insert_with(|| BlockInfo {
-                    parent,
-                    label: if r.turn == 0 {
-                        format!("{}.{}", r.name, i)
-                    } else {
-                        format!("{}@{}.{}", r.name, r.turn + 1, i)
-                    },
-                    index: i as u32,
-                });
-            }
+        // (in that order) whose keys produce it. Keys of every input first, then (0.24's
+        // unrehashed sessions) the content their blocks hold: a hash that is only content for
+        // one input but a key of another is named after the key, as the recorder names it.
+        let inputs = || requests.iter().zip(&turns).flat_map(|(r, ts)| std::iter::once(r).chain(ts));
+        let keys = inputs().flat_map(|r| r.hashes.iter().enumerate().map(move |(i, h)| (r, i, *h, r.parent(i))));
+        let content =
+            inputs().flat_map(|r| r.content.iter().enumerate().map(move |(i, h)| (r, i, *h, r.content_parent(i))));
+        for (r, i, h, parent) in keys.chain(content) {
+            registry.entry(h).or_insert_with(|| BlockInfo {
+                parent,
+                label: if r.turn == 0 {
+                    format!("{}.{}", r.name, i)
+                } else {
+                    format!("{}@{}.{}", r.name, r.turn + 1, i)
+                },
+                index: i as u32,
+            });
         }
         Workload { block_size, requests, turns, registry, parents: None }
     }

@@ -29,6 +29,7 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         | "no_admission_after_preempt"
         | "resumed_after_new"
         | "parked_holds_slot"
+        | "session_requeue_kv_holding"
         | "session_rehash"
         | "preempt_oldest" => true,
         // Asynchronous loads: every connector that loads into G1.

@@ -114,6 +114,7 @@ fn vllm_033() -> Rules {
         cache_aware_admission: false,
         parked_holds_slot: true,
         long_prefill_lone_exempt: true,
+        session_requeue_kv_holding: true,
         scpu_pending_keeps_alive: true,
         session_rehash: true,
         session_max_tokens: true,
@@ -244,11 +245,13 @@ fn prime_rl() -> Rules {
 /// `_request_blocks_can_be_freed`: under async scheduling a victim whose free is deferred is
 /// preempted all the same, and the next one after it. It caps every chunk at
 /// `long_prefill_token_threshold`, even a lone request's. Its SimpleCPU has no
-/// `has_pending_push_work`: stores in flight do not keep an idle engine stepping.
+/// `has_pending_push_work`: stores in flight do not keep an idle engine stepping. A session
+/// that takes its queued input when a turn stops waits at the tail of `waiting`.
 fn vllm_024() -> Rules {
     Rules {
         parked_holds_slot: false,
         long_prefill_lone_exempt: false,
+        session_requeue_kv_holding: false,
         scpu_pending_keeps_alive: false,
         preempt_checks_deferred_free: false,
         session_rehash: false,

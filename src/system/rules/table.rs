@@ -153,6 +153,12 @@ rules_table! {
     /// has no such hook, so an engine with only stores in flight idles until the next input.
     scpu_pending_keeps_alive: bool
         => "SimpleCPU's in-flight stores keep the engine stepping", "SimpleCPUOffloadConnector.has_pending_push_work";
+    /// A streaming session that continues after a stopped turn is enqueued by whether it holds
+    /// blocks: `kv_holding_waiting`, drained first (`_enqueue_waiting_request`, 0.32+). false
+    /// (0.24): a parked session goes to `skipped_waiting` (also served first), one that took
+    /// its queued input to the tail of `waiting`.
+    session_requeue_kv_holding: bool
+        => "a continuing streaming session waits in kv_holding_waiting", "_enqueue_waiting_request";
     long_prefill_lone_exempt: bool
         => "a lone request is not held to long_prefill_token_threshold", "Scheduler.schedule (num_eligible_reqs)";
     /// A streaming session taking its next input drops its block hashes from

@@ -6,17 +6,19 @@ Writes DIR/fuzz-S-I.toml for I in 0..N-1, each a valid scenario (scenario.py's f
 checked by loading it back). The same seed gives the same files. No vLLM import.
 
 What is drawn (per scenario): the connector (OffloadingConnector, SimpleCPU, none), block
-size 4 or 8, a GPU pool from tight (preemptions, prefix-cache evictions) to roomy, a batch
-token budget (chunked prefill), a long-prefill threshold, async scheduling, cache-aware
-admission (0.34+), the load-failure policy; for the OffloadingConnector a host tier from 2
-chunks (evictions, refused stores) up, 1 or 2 blocks per chunk, prompt-only stores or not,
-synchronous loads within a token budget (0.33+), store and load delays; 2 to 5 requests whose prompts
-are built from a small alphabet of shared segments (a shared system prompt, another
-request's prompt or its output via `@NAME`, a prompt ending mid-block), arrivals at fixed
-steps or after another request arrives or finishes, EOS at random positions, aborts and
-errors, failed loads (with the OffloadingConnector), slow transfers, and streaming-input
-sessions. Every request fits `max_model_len` and the pool (`kvmc` models a request that can
-never fit as vLLM does, but such scenarios only test the rejection path).
+size 4, 8 or 16, a GPU pool from tight (preemptions, prefix-cache evictions) to roomy, a batch
+token budget (chunked prefill), `max_num_seqs` from 1, a long-prefill threshold, async
+scheduling, cache-aware admission (0.34+), the load-failure policy; for the OffloadingConnector
+a host tier from 2 chunks (evictions, refused stores) up, 1, 2 or 4 blocks per chunk,
+prompt-only stores or not, synchronous loads within a token budget (0.33+), store and load
+delays; 2 to 6 requests whose prompts are built from a small alphabet of shared segments (a
+shared system prompt, another request's prompt or its output via `@NAME`, a prompt ending
+mid-block), arrivals at fixed steps or after another request arrives or finishes, EOS at
+random positions, aborts and errors, failed loads (with the OffloadingConnector), slow
+transfers, and streaming-input sessions (each request with probability 0.12), whose inputs
+come once the session parks or at fixed steps (queued while it still runs). Every request
+fits `max_model_len` and the pool (`kvmc` models a request that can never fit as vLLM does,
+but such scenarios only test the rejection path).
 
 `--kind` restricts the connector: offloading, simple-cpu, none or any (default).
 """
@@ -31,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario import load_scenario  # noqa: E402
 
-NAMES = ["A", "B", "C", "D", "E"]
+NAMES = ["A", "B", "C", "D", "E", "F"]
 
 
 def _toml_value(v) -> str:
@@ -63,8 +65,8 @@ def _seg_len(seg: str, longest: dict[str, int]) -> int:
 
 def gen(rng: random.Random, name: str, kind: str) -> str:
     connector = kind if kind != "any" else rng.choice(["offloading", "offloading", "simple-cpu", "none"])
-    bs = rng.choice([4, 4, 8])
-    n = rng.randint(2, 5)
+    bs = rng.choice([4, 4, 8, 8, 16])
+    n = rng.randint(2, 6)
     sys_len = rng.choice([0, bs, 2 * bs, bs + bs // 2])
     max_prompt = 6 * bs
     max_tokens_cap = 3 * bs
@@ -75,7 +77,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         "block_size": bs,
         "gpu_blocks": gpu_blocks,
         "max_num_batched_tokens": rng.choice([2 * bs, 4 * bs, 8 * bs]),
-        "max_num_seqs": rng.choice([2, 4, 8]),
+        "max_num_seqs": rng.choice([1, 2, 4, 4, 8]),
         # vLLM's planner wants the whole pool (less the null block) to hold max_model_len.
         "max_model_len": (gpu_blocks - 1) * bs,
         "connector": connector,
@@ -94,7 +96,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     if connector == "offloading":
         off = {
             "host_chunks": rng.randint(2, 6 * n),
-            "blocks_per_chunk": rng.choice([1, 1, 2]),
+            "blocks_per_chunk": rng.choice([1, 1, 1, 2, 2, 4]),
             "offload_prompt_only": rng.random() < 0.5,
         }
         if rng.random() < 0.3:  # synchronous host loads, 0.33+
@@ -109,9 +111,8 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     _table(lines, "[worker]", wrk)
 
     names = NAMES[:n]
-    # A session resumes with new input; 0.24 lacks sessions, so at most one per scenario and
-    # only sometimes.
-    session = rng.choice(names) if rng.random() < 0.2 else None
+    # Streaming-input sessions: each request is one with probability 0.12.
+    sessions = {r for r in names if rng.random() < 0.12}
     longest: dict[str, int] = {}  # a request's most tokens (prompt and outputs)
     sharing: set[str] = set()  # requests whose prompt starts with a shared segment
     for i, r in enumerate(names):
@@ -156,17 +157,27 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
                 req["after"] = rng.choice(earlier)
                 req["delay"] = rng.randint(1, 3)
         _table(lines, "[[request]]", req)
-        if r == session:
+        if r in sessions:
+            # Inputs sent once the session parks, or (for a session arriving at a fixed step)
+            # at fixed steps, taken at once if it is parked and queued if it is still running.
+            fixed = "arrive" in req and rng.random() < 0.5
+            at = req.get("arrive", 0)
             for k in range(rng.randint(1, 2)):
                 inp = {"prompt": [f"{r}{k + 2}:{rng.randint(1, bs)}"],
-                       "max_tokens": rng.randint(1, bs // 2), "send": "parked",
-                       "delay": rng.randint(1, 2)}
+                       "max_tokens": rng.randint(1, max(1, bs // 2))}
+                if fixed:
+                    at += rng.randint(1, 6)
+                    inp["send"] = at
+                else:
+                    inp["send"] = "parked"
+                    inp["delay"] = rng.randint(1, 2)
                 longest[r] += _seg_len(inp["prompt"][0], longest) + inp["max_tokens"]
                 _table(lines, "[[request.input]]", inp)
-            _table(lines, "[[request.input]]", {"end": True, "send": "parked"})
+            end = {"end": True, "send": at + rng.randint(1, 6)} if fixed else {"end": True, "send": "parked"}
+            _table(lines, "[[request.input]]", end)
 
     for r in names:
-        if r == session:
+        if r in sessions:
             continue
         x = rng.random()
         if x < 0.12:
@@ -177,7 +188,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         for r in names:
             # Only a request that shares a prefix can load (a failure that never applies is a
             # recording error).
-            if r not in sharing or r == session:
+            if r not in sharing or r in sessions:
                 continue  # (a session that a failed load finishes never takes its inputs)
             if rng.random() < 0.3:
                 _table(lines, "[[load_failure]]", {"req": r, "nth": 1, "from_block": rng.randint(0, 2)})

@@ -55,7 +55,7 @@ class GenScenarios(unittest.TestCase):
     def test_every_scenario_loads_and_fits_its_pool(self):
         for p in self.generate(3, 200):
             sc = load_scenario(p)
-            self.assertTrue(2 <= len(sc.requests) <= 5, p.name)
+            self.assertTrue(2 <= len(sc.requests) <= 6, p.name)
             self.assertEqual(sc.max_model_len, (sc.gpu_blocks - 1) * sc.block_size, p.name)
             for name, n in _longest(sc).items():
                 self.assertLessEqual(n, sc.max_model_len, f"{p.name}: {name}")
@@ -68,6 +68,10 @@ class GenScenarios(unittest.TestCase):
         self.assertTrue(any(s.cache_aware_admission_window for s in scs))
         self.assertTrue(any(s.sync_load_budget_tokens for s in scs))
         self.assertTrue(any(r.inputs for s in scs for r in s.requests), "sessions")
+        self.assertTrue(any(sum(1 for r in s.requests if r.inputs) >= 2 for s in scs), "two sessions")
+        self.assertTrue(any(t.step is not None for s in scs for r in s.requests for t in r.inputs),
+                        "an input sent at a fixed step (queued if the session still runs)")
+        self.assertEqual({s.block_size for s in scs}, {4, 8, 16})
         self.assertTrue(any(s.load_failures for s in scs))
         self.assertTrue(any(s.delay_overrides for s in scs))
         self.assertEqual({e.kind for s in scs for e in s.events}, {"abort", "error"})
