@@ -145,9 +145,6 @@ rules_table! {
     /// >= `max_num_seqs` (`Scheduler.schedule`, 0.32+); false: only `len(running)` counts (0.24).
     parked_holds_slot: bool
         => "a parked streaming session counts against max_num_seqs", "Scheduler.schedule (num_waiting_for_streaming_input)";
-    /// `long_prefill_token_threshold` caps a request's chunk only when more than one request is
-    /// eligible (running or waiting): a lone request has nobody to starve (`Scheduler.schedule`,
-    /// 0.32+); false (0.24): the cap always applies.
     /// SimpleCPU's in-flight stores keep the engine stepping with no request left
     /// (`SimpleCPUOffloadConnector.has_pending_push_work`, 0.32+); false (0.24): the connector
     /// has no such hook, so an engine with only stores in flight idles until the next input.
@@ -159,6 +156,9 @@ rules_table! {
     /// its queued input to the tail of `waiting`.
     session_requeue_kv_holding: bool
         => "a continuing streaming session waits in kv_holding_waiting", "_enqueue_waiting_request";
+    /// `long_prefill_token_threshold` caps a request's chunk only when more than one request is
+    /// eligible (running or waiting): a lone request has nobody to starve (`Scheduler.schedule`,
+    /// 0.32+); false (0.24): the cap always applies.
     long_prefill_lone_exempt: bool
         => "a lone request is not held to long_prefill_token_threshold", "Scheduler.schedule (num_eligible_reqs)";
     /// A streaming session taking its next input drops its block hashes from
