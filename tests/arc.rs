@@ -228,3 +228,35 @@ fn eviction_policy_must_be_lru_or_arc() {
     let want = format!("m.toml:{line}: eviction_policy must be \"lru\" or \"arc\", got \"lfu\"");
     assert!(stderr(&o).contains(&want), "{}", stderr(&o));
 }
+
+#[test]
+fn finding_22_on_real_vllm_0_24_and_the_fallback_on_0_32_up() {
+    // tests/conformance/scenarios/arc-024-refuse.toml recorded on every release: on 0.24.0
+    // Q's two-chunk store is refused (target 2.0, T1 = [P.1, P.0] both evictable, T2 empty)
+    // and the lost store shows as final-store-kept; 0.32.0 to 0.34.0 evict P's chunks (the
+    // final T1 fallback). Each recording conforms to its own release, with the ARC lists of
+    // every step, and the T1 order after the first store already tells 0.24 (touch: tail
+    // first) from 0.32+ (insert order).
+    let fx = |release: &str| {
+        let dir = if release == "vllm-0.33" { String::new() } else { format!("{release}/") };
+        root().join(format!("tests/conformance/fixtures/{dir}arc-024-refuse.jsonl"))
+    };
+    let log024 = std::fs::read_to_string(fx("vllm-0.24")).unwrap();
+    assert_eq!(log024.matches("\"ev\":\"store_refused\"").count(), 2);
+    assert!(log024.contains("\"t1\":[\"P.1\",\"P.0\"],\"t2\":[],\"b1\":[\"R.1\",\"R.0\"],\"b2\":[],\"target\":2.0"));
+    let o = kvmc(&["conform", "--strict", "--profile", "vllm-0.24", fx("vllm-0.24").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(10));
+    assert!(crate::common::stdout(&o).contains("final-store-kept is violated"), "{}", crate::common::stdout(&o));
+    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let text = std::fs::read_to_string(fx(release)).unwrap();
+        assert!(!text.contains("store_refused"), "{release} evicts instead");
+        assert!(
+            text.contains("\"ev\":\"evict\",\"step\":7,\"medium\":\"CPU\",\"keys\":[\"P.1\",\"P.0\"]"),
+            "{release}"
+        );
+        let o = kvmc(&["conform", "--strict", "--profile", release, fx(release).to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{release}: {}", crate::common::stdout(&o));
+    }
+    let r = kvmc::conform::check(&fx("vllm-0.24"), "vllm-0.32", None, 8).unwrap();
+    assert!(r.divergence.expect("0.24's log under 0.32's rules").what.starts_with("host"));
+}

@@ -214,7 +214,7 @@ fn bad_logs_exit_2_naming_file_and_line() {
         ),
         ("{\"ev\":\"abort\",\"step\":1,\"req\":\"Z\"}\n".to_string(), "log.jsonl:1: the first line must be the header"),
         (head.replace("\"format\":1", "\"format\":7") + "\n", "log.jsonl:1: unsupported log format 7"),
-        (head.replace("\"lru\"", "\"arc\"") + "\n", "log.jsonl:1: eviction_policy"),
+        (head.replace("\"lru\"", "\"lfu\"") + "\n", "log.jsonl:1: eviction_policy \"lfu\" is not modelled"),
         (String::new(), "log.jsonl:1: empty log"),
     ] {
         let p = d.join("log.jsonl");

@@ -18,6 +18,13 @@ fn expected_findings(release: &str, name: &str) -> BTreeSet<&'static str> {
         ("vllm-0.24", "stream-key-label") => ["g1-cache-sound"].into(),
         // 0.24's own FIXME: a cursor past a block the CPU pool evicted never goes back to it.
         ("vllm-0.24", "scpu-full-scan") => ["store-coverage"].into(),
+        // arc-adaptive is a streaming session with offloading: #60810 (mirror-table) and
+        // the stale source (host-integrity, source-freshness) before 0.33; 0.24's stale block
+        // hash (g1-cache-sound).
+        ("vllm-0.24", "arc-adaptive") => {
+            ["mirror-table", "host-integrity", "source-freshness", "g1-cache-sound"].into()
+        }
+        ("vllm-0.32", "arc-adaptive") => ["mirror-table", "host-integrity", "source-freshness"].into(),
         // The lost final store: with the CPU pool full, a finishing request's last blocks
         // are refused and nothing offers them again.
         (_, "scpu-full-scan") => ["final-store-kept"].into(),
@@ -46,6 +53,7 @@ fn the_fuzzing_regressions_conform_on_every_release_with_only_vllms_own_findings
     let base = root().join("tests/conformance/fuzz");
     let names = scenarios();
     let want: BTreeSet<String> = [
+        "arc-adaptive",
         "async-stream-idle",
         "async-stream-stale",
         "lone-prefill-threshold",
@@ -110,6 +118,27 @@ fn a_parked_session_is_not_a_request_under_async_scheduling() {
     assert!(at(30).contains(&"schedule".to_string()));
     let o = kvmc(&["conform", "--strict", log.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+}
+
+#[test]
+fn the_arc_lists_are_compared_step_by_step_and_a_wrong_target_diverges() {
+    // arc-adaptive on 0.24.0: ARC's T2, both ghost lists and a target of 2.333333333333334
+    // (target_t1_size as Python computes it) appear in the host lines kvmc compares.
+    let log = root().join("tests/conformance/fuzz/vllm-0.24/arc-adaptive.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("\"target\":2.333333333333334"), "a fractional target");
+    assert!(text.contains("\"b2\":[\""), "a B2 ghost");
+    assert!(text.contains("\"t2\":[\""), "a T2 key");
+    // The same log with one target changed diverges on that host line.
+    let bad = tempdir("arc-target").join("bad.jsonl");
+    let (i, line) = text.lines().enumerate().find(|(_, l)| l.contains("\"target\":2.333333333333334")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    lines[i] = line.replacen("\"target\":2.333333333333334", "\"target\":2.3333333333333335", 1);
+    std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
+    let r = conform::check(&bad, "vllm-0.24", None, 8).expect("the log parses");
+    let div = r.divergence.expect("a wrong target diverges");
+    assert_eq!(div.line, i + 1, "{}", div.what);
+    assert!(div.what.starts_with("host"), "{}", div.what);
 }
 
 #[test]

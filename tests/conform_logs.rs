@@ -213,5 +213,5 @@ fn the_recorder_keeps_a_failed_runs_log_marked_partial() {
     // record.py's own tests (tests/conformance/vllm/test_record.py: the standard library only,
     // vLLM replaced by stand-ins): a failed run's log is kept as NAME.jsonl.partial, ending with
     // the marker kvmc reads above; --hash-seed is checked and named in the header.
-    python_unittest("tests/conformance/vllm/test_record.py", 9);
+    python_unittest("tests/conformance/vllm/test_record.py", 10);
 }

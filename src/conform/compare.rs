@@ -147,10 +147,13 @@ pub fn step(
                 let refs: BTreeMap<u32, u32> = refs.iter().map(|(k, v)| (k.parse().unwrap_or(u32::MAX), *v)).collect();
                 push_log("cpu", l.no, format!("free={free:?} cached={cached:?} refs={refs:?} pins={pins:?}"))
             }
-            Ev::Host { entries, order, .. } => {
+            Ev::Host { entries, order, arc, .. } => {
                 let mut es: Vec<String> = entries.iter().map(|x| format!("{} slot={} ref={}", x.key, x.slot, x.ref_cnt)).collect();
                 es.sort();
-                push_log("host", l.no, format!("entries={es:?} order={order:?}"));
+                let arc = arc.as_ref().map_or(String::new(), |a| {
+                    format!(" arc: t1={:?} t2={:?} b1={:?} b2={:?} target={:?}", a.t1, a.t2, a.b1, a.b2, a.target)
+                });
+                push_log("host", l.no, format!("entries={es:?} order={order:?}{arc}"));
             }
             _ => {}
         }
@@ -271,7 +274,19 @@ pub fn step(
             oc.host.entries().map(|(k, x)| format!("{} slot={} ref={}", label(k), x.slot, x.ref_cnt)).collect();
         es.sort();
         let order: Vec<String> = oc.host.eviction_order().iter().map(label).collect();
-        push_model("host", format!("entries={es:?} order={order:?}"));
+        let arc = oc.host.arc.as_deref().map_or(String::new(), |a| {
+            let l =
+                |v: &[crate::system::connector::offloading::host_tier::Key]| v.iter().map(label).collect::<Vec<_>>();
+            format!(
+                " arc: t1={:?} t2={:?} b1={:?} b2={:?} target={:?}",
+                l(&a.t1),
+                l(&a.t2),
+                l(&a.b1),
+                l(&a.b2),
+                a.target.get()
+            )
+        });
+        push_model("host", format!("entries={es:?} order={order:?}{arc}"));
     }
     if let Some(sc) = sc {
         let cached: BTreeMap<String, Vec<u32>> = sc.cpu.cached().map(|(h, b)| (label(h), b.to_vec())).collect();

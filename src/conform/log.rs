@@ -65,6 +65,18 @@ pub struct HostEntry {
     pub ref_cnt: i32,
 }
 
+/// `ARCCachePolicy`'s state at the end of a step: T1, T2, B1 and B2 from LRU to MRU (key
+/// labels; a ghost key no request names is `?` and its hash), and `target_t1_size`.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ArcSnapshot {
+    pub t1: Vec<String>,
+    pub t2: Vec<String>,
+    pub b1: Vec<String>,
+    pub b2: Vec<String>,
+    pub target: f64,
+}
+
 /// One line of a log.
 #[derive(Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "ev", rename_all = "snake_case")]
@@ -209,6 +221,9 @@ pub enum Ev {
         step: u32,
         entries: Vec<HostEntry>,
         order: Vec<String>,
+        /// The ARC policy's lists (`eviction_policy = "arc"`; absent under LRU).
+        #[serde(default)]
+        arc: Option<ArcSnapshot>,
     },
     /// SimpleCPU: `_process_store_event`: store event `job`'s CPU blocks registered under keys.
     StoreCompleted {
@@ -414,11 +429,11 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
                         "host_chunks must be positive with the offloading connector",
                     ));
                 }
-                if !h.eviction_policy.is_empty() && h.eviction_policy != "lru" {
+                if !matches!(h.eviction_policy.as_str(), "" | "lru" | "arc") {
                     return Err(KvmcError::input(
                         path,
                         no,
-                        format!("eviction_policy {:?} is not modelled (lru)", h.eviction_policy),
+                        format!("eviction_policy {:?} is not modelled (lru or arc)", h.eviction_policy),
                     ));
                 }
                 header = Some(h.clone());

@@ -138,7 +138,11 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], inpu
             blocks_per_chunk: h.blocks_per_chunk,
             offload_prompt_only: h.offload_prompt_only,
             sync_load_budget_tokens: h.sync_load_budget_tokens,
-            eviction_policy: crate::system::EvictionPolicy::Lru,
+            eviction_policy: if h.eviction_policy == "arc" {
+                crate::system::EvictionPolicy::Arc
+            } else {
+                crate::system::EvictionPolicy::Lru
+            },
         }),
         "simple-cpu" => ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: h.cpu_blocks }),
         _ => ConnectorConfig::None,

@@ -46,9 +46,6 @@ pub fn vllm_version(profile: &str) -> Option<&'static str> {
 /// Why the recorder cannot drive this configuration, if it cannot.
 pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
     match &cfg.connector {
-        ConnectorConfig::Offloading(o) if o.eviction_policy != crate::system::EvictionPolicy::Lru => {
-            return Some("the recorder's host-tier snapshots support the LRU policy only (eviction_policy)".into())
-        }
         ConnectorConfig::Offloading(_) | ConnectorConfig::SimpleCpu(_) | ConnectorConfig::None => {}
         ConnectorConfig::Mooncake(_) => {
             return Some(
@@ -326,6 +323,9 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
             let _ = writeln!(s, "blocks_per_chunk = {}", o.blocks_per_chunk);
             let _ = writeln!(s, "offload_prompt_only = {}", o.offload_prompt_only);
             let _ = writeln!(s, "sync_load_budget_tokens = {}", o.sync_load_budget_tokens);
+            if o.eviction_policy == crate::system::EvictionPolicy::Arc {
+                let _ = writeln!(s, "eviction_policy = \"arc\"");
+            }
         }
         ConnectorConfig::SimpleCpu(c) => {
             let _ = writeln!(s, "connector = \"simple-cpu\"\n\n[simple_cpu]\ncpu_blocks = {}", c.cpu_blocks);

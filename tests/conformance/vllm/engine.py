@@ -167,6 +167,10 @@ def build_engine(sc: Scenario) -> Engine:
             "offload_prompt_only": sc.offload_prompt_only,
             "blocks_per_chunk": sc.blocks_per_chunk,
         }
+        if sc.blocks_per_chunk > 1 and _vllm_version().startswith("0.24."):
+            # 0.24's OffloadingSpec reads the chunk size in tokens ("block_size"), not in
+            # GPU blocks: 0.32 added "blocks_per_chunk".
+            extra["block_size"] = sc.blocks_per_chunk * sc.block_size
         if sc.sync_load_budget_tokens:
             extra["sync_load_budget_bytes"] = sc.sync_load_budget_tokens * kv_bytes_per_token
         kv_transfer_config = KVTransferConfig(
@@ -325,3 +329,9 @@ def make_request(eng: Engine, name: str, prompt: list[int], max_tokens: int,
     extra = {"resumable": True} if resumable else {}   # 0.24 has no streaming sessions
     return Request(name, list(prompt), params, pooling_params=None,
                    block_hasher=eng.hasher, **extra)
+
+
+def _vllm_version() -> str:
+    import vllm
+
+    return vllm.__version__

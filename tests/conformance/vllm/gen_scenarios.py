@@ -101,6 +101,8 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         }
         if rng.random() < 0.3:  # synchronous host loads, 0.33+
             off["sync_load_budget_tokens"] = rng.choice([2 * bs, 4 * bs, 64 * bs])
+        if rng.random() < 0.3:  # the host tier's ARC policy (cpu/policies/arc.py)
+            off["eviction_policy"] = "arc"
         _table(lines, "[offload]", off)
     elif connector == "simple-cpu":
         _table(lines, "[simple_cpu]", {"cpu_blocks": rng.randint(2, 4 * n + 2)})

@@ -551,6 +551,21 @@ class Recorder:
         if mgr is None:
             return
         pol = mgr._policy
+        if hasattr(pol, "t1"):
+            # ARC (eviction_policy = "arc"): T1 and T2 map keys to their status (block_id in
+            # 0.24, chunk_id later), LRU -> MRU. kvmc's eviction order is the ready keys of T1
+            # and then of T2; the lists themselves and target_t1_size follow in `arc`.
+            def slot(c):
+                return c.block_id if hasattr(c, "block_id") else c.chunk_id
+            both = list(pol.t1.items()) + list(pol.t2.items())
+            entries = sorted(((k, slot(c), c.ref_cnt) for k, c in both), key=lambda e: e[1])
+            self.emit("host",
+                      entries=[{"key": key_hash(k), "slot": s, "ref": ref} for k, s, ref in entries],
+                      order=[key_hash(k) for k, c in both if c.ref_cnt == 0],
+                      arc={"t1": [key_hash(k) for k in pol.t1], "t2": [key_hash(k) for k in pol.t2],
+                           "b1": [key_hash(k) for k in pol.b1], "b2": [key_hash(k) for k in pol.b2],
+                           "target": float(pol.target_t1_size)})
+            return
         if hasattr(pol, "evictable_blocks"):
             # 0.24: BlockStatus per key (block_id), evictable keys in an OrderedDict whose
             # order is LRUCachePolicy.evict's.

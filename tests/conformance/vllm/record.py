@@ -376,10 +376,16 @@ def unsupported(sc: Scenario) -> str | None:
     return None
 
 
-def write_skipped(out_dir: Path, skipped: dict[str, str]) -> None:
+def write_skipped(out_dir: Path, skipped: dict[str, str], ran: set[str]) -> None:
     """out_dir/skipped.txt: one "NAME: reason" line per scenario this release cannot run
-    (removed when there is none)."""
+    (removed when there is none). The lines of scenarios not in this run (``ran``) are kept:
+    recording one scenario does not forget why the others were skipped."""
     path = out_dir / "skipped.txt"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            name, sep, why = line.partition(": ")
+            if sep and name not in ran:
+                skipped.setdefault(name, why)
     if not skipped:
         path.unlink(missing_ok=True)
         return
@@ -440,6 +446,7 @@ def main(argv=None) -> int:
     status = 0
     t_start = time.monotonic()
     skipped: dict[str, str] = {}
+    ran: set[str] = set()
     for path in args.scenarios:
         try:
             sc = load_scenario(path)
@@ -447,6 +454,7 @@ def main(argv=None) -> int:
             print(f"{path}: {e}", file=sys.stderr)
             status = 2
             continue
+        ran.add(sc.name)
         if args.connector_class is not None:
             if sc.connector == "none":
                 print(f"{path}: --connector-class needs a scenario with a connector "
@@ -492,7 +500,7 @@ def main(argv=None) -> int:
                   f"run {stats['total_s']:.2f} s -> {dest}; {stats['kv_batches']} KV event "
                   f"batches ({stats['kv_events']} events) -> {ev_path.name}", file=sys.stderr)
     if args.vllm_skip and args.out_dir is not None:
-        write_skipped(Path(args.out_dir), skipped)
+        write_skipped(Path(args.out_dir), skipped, ran)
     if not args.quiet and status == 0:
         print(f"total {time.monotonic() - t_start:.1f} s (vLLM import included)", file=sys.stderr)
     return status

@@ -341,8 +341,8 @@ def _load_scenario(path: Path) -> Scenario:
     if connector == "offloading" and "host_chunks" not in off:
         raise ScenarioError("[offload] host_chunks is required with the offloading connector")
     eviction = off.get("eviction_policy", "lru")
-    if eviction != "lru":
-        raise ScenarioError("[offload] only eviction_policy = 'lru' is supported")
+    if eviction not in ("lru", "arc"):
+        raise ScenarioError("[offload] eviction_policy must be 'lru' or 'arc'")
 
     sc = Scenario(
         name=doc.get("name", path.stem),

@@ -131,6 +131,17 @@ class PartialLogs(unittest.TestCase):
             self.assertEqual(sorted(p.name for p in Path(d).iterdir()), ["bad.toml"])
 
 
+class Skipped(unittest.TestCase):
+    def test_recording_some_scenarios_keeps_the_others_reasons(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            (d / "skipped.txt").write_text("a: no async\nb: no sessions\n")
+            record.write_skipped(d, {"c": "no arc"}, {"b", "c"})
+            self.assertEqual((d / "skipped.txt").read_text(), "a: no async\nc: no arc\n")
+            record.write_skipped(d, {}, {"a", "c"})
+            self.assertFalse((d / "skipped.txt").exists())
+
+
 class HashSeed(unittest.TestCase):
     def test_values(self):
         self.assertEqual(record.hash_seed("3"), "3")
