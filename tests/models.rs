@@ -50,6 +50,8 @@ const PINNED: &[(&str, usize)] = &[
     ("scpu-async-abort", 79),
     ("scpu-preempt", 554),
     ("scpu-pressure", 91),
+    // SimpleCPU lazy mode (finding 26: the walk keeps an engine with no request stepping).
+    ("scpu-lazy", 272),
     ("scpu-shared-prefix", 1482),
     ("scpu-stream-resume", 706),
     ("rows-a", 32),

@@ -164,8 +164,13 @@ fn simple_cpu_scopes_parse_or_say_what_is_not_modelled() {
     assert_eq!(s.cfg.simple_cpu().map(|c| c.cpu_blocks), Some(3));
     let err = |text: String| Scope::parse("t", Path::new("t.toml"), &text).unwrap_err().to_string();
     assert!(err(format!("{base}{req}")).contains("needs a [simple_cpu] table"));
-    assert!(err(format!("{base}[simple_cpu]\ncpu_blocks = 3\nmode = \"lazy\"\n{req}"))
-        .contains("t.toml:8: mode = \"lazy\""));
+    let lazy =
+        Scope::parse("t", Path::new("t.toml"), &format!("{base}[simple_cpu]\ncpu_blocks = 3\nmode = \"lazy\"\n{req}"))
+            .expect("lazy mode parses");
+    assert_eq!(lazy.cfg.simple_cpu().map(|c| c.lazy), Some(true));
+    assert_eq!(s.cfg.simple_cpu().map(|c| c.lazy), Some(false));
+    assert!(err(format!("{base}[simple_cpu]\ncpu_blocks = 3\nmode = \"sloth\"\n{req}"))
+        .contains("t.toml:8: mode must be \"eager\" or \"lazy\", got \"sloth\""));
     assert!(err(format!("{base}[simple_cpu]\ncpu_blocks = 1\n{req}")).contains("null block"));
     assert!(err(format!("{base}[offload]\nhost_chunks = 2\n{req}")).contains("an [offload] table needs"));
     assert!(err(format!("{base}[simple_cpu]\ncpu_blocks = 3\n{req}[faults]\nload_failure = true\n"))

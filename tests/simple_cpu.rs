@@ -144,3 +144,40 @@ fn finish_time_store_keeps_the_last_blocks() {
         assert_eq!(sc.cpu.get_one_block(*p).is_some(), stored, "{variant:?}");
     }
 }
+
+/// Finding 26 on real vLLM (tests/conformance/findings/scpu-lazy-thrash.toml): SimpleCPU lazy
+/// mode never lets an engine with no request go idle on 0.32.0 to 0.34.0 (the recorder stops
+/// at its 80-step bound), while 0.24.0, with no `has_pending_push_work` hook, idles after step
+/// 4. Every recorded step conforms to the model, and the gate's scpu-lazy rows find the cycle
+/// (requests-finish violated; holds under fix-scpu-lazy-idle).
+#[test]
+fn finding_26_lazy_stores_keep_an_idle_engine_stepping_on_real_vllm() {
+    let dir = crate::common::root().join("tests/conformance/findings");
+    let r = kvmc::conform::check(&dir.join("vllm-0.24/scpu-lazy-thrash.jsonl"), "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_none(), "0.24.0 idles: {:?}", r.divergence);
+    assert_eq!(r.steps, 4);
+    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/scpu-lazy-thrash.jsonl.partial"));
+        let r = kvmc::conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none(), "{release}: {:?}", r.divergence);
+        assert_eq!(r.steps, 80, "{release}: every step up to the recorder's bound conforms");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("did not finish in 80 steps"), "{release}");
+        // From step 6 on no request is scheduled, yet every step stores one block ("-": a
+        // lazy store belongs to no request) that the 2-block CPU pool evicted a step before.
+        for step in 6..=80 {
+            let at = |ev: &str| {
+                text.lines()
+                    .filter(|l| l.contains(&format!("\"ev\":\"{ev}\",\"step\":{step},")))
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            };
+            let sched = at("schedule");
+            assert!(sched.iter().all(|l| l.contains("\"scheduled\":[]")), "{release} step {step}: {sched:?}");
+            let stores = at("store");
+            assert_eq!(stores.len(), 1, "{release} step {step}");
+            assert!(stores[0].contains("\"req\":\"-\""), "{release} step {step}: {}", stores[0]);
+            assert_eq!(at("evict").len(), 1, "{release} step {step}");
+        }
+    }
+}

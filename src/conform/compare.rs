@@ -69,7 +69,8 @@ pub fn step(
     memo: &mut Memo,
 ) -> Option<Divergence> {
     let wl = &scope.workload;
-    let name = |r: &u16| wl.requests[*r as usize].name.clone();
+    // NO_REQ: a SimpleCPU lazy-mode store (the recorder writes "-").
+    let name = |r: &u16| wl.requests.get(*r as usize).map_or_else(|| "-".to_string(), |q| q.name.clone());
     let label = |h: &BlockHash| wl.label(*h);
     let names = |v: &[u16]| v.iter().map(name).collect::<Vec<_>>();
     let mut kinds: Vec<Kind> = [

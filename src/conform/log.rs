@@ -38,6 +38,9 @@ pub struct Header {
     /// SimpleCPU's `num_cpu_blocks` (its CPU `BlockPool`, null block 0 included).
     #[serde(default)]
     pub cpu_blocks: u32,
+    /// SimpleCPU's `lazy_offload` (absent = eager).
+    #[serde(default)]
+    pub lazy_offload: bool,
     /// `cache_aware_admission_window` (vLLM 0.34+; absent = 0, off).
     #[serde(default)]
     pub cache_aware_admission_window: u32,

@@ -144,7 +144,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], inpu
                 crate::system::EvictionPolicy::Lru
             },
         }),
-        "simple-cpu" => ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: h.cpu_blocks }),
+        "simple-cpu" => ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: h.cpu_blocks, lazy: h.lazy_offload }),
         _ => ConnectorConfig::None,
     };
     let threshold = crate::system::config::threshold_permille(h.cache_aware_admission_threshold)

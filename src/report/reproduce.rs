@@ -46,6 +46,13 @@ pub fn vllm_version(profile: &str) -> Option<&'static str> {
 /// Why the recorder cannot drive this configuration, if it cannot.
 pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
     match &cfg.connector {
+        ConnectorConfig::SimpleCpu(s) if s.lazy => {
+            return Some(
+                "SimpleCPU lazy-mode stores belong to no request, and the recorder times transfers per request \
+                 ([[transfer_delay]] req)"
+                    .into(),
+            )
+        }
         ConnectorConfig::Offloading(_) | ConnectorConfig::SimpleCpu(_) | ConnectorConfig::None => {}
         ConnectorConfig::Mooncake(_) => {
             return Some(

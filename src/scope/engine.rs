@@ -114,18 +114,13 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                     "connector = \"simple-cpu\" needs a [simple_cpu] table with cpu_blocks".into(),
                 ));
             };
-            if let Some(m) = &sc.mode {
-                match m.get_ref().as_str() {
-                    "eager" => {}
-                    "lazy" => {
-                        return Err(bad(
-                            m.span(),
-                            "mode = \"lazy\" (lazy_offload) is not modelled; only \"eager\" is".into(),
-                        ))
-                    }
-                    other => return Err(bad(m.span(), format!("mode must be \"eager\", got \"{other}\""))),
+            let lazy = match sc.mode.as_ref().map(|m| (m, m.get_ref().as_str())) {
+                None | Some((_, "eager")) => false,
+                Some((_, "lazy")) => true,
+                Some((m, other)) => {
+                    return Err(bad(m.span(), format!("mode must be \"eager\" or \"lazy\", got \"{other}\"")))
                 }
-            }
+            };
             let n = *sc.cpu_blocks.get_ref();
             if !(2..=limits::CPU_BLOCKS).contains(&n) {
                 return Err(bad(
@@ -142,7 +137,7 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                     "SimpleCPU disables itself without GPU prefix caching (enable_prefix_caching = false)".into(),
                 ));
             }
-            ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: n })
+            ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: n, lazy })
         }
         "nixl" => {
             // The producer side in host-buffer mode, synchronous scheduling only.

@@ -42,6 +42,9 @@ pub struct SimpleCpuConfig {
     /// `num_cpu_blocks`: the CPU `BlockPool`'s size, including its null block 0 (one CPU block
     /// per GPU block; usable blocks are 1..n-1, as in the GPU pool).
     pub cpu_blocks: u32,
+    /// `lazy_offload`: stores are chosen by a walk of the G1 free queue (blocks near
+    /// eviction), not per request as they are computed (eager, the default).
+    pub lazy: bool,
 }
 
 /// `kv_transfer_config.kv_role` (decides what the Mooncake store connector saves).

@@ -163,6 +163,20 @@ impl GpuPool {
         out
     }
 
+    /// The free queue after block `b`, in eviction order (`FreeKVCacheBlockQueue.
+    /// iter_blocks_after`): from the head when `b` is None, nothing when `b` is not queued.
+    pub fn free_after(&self, b: Option<BlockId>) -> impl Iterator<Item = BlockId> + '_ {
+        let start = match b {
+            None => self.head,
+            Some(b) if self.in_free_queue(b) => self.next[b as usize],
+            Some(_) => NIL,
+        };
+        std::iter::successors((start != NIL).then_some(start), move |&x| {
+            let n = self.next[x as usize];
+            (n != NIL).then_some(n)
+        })
+    }
+
     /// The cached map as (hash, blocks) pairs.
     pub fn cached(&self) -> KeyMapIter<'_, BlockHash, BlockIds> {
         self.cached.iter()
@@ -326,6 +340,12 @@ impl GpuPool {
     /// `free_blocks(ordered)`: `ordered` is in eviction-priority order (callers pass a
     /// table reversed). Unhashed blocks reaching ref 0 go to the head, hashed to the tail.
     pub fn free_blocks(&mut self, ordered: impl Iterator<Item = BlockId>, ghost: &mut Ghost) {
+        self.free_blocks_with(ordered, false, ghost)
+    }
+
+    /// `free_blocks(ordered, evict_first)` (0.34): with `evict_first`, hashed blocks reaching
+    /// ref 0 go to the head too (their content is held by another tier).
+    pub fn free_blocks_with(&mut self, ordered: impl Iterator<Item = BlockId>, evict_first: bool, ghost: &mut Ghost) {
         let mut first: Vec<BlockId> = Vec::new();
         let mut last: Vec<BlockId> = Vec::new();
         for b in ordered {
@@ -343,7 +363,7 @@ impl GpuPool {
             let rc = *rc;
             self.note(b);
             if rc == 0 && !self.in_free_queue(b) {
-                if self.hash[b as usize].is_none() {
+                if self.hash[b as usize].is_none() || evict_first {
                     first.push(b);
                 } else {
                     last.push(b);

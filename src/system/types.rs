@@ -21,6 +21,9 @@ pub type TableIds = crate::system::collections::inline_vec::InlineVec<BlockId, 4
 pub const NULL_BLOCK: BlockId = 0;
 /// Index of a request in the workload (its scope position), not vLLM's string id.
 pub type ReqId = u16;
+/// No request: the owner of a SimpleCPU lazy-mode store (`_prepare_lazy_store_specs` stores
+/// blocks near eviction, whoever computed them).
+pub const NO_REQ: ReqId = ReqId::MAX;
 /// A token id.
 pub type Token = u32;
 /// A transfer job id (vLLM `OffloadingConnectorScheduler._job_counter`, shared by loads and

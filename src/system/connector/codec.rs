@@ -120,7 +120,7 @@ mod tests {
             eviction_policy: Default::default(),
         };
         let o = OffloadingState::new(2, &cfg, &rules);
-        let s = crate::system::connector::SimpleCpuState::new(2, 3);
+        let s = crate::system::connector::SimpleCpuState::new(2, 3, 0);
         vec![Connector::None, Connector::Offloading(Box::new(o)), Connector::SimpleCpu(Box::new(s))]
     }
 

@@ -81,7 +81,9 @@ impl Connector {
             ConnectorConfig::None => Connector::None,
             ConnectorConfig::Offloading(o) => Connector::Offloading(Box::new(OffloadingState::new(num_reqs, o, rules))),
             ConnectorConfig::SimpleCpu(s) => {
-                Connector::SimpleCpu(Box::new(SimpleCpuState::new(num_reqs, s.cpu_blocks)))
+                // `_estimate_lazy_target_blocks`: one full-attention group, WATERMARK_RATIO 1.
+                let lazy_target = if s.lazy { 2 * cfg.max_num_batched_tokens.div_ceil(cfg.block_size) } else { 0 };
+                Connector::SimpleCpu(Box::new(SimpleCpuState::new(num_reqs, s.cpu_blocks, lazy_target)))
             }
             ConnectorConfig::Mooncake(m) => {
                 Connector::Mooncake(Box::new(MooncakeState::new(num_reqs, m, cfg.block_size)))

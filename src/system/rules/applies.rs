@@ -67,6 +67,9 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         }
         r if r.starts_with("pd_") => kind == ConnectorKind::Nixl && cfg.router_replay.is_some(),
         r if r.starts_with("aux_") => cfg.router_replay.is_some(),
+        "scpu_lazy_cursor" | "scpu_lazy_walk_idle" | "scpu_lazy_evict_first" => {
+            cfg.simple_cpu().is_some_and(|s| s.lazy)
+        }
         r if r.starts_with("scpu_") => kind == ConnectorKind::SimpleCpu,
         "cursor_reset_on_lookup"
         | "inflight_lookup_guard"

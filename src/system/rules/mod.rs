@@ -148,6 +148,9 @@ fn vllm_033() -> Rules {
         scpu_hash_at_prep: false,
         scpu_lookup_pins: true,
         scpu_scan_when_full: false,
+        scpu_lazy_cursor: true,
+        scpu_lazy_walk_idle: true,
+        scpu_lazy_evict_first: false,
         scpu_drop_stale_pin: true,
         scpu_load_pins: true,
         scpu_store_pins_gpu: true,
@@ -189,6 +192,8 @@ fn vllm_034() -> Rules {
         scpu_refresh_local_hit: true,
         cache_aware_admission: true,
         failed_load_request_level: true,
+        scpu_lazy_cursor: false,
+        scpu_lazy_evict_first: true,
         ..vllm_033()
     }
 }

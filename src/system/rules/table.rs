@@ -339,6 +339,22 @@ rules_table! {
     /// scan before it starts (`_select_eager_blocks_to_store`) and the cursor stays.
     scpu_scan_when_full: bool
         => "SimpleCPU's eager scan advances its cursor when the CPU pool is full", "_prepare_eager_store_specs (0.24)";
+    /// Lazy mode (`lazy_offload`): each step's walk of the G1 free queue resumes after the
+    /// block it last visited (`_cursor`; restarted from the head once that block leaves the
+    /// queue), 0.24 to 0.33; false (0.34): every walk starts at the head of the queue.
+    scpu_lazy_cursor: bool
+        => "SimpleCPU's lazy walk resumes at its cursor", "_prepare_lazy_store_specs (0.24-0.33)";
+    /// Lazy mode: a completed store returns its GPU source blocks to the head of the G1 free
+    /// queue (`free_blocks(evict_first=True)`: the CPU pool holds them), 0.34; false (0.24 to
+    /// 0.33): to the tail, as any cached block.
+    /// Lazy mode: the walk runs in every `build_connector_meta`, a step that schedules no
+    /// request too, so with the CPU pool smaller than the hashed blocks it covers, a store is
+    /// always in flight and `has_pending_push_work` keeps an engine with no request stepping
+    /// (finding 26); false (variant fix-scpu-lazy-idle): only in a step that schedules tokens.
+    scpu_lazy_walk_idle: bool
+        => "SimpleCPU's lazy walk runs in a step that schedules no request", "_prepare_lazy_store_specs (finding 26)";
+    scpu_lazy_evict_first: bool
+        => "SimpleCPU's lazy stores return their GPU blocks to the eviction end", "_process_store_completion (0.34)";
     /// `get_num_new_matched_tokens` pins the CPU hit blocks until `update_state_after_alloc`.
     scpu_lookup_pins: bool => "SimpleCPU lookup pins its hit blocks", "get_num_new_matched_tokens";
     /// A lookup first drops the pin left by an earlier lookup of the same request.

@@ -212,7 +212,13 @@ pub const VARIANTS: &[Variant] = &[
         upstream: "ARCCachePolicy.evict (0.32 added the fallback)",
         apply: |r| r.arc_t1_fallback = false,
     },
-        Variant {
+    Variant {
+        name: "fix-scpu-lazy-idle",
+        summary: "SimpleCPU's lazy walk runs only in a step that schedules a request, so stores in flight drain and an engine with no request left goes idle (finding 26)",
+        upstream: "kvmc finding 26 (no upstream fix)",
+        apply: |r| r.scpu_lazy_walk_idle = false,
+    },
+    Variant {
         name: "fix-arc-t1-fallback",
         summary: "ARC's evict with 0.32's final T1 fallback (on vllm-0.24)",
         upstream: "ARCCachePolicy.evict (0.32)",

@@ -181,7 +181,8 @@ def build_engine(sc: Scenario) -> Engine:
         # num_cpu_blocks sizes the CPU BlockPool exactly (null block 0 included); it must not
         # exceed the local capacity num_gpu_blocks * cpu_bytes // gpu_total_bytes
         # (SimpleCPUOffloadScheduler._derive_cpu_config), i.e. cpu_bytes // page_bytes here.
-        extra = {"num_cpu_blocks": sc.cpu_blocks, "cpu_bytes_to_use": sc.cpu_blocks * page_bytes}
+        extra = {"num_cpu_blocks": sc.cpu_blocks, "cpu_bytes_to_use": sc.cpu_blocks * page_bytes,
+                 "lazy_offload": sc.lazy_offload}
         kv_transfer_config = KVTransferConfig(
             kv_role="kv_both", kv_connector_extra_config=extra,
             kv_load_failure_policy=sc.load_failure_policy,
@@ -258,9 +259,9 @@ def build_engine(sc: Scenario) -> Engine:
                                f"scenario asked for {sc.host_chunks}")
     if eng.scpu is not None:
         got = eng.scpu.cpu_block_pool.num_gpu_blocks
-        if got != sc.cpu_blocks or eng.scpu._lazy_mode:
+        if got != sc.cpu_blocks or eng.scpu._lazy_mode != sc.lazy_offload:
             raise RuntimeError(f"SimpleCPU got {got} CPU blocks (lazy={eng.scpu._lazy_mode}), "
-                               f"scenario asked for {sc.cpu_blocks} (eager)")
+                               f"scenario asked for {sc.cpu_blocks} (lazy={sc.lazy_offload})")
     return eng
 
 

@@ -105,7 +105,10 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             off["eviction_policy"] = "arc"
         _table(lines, "[offload]", off)
     elif connector == "simple-cpu":
-        _table(lines, "[simple_cpu]", {"cpu_blocks": rng.randint(2, 4 * n + 2)})
+        scpu = {"cpu_blocks": rng.randint(2, 4 * n + 2)}
+        if rng.random() < 0.3:  # lazy_offload: stores chosen by a walk of the G1 free queue
+            scpu["mode"] = "lazy"
+        _table(lines, "[simple_cpu]", scpu)
     wrk = {"max_steps": 400}
     if connector != "none":
         wrk["store_delay"] = rng.choice([1, 1, 2, 3]) if connector == "offloading" else rng.choice([0, 1, 2])

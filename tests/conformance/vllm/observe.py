@@ -115,6 +115,8 @@ class Recorder:
         }
         if sc.connector == "simple-cpu":
             hdr["cpu_blocks"] = sc.cpu_blocks
+            if sc.lazy_offload:
+                hdr["lazy_offload"] = True
         if getattr(sc, "connector_class", None):   # absent: vLLM's built-in connector
             hdr["connector_class"] = sc.connector_class
         if getattr(sc, "cache_aware_admission_window", 0):   # absent: 0 (off)
@@ -341,7 +343,7 @@ class Recorder:
         conn.build_connector_meta = build_connector_meta
 
     def _install_scpu(self, mgr) -> None:
-        """SimpleCPUOffloadScheduler (eager): load and store lines from the step's
+        """SimpleCPUOffloadScheduler (eager, or lazy: one store line with req "-"): load and store lines from the step's
         SimpleCPUOffloadMetadata, split per request; CPU evictions; the completions
         update_connector_output processes."""
         cpu_pool = mgr.cpu_block_pool
@@ -441,6 +443,9 @@ class Recorder:
             # transfers queued since the last step (_pending_finished_stores order).
             parts = [(rid, g) for rid, g in eager if g]
             parts += [(finish_req.pop(id(t)), list(t.gpu_block_ids)) for t in queued]
+            if getattr(mgr, "_lazy_mode", False) and not parts and meta.store_gpu_blocks:
+                # Lazy mode: one store of the blocks near eviction, owned by no request.
+                parts = [("-", [int(b) for b in meta.store_gpu_blocks])]
             i = 0
             for rid, g in parts:
                 assert list(meta.store_gpu_blocks[i:i + len(g)]) == g, "store event split"

@@ -154,6 +154,8 @@ class Scenario:
     delay_overrides: list[DelayOverride] = field(default_factory=list)
     # [simple_cpu] (connector = "simple-cpu"): num_cpu_blocks, incl. the CPU pool's null block
     cpu_blocks: int = 0
+    # [simple_cpu] mode = "lazy": lazy_offload (stores chosen by a walk of the G1 free queue)
+    lazy_offload: bool = False
     # [engine] async_scheduling: AsyncScheduler + EngineCore.step_with_batch_queue (record.py)
     async_scheduling: bool = False
     # Not a scenario key: record.py --connector-class MODULE:CLASS (engine.connector_by_name)
@@ -192,7 +194,7 @@ _OFFLOAD_KEYS = {
     "host_chunks", "blocks_per_chunk", "offload_prompt_only",
     "sync_load_budget_tokens", "eviction_policy",
 }
-_SIMPLE_CPU_KEYS = {"cpu_blocks"}
+_SIMPLE_CPU_KEYS = {"cpu_blocks", "mode"}
 _WORKER_KEYS = {"store_delay", "load_delay", "max_steps"}
 _REQUEST_KEYS = {"name", "prompt", "max_tokens", "eos_at", "arrive", "after",
                  "after_arrival", "delay", "input"}
@@ -333,6 +335,8 @@ def _load_scenario(path: Path) -> Scenario:
             raise ScenarioError("[offload] goes with connector = 'offloading' ([simple_cpu] here)")
         if doc.get("load_failure"):
             raise ScenarioError("[[load_failure]]: SimpleCPU never reports a failed load")
+        if scpu.get("mode", "eager") not in ("eager", "lazy"):
+            raise ScenarioError("[simple_cpu] mode must be 'eager' or 'lazy'")
     elif scpu:
         raise ScenarioError("[simple_cpu] goes with connector = 'simple-cpu'")
     policy = eng.get("load_failure_policy", "fail")
@@ -364,6 +368,7 @@ def _load_scenario(path: Path) -> Scenario:
         load_delay=int(wrk.get("load_delay", 1)),
         max_steps=int(wrk.get("max_steps", 200)),
         cpu_blocks=int(scpu.get("cpu_blocks", 0)),
+        lazy_offload=scpu.get("mode", "eager") == "lazy",
         async_scheduling=_bool(eng.get("async_scheduling", False), "[engine] async_scheduling"),
         cache_aware_admission_window=int(eng.get("cache_aware_admission_window", 0)),
         cache_aware_admission_threshold=float(eng.get("cache_aware_admission_threshold", 0.5)),

@@ -68,6 +68,7 @@ class GenScenarios(unittest.TestCase):
         self.assertTrue(any(s.cache_aware_admission_window for s in scs))
         self.assertTrue(any(s.sync_load_budget_tokens for s in scs))
         self.assertEqual({s.eviction_policy for s in scs if s.connector == "offloading"}, {"lru", "arc"})
+        self.assertEqual({s.lazy_offload for s in scs if s.connector == "simple-cpu"}, {False, True})
         self.assertTrue(any(r.inputs for s in scs for r in s.requests), "sessions")
         self.assertTrue(any(sum(1 for r in s.requests if r.inputs) >= 2 for s in scs), "two sessions")
         self.assertTrue(any(t.step is not None for s in scs for r in s.requests for t in r.inputs),

@@ -17,7 +17,7 @@ use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::gpu_pool::GpuPool;
 use crate::system::request::ReqState;
-use crate::system::types::{BlockHash, BlockId, ReqId, NULL_BLOCK};
+use crate::system::types::{BlockHash, BlockId, ReqId, NO_REQ, NULL_BLOCK};
 use crate::system::workload::RequestSpec;
 
 /// What one eager scan chose.
@@ -39,8 +39,10 @@ impl SimpleCpuState {
         let wl = c.wl;
         let b = c.block_size;
         let spec_of = |r: ReqId| wl.spec(r, reqs[r as usize].turn);
-        // Coverage ghost: blocks whose last token this step computes are owed a store.
-        for s in &out.scheduled {
+        // Coverage ghost: blocks whose last token this step computes are owed a store (eager
+        // mode's promise; lazy mode stores what nears eviction, whoever computed it).
+        let eager = !self.is_lazy();
+        for s in out.scheduled.iter().filter(|_| eager) {
             let spec = spec_of(s.req);
             for i in s.start / b..(s.start + s.tokens) / b {
                 if let Some(h) = spec.hashes.get(i as usize) {
@@ -103,6 +105,12 @@ impl SimpleCpuState {
             }
             self.reqs[r as usize].store.as_mut().expect("tracked").cursor += sel.advanced;
         }
+        if self.is_lazy() && (c.rules.scpu_lazy_walk_idle || out.scheduled.iter().any(|s| s.tokens > 0)) {
+            let mut cx = HookCtx { c: *c, pool: &mut *pool, ghost: &mut *ghost, ev: &mut *ev };
+            if let Some(t) = self.lazy_store(&mut cx) {
+                parts.push(t);
+            }
+        }
         parts.append(&mut self.pending_finished);
         if !parts.is_empty() {
             let id = self.next_store;
@@ -160,11 +168,47 @@ impl SimpleCpuState {
         }
     }
 
-    /// Allocate CPU destinations for `gpu`, pin the sources, mark them in flight.
+    /// `_prepare_lazy_store_specs`: walk the G1 free queue (blocks in eviction order, so the
+    /// next ones the allocator reuses) over at most `lazy_target` blocks, from the block after
+    /// the cursor (rule `scpu_lazy_cursor`, reset when that block left the queue) or from the
+    /// head, and store every hashed block whose hash the CPU pool lacks, as many as the CPU
+    /// pool has free blocks. One transfer, owned by no request ([`NO_REQ`]).
+    fn lazy_store(&mut self, cx: &mut HookCtx) -> Option<Transfer> {
+        let (pool, c) = (&*cx.pool, &cx.c);
+        let num_cpu_free = self.cpu.num_free();
+        if self.cursor.is_some_and(|b| pool.ref_cnt[b as usize] > 0) {
+            self.cursor = None; // stale: the block left the free queue
+        }
+        let (mut gpu, mut hashes) = (Vec::new(), Vec::new());
+        let mut last = self.cursor;
+        for (covered, blk) in pool.free_after(self.cursor).enumerate() {
+            if covered as u32 >= self.lazy_target || gpu.len() as u32 >= num_cpu_free {
+                break;
+            }
+            last = Some(blk);
+            if let Some(h) = pool.hash[blk as usize].filter(|_| blk != NULL_BLOCK) {
+                if self.cpu.get_one_block(h).is_none() {
+                    gpu.push(blk);
+                    hashes.push(h);
+                }
+            }
+        }
+        if c.rules.scpu_lazy_cursor {
+            self.cursor = last;
+        }
+        if gpu.is_empty() {
+            return None;
+        }
+        Some(self.prepare_transfer(NO_REQ, gpu, hashes, cx))
+    }
+
+    /// Allocate CPU destinations for `gpu`, pin the sources, mark them in flight (eager mode:
+    /// `_in_flight_store_gpu_blocks`; lazy mode keeps no such set).
     fn prepare_transfer(&mut self, r: ReqId, gpu: Vec<BlockId>, hashes: Vec<BlockHash>, cx: &mut HookCtx) -> Transfer {
         let (pool, c, ghost, ev) = (&mut *cx.pool, &cx.c, &mut *cx.ghost, &mut *cx.ev);
         let cpu = self.cpu_alloc(gpu.len() as u32, ghost, ev);
-        for &g in &gpu {
+        let eager = !self.is_lazy();
+        for &g in gpu.iter().filter(|_| eager) {
             if let Err(i) = self.in_flight.binary_search(&g) {
                 self.in_flight.insert(i, g);
             }

@@ -1,5 +1,5 @@
 //! SimpleCPUOffloadConnector, scheduler side (vLLM `v1/simple_kv_offload/manager.py:
-//! SimpleCPUOffloadScheduler`, 0.33 rules, eager mode): state, lookup, load preparation,
+//! SimpleCPUOffloadScheduler`, 0.33 rules, eager and lazy mode): state, lookup, load preparation,
 //! finish handling and completion processing. The eager store selection is in
 //! `build_meta.rs`, the worker side in `worker.rs`.
 //!
@@ -12,7 +12,10 @@
 //! (`BlockPool.touch`), never by delaying a request's free: stores pin their sources, loads
 //! their destinations.
 //!
-//! Not modelled: lazy mode, the disk backend, hybrid groups (Mamba boundary hand-offs,
+//! Lazy mode (`lazy_offload`) replaces the eager selection with a walk of the G1 free queue
+//! (`build_meta.rs`, `_prepare_lazy_store_specs`); requests then have no store state.
+//!
+//! Not modelled: the disk backend, hybrid groups (Mamba boundary hand-offs,
 //! sliding window null blocks, fine-grained hash blocks and the prompt partial tail),
 //! `reset()`, world size > 1 (store events count one worker report), KV events payloads.
 
@@ -138,10 +141,17 @@ pub struct SimpleCpuState {
     /// Ghost (eviction-order): the CPU pool's free blocks in the order the policy names,
     /// FIFO by release, kept apart from the pool's own linked list.
     pub(crate) fifo: Vec<BlockId>,
+    /// Lazy mode (`lazy_offload`): `_target_free`, the G1 free-queue blocks one walk covers
+    /// (`_estimate_lazy_target_blocks`); 0 in eager mode.
+    pub(crate) lazy_target: u32,
+    /// Lazy mode: `_cursor`, the G1 block the last walk visited last (rule
+    /// `scpu_lazy_cursor`; always None without it).
+    pub(crate) cursor: Option<BlockId>,
 }
 
 impl SimpleCpuState {
-    pub fn new(num_reqs: usize, cpu_blocks: u32) -> Self {
+    /// `lazy_target`: `_target_free` in lazy mode, 0 in eager mode.
+    pub fn new(num_reqs: usize, cpu_blocks: u32, lazy_target: u32) -> Self {
         SimpleCpuState {
             cpu: GpuPool::new_cpu(cpu_blocks),
             reqs: vec![SimpleCpuReq::default(); num_reqs],
@@ -152,7 +162,14 @@ impl SimpleCpuState {
             next_store: 0,
             next_load: 0,
             fifo: (1..cpu_blocks).collect(),
+            lazy_target,
+            cursor: None,
         }
+    }
+
+    /// Lazy mode (`lazy_offload`).
+    pub fn is_lazy(&self) -> bool {
+        self.lazy_target > 0
     }
 
     // --- the CPU pool, with the eviction-order reference list kept beside it ---
@@ -255,7 +272,9 @@ impl SimpleCpuState {
         }
         // 0.34: remember the GPU prefix hit for update_state_after_alloc (refreshed at every
         // lookup: a request waiting for blocks repeats it each step).
-        self.reqs[r as usize].local_hit = if c.rules.scpu_refresh_local_hit { num_local } else { 0 };
+        // Eager mode only: lazy mode keeps no `_pending_local_hits` (0.34).
+        let refresh = c.rules.scpu_refresh_local_hit && !self.is_lazy();
+        self.reqs[r as usize].local_hit = if refresh { num_local } else { 0 };
         // Restarting from token 0 (preemption): the coverage ghost starts a new run.
         if req.preempted {
             ghost.mark(Mark::Restart);
@@ -289,8 +308,10 @@ impl SimpleCpuState {
     pub(super) fn update_state_after_alloc(&mut self, q: RequestRef, num_external: u32, cx: &mut HookCtx) {
         let (r, req, q_spec) = (q.id, q.state, q.spec);
         let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
+        let lazy = self.is_lazy();
         let q = &mut self.reqs[r as usize];
-        if q.store.is_none() {
+        // Store tracking is eager mode's only: lazy stores belong to no request.
+        if q.store.is_none() && !lazy {
             q.store = Some(StoreRequestState::default());
         }
         let local = std::mem::take(&mut q.local_hit);
@@ -462,7 +483,10 @@ impl SimpleCpuState {
             if rules.scpu_release_head_first { cpu.clone() } else { cpu.iter().rev().copied().collect() };
         self.cpu_free(&cpu, &order, ghost);
         if rules.scpu_store_pins_gpu {
-            pool.free_blocks(gpu.iter().copied(), ghost);
+            // 0.34: a lazy store's sources came from the eviction end and the CPU pool now
+            // holds them: they go back to the head of the free queue (`evict_first`).
+            let evict_first = self.is_lazy() && rules.scpu_lazy_evict_first;
+            pool.free_blocks_with(gpu.iter().copied(), evict_first, ghost);
         }
     }
 
