@@ -48,7 +48,7 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         // Deferred frees exist only with async scheduling and a connector.
         "preempt_checks_deferred_free" => cfg.defer_block_free(),
         "long_prefill_lone_exempt" => cfg.long_prefill_token_threshold > 0,
-        // Read where vLLM's has_requests gates a step: async scheduling, and conform.
+        // Read where vLLM's has_requests gates a step (every engine step, and conform).
         "scpu_pending_keeps_alive" => kind == ConnectorKind::SimpleCpu,
         "cache_aware_admission" => cfg.cache_aware_admission_window > 0 && cfg.enable_prefix_caching,
         "sync_loads" => off.is_some_and(|o| o.sync_load_budget_tokens > 0),

@@ -147,7 +147,8 @@ rules_table! {
         => "a parked streaming session counts against max_num_seqs", "Scheduler.schedule (num_waiting_for_streaming_input)";
     /// SimpleCPU's in-flight stores keep the engine stepping with no request left
     /// (`SimpleCPUOffloadConnector.has_pending_push_work`, 0.32+); false (0.24): the connector
-    /// has no such hook, so an engine with only stores in flight idles until the next input.
+    /// has no such hook, so an engine with only stores in flight idles until the next input
+    /// (finding 27: with none, those stores are never processed).
     scpu_pending_keeps_alive: bool
         => "SimpleCPU's in-flight stores keep the engine stepping", "SimpleCPUOffloadConnector.has_pending_push_work";
     /// A streaming session that continues after a stopped turn is enqueued by whether it holds
