@@ -2,7 +2,8 @@
 //! selection (vLLM `SimpleCPUOffloadScheduler.build_connector_meta`,
 //! `_prepare_eager_store_specs`, `_select_eager_blocks_to_store`,
 //! `_classify_store_candidate`), the finish-time store (`_queue_finished_eager_store`) and
-//! the store-coverage ghost they feed.
+//! the store-coverage ghost they feed; in lazy mode, the walk of the G1 free queue instead
+//! (`_prepare_lazy_store_specs`, [`SimpleCpuState::lazy_store`]).
 //!
 //! A request's blocks are stored one step after they are *confirmed* (computed by an earlier
 //! step's forward), by a scan of its mirror table from the store cursor: a block that is not
