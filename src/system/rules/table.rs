@@ -217,7 +217,8 @@ rules_table! {
     flush_preempted_stores: bool => "preempted requests' stores are flushed", "#29870";
     /// Store watermark for finished requests other than aborted ones.
     finish_watermark: FinishWatermark => "store watermark of a finished request", "#54288";
-    /// FINISHED_ERROR uses `num_computed_tokens` as its watermark, like ABORTED (#63937).
+    /// FINISHED_ERROR's watermark is clamped to `num_computed_tokens` (#63937; 0.34 clamps every
+    /// non-abort finish to min(num_computed_tokens, max(num_prompt_tokens, num_tokens - 1))).
     error_watermark_computed: bool => "error finish stores only computed tokens", "#63937";
     /// Advance the store cursor when `prepare_store` returns None (#27697's bug).
     cursor_advance_on_store_failure: bool => "cursor advances when prepare_store fails", "#27697";

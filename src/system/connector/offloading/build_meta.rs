@@ -165,7 +165,14 @@ impl OffloadingState {
         let num_tokens = req.num_tokens(spec);
         let watermark = match (req.status, scheduled) {
             (Status::Finished(FinishReason::Aborted), _) => req.num_computed,
-            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => req.num_computed,
+            // 0.34 (`_build_store_jobs`): a finished request's watermark is clamped to the GPU
+            // prefix cache's commit point, min(num_computed_tokens, max(num_prompt_tokens,
+            // num_tokens - 1)): an error mid-prefill stores what was computed (#63937), and
+            // under async scheduling the position of the last sampled token, still in flight,
+            // is not stored.
+            (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => {
+                req.num_computed.min(spec.prompt_len.max(num_tokens.saturating_sub(1)))
+            }
             (Status::Finished(_), _) => match c.rules.finish_watermark {
                 FinishWatermark::NumTokens => num_tokens,
                 FinishWatermark::PromptOrTokensMinusOne => spec.prompt_len.max(num_tokens.saturating_sub(1)),
