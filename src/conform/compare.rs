@@ -69,8 +69,7 @@ pub fn step(
     memo: &mut Memo,
 ) -> Option<Divergence> {
     let wl = &scope.workload;
-    // NO_REQ: a SimpleCPU lazy-mode store (the recorder writes "-").
-    let name = |r: &u16| wl.requests.get(*r as usize).map_or_else(|| "-".to_string(), |q| q.name.clone());
+    let name = |r: &u16| wl.req_name(*r).to_string();
     let label = |h: &BlockHash| wl.label(*h);
     let names = |v: &[u16]| v.iter().map(name).collect::<Vec<_>>();
     let mut kinds: Vec<Kind> = [
@@ -151,9 +150,7 @@ pub fn step(
             Ev::Host { entries, order, arc, .. } => {
                 let mut es: Vec<String> = entries.iter().map(|x| format!("{} slot={} ref={}", x.key, x.slot, x.ref_cnt)).collect();
                 es.sort();
-                let arc = arc.as_ref().map_or(String::new(), |a| {
-                    format!(" arc: t1={:?} t2={:?} b1={:?} b2={:?} target={:?}", a.t1, a.t2, a.b1, a.b2, a.target)
-                });
+                let arc = arc.as_ref().map_or(String::new(), |a| arc_text([&a.t1, &a.t2, &a.b1, &a.b2], a.target));
                 push_log("host", l.no, format!("entries={es:?} order={order:?}{arc}"));
             }
             _ => {}
@@ -276,16 +273,8 @@ pub fn step(
         es.sort();
         let order: Vec<String> = oc.host.eviction_order().iter().map(label).collect();
         let arc = oc.host.arc.as_deref().map_or(String::new(), |a| {
-            let l =
-                |v: &[crate::system::connector::offloading::host_tier::Key]| v.iter().map(label).collect::<Vec<_>>();
-            format!(
-                " arc: t1={:?} t2={:?} b1={:?} b2={:?} target={:?}",
-                l(&a.t1),
-                l(&a.t2),
-                l(&a.b1),
-                l(&a.b2),
-                a.target.get()
-            )
+            let [t1, t2, b1, b2] = [&a.t1, &a.t2, &a.b1, &a.b2].map(|v| v.iter().map(label).collect::<Vec<_>>());
+            arc_text([&t1, &t2, &b1, &b2], a.target.get())
         });
         push_model("host", format!("entries={es:?} order={order:?}{arc}"));
     }
@@ -371,4 +360,11 @@ fn flush_loads(loads: &mut Vec<(String, String)>, push: &mut impl FnMut(&str, St
 
 fn reason_str(r: FinishReason) -> &'static str {
     r.as_str()
+}
+
+/// The ARC part of a `host` line, the same text for the log and the model: T1, T2, B1, B2 (key
+/// labels, LRU first) and `target_t1_size`.
+fn arc_text(lists: [&Vec<String>; 4], target: f64) -> String {
+    let [t1, t2, b1, b2] = lists;
+    format!(" arc: t1={t1:?} t2={t2:?} b1={b1:?} b2={b2:?} target={target:?}")
 }

@@ -19,9 +19,8 @@ fn label(sys: &System, h: BlockHash) -> String {
     sys.workload.label(h)
 }
 
-/// A request's name; "-" for none (`NO_REQ`: a SimpleCPU lazy-mode store).
 fn name(sys: &System, r: u16) -> String {
-    sys.workload.requests.get(r as usize).map_or_else(|| "-".to_string(), |q| q.name.clone())
+    sys.workload.req_name(r).to_string()
 }
 
 fn labels(sys: &System, ks: &[BlockHash]) -> Vec<String> {

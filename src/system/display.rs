@@ -44,7 +44,7 @@ fn names(sys: &System, v: &[u16]) -> String {
 }
 
 fn event_text(sys: &System, e: &Event) -> Option<String> {
-    let n = |r: &u16| sys.workload.requests.get(*r as usize).map_or_else(|| "lazy".to_string(), |q| q.name.clone());
+    let n = |r: &u16| sys.workload.req_name(*r).to_string();
     let keys = |ks: &[BlockHash]| ks.iter().map(|k| label(sys, *k)).collect::<Vec<_>>().join(",");
     Some(match e {
         Event::Arrived { .. } => return None,
@@ -362,18 +362,8 @@ fn render_simple_cpu(s: &mut String, sys: &System, sc: &crate::system::connector
         let _ = writeln!(s, "{line}");
     }
     for ev in &sc.stores {
-        let parts: Vec<String> = ev
-            .parts
-            .iter()
-            .map(|t| {
-                format!(
-                    "{} gpu {:?} -> cpu {:?}",
-                    wl.requests.get(t.req as usize).map_or("lazy", |q| &q.name),
-                    t.gpu,
-                    t.cpu
-                )
-            })
-            .collect();
+        let parts: Vec<String> =
+            ev.parts.iter().map(|t| format!("{} gpu {:?} -> cpu {:?}", wl.req_name(t.req), t.gpu, t.cpu)).collect();
         let _ = writeln!(s, "    store event {} [{}] {}", ev.id, parts.join("; "), live_phase(ev.phase));
     }
     for ev in &sc.loads {
@@ -388,13 +378,8 @@ fn render_simple_cpu(s: &mut String, sys: &System, sc: &crate::system::connector
         );
     }
     for t in &sc.pending_finished {
-        let _ = writeln!(
-            s,
-            "    finish-time store {} gpu {:?} -> cpu {:?} (next event)",
-            wl.requests.get(t.req as usize).map_or("lazy", |q| &q.name),
-            t.gpu,
-            t.cpu
-        );
+        let _ =
+            writeln!(s, "    finish-time store {} gpu {:?} -> cpu {:?} (next event)", wl.req_name(t.req), t.gpu, t.cpu);
     }
 }
 

@@ -313,14 +313,11 @@ impl Engine {
     /// scheduled).
     pub fn step(&mut self, ctx: Ctx, input: &StepInput, ev: &mut Events) {
         if !ctx.cfg.async_scheduling {
-            // `EngineCore.step` schedules nothing without `Scheduler.has_requests()`. Only
-            // 0.24's SimpleCPU (no `has_pending_push_work`, rule `scpu_pending_keeps_alive`)
-            // has work then that the scheduler does not see: its stores in flight wait for the
-            // next request.
-            if !ctx.rules.scpu_pending_keeps_alive
-                && matches!(self.conn, Connector::SimpleCpu(_))
-                && !self.has_requests(ctx.rules)
-            {
+            // `EngineCore.step` schedules nothing without `Scheduler.has_requests()`: 0.24's
+            // SimpleCPU stores in flight wait for the next request (rule
+            // `scpu_pending_keeps_alive`, finding 27), and no lazy walk runs in an engine with
+            // nothing to do. A P/D pair steps for its decode instance too.
+            if self.pd.is_none() && !self.has_requests(ctx.rules) {
                 return;
             }
             let b = self.schedule_and_execute(ctx, input, ev);

@@ -380,6 +380,15 @@ impl Workload {
         hashes
     }
 
+    /// Request `r`'s name, or "-" for [`NO_REQ`](crate::system::types::NO_REQ) (a SimpleCPU
+    /// lazy-mode store, which belongs to no request; the recorder writes "-" too).
+    pub fn req_name(&self, r: u16) -> &str {
+        if r == crate::system::types::NO_REQ {
+            return "-";
+        }
+        &self.requests[r as usize].name
+    }
+
     /// The spec of request `r` in turn `turn` (0 = its first input).
     pub fn spec(&self, r: u16, turn: u8) -> &RequestSpec {
         if turn == 0 {
