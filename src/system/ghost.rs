@@ -4,6 +4,8 @@
 //! transition fails (a forward read wrong KV, a store copied a moving block, ...).
 //! `marks` record what the *last* transition did, for the `sometimes` reachability guards.
 
+use super::collections::side::SideVal;
+
 /// A predicate checked inside transitions. Each maps to one property of the catalogue.
 #[derive(Copy, Clone, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 #[repr(u32)]
@@ -121,6 +123,12 @@ pub struct Ghost {
     pub idle_steps: u16,
     /// Faults injected so far (load failures): the environment is fair only if finite.
     pub faults: u8,
+    /// Not state (never compared, hashed or encoded): set by a plain step when, at the point
+    /// where a draining step (`StepInput::drain`) would finish its copies, some copy was
+    /// submitted. Without it the draining step of the same state finishes nothing and is no
+    /// transition, which the checker then knows without taking it (`System::apply_into`).
+    #[serde(skip)]
+    pub drainable: SideVal<bool>,
 }
 
 impl Ghost {

@@ -157,7 +157,23 @@ impl System {
     /// copy of `s` first, whatever it held): the checker's search keeps one such engine per
     /// thread, so a successor it drops (seen before, or no transition) costs no allocation.
     /// False (and `out` unspecified) when the input changes nothing.
+    ///
+    /// A draining step (`Input::StepDrain`) of a stamped engine whose plain step this thread
+    /// has taken is known without taking it when that plain step saw no copy submitted at the
+    /// point where the drain would finish them (`Ghost::drainable`): until that point the two
+    /// steps run alike (nothing before it reads `StepInput::drain`), and a drain that finishes
+    /// nothing leaves the rest alike too, so the draining step is no transition.
     pub fn apply_into(&self, s: &Engine, a: Input, ev: &mut Events, canonical: bool, out: &mut Engine) -> bool {
+        if a == Input::StepDrain && canonical && !ev.is_on() && drains_nothing(s) {
+            debug_assert!(
+                {
+                    let mut x = s.clone();
+                    !self.apply_on_copy(s, &mut x, a, &mut Events::off(), canonical)
+                },
+                "a draining step skipped as no transition is one"
+            );
+            return false;
+        }
         out.clone_from(s);
         self.apply_on_copy(s, out, a, ev, canonical)
     }
@@ -174,6 +190,7 @@ impl System {
                 Input::Decode(x) => super::pd::apply(self, pd, e, x, ev),
                 _ => apply_in_place(self.ctx(), e, a, ev),
             };
+            note_step(s, e, a);
             if !moved {
                 return false;
             }
@@ -185,8 +202,12 @@ impl System {
                     return false; // D's step changed nothing
                 }
             }
-        } else if !apply_in_place(self.ctx(), e, a, ev) {
-            return false;
+        } else {
+            let moved = apply_in_place(self.ctx(), e, a, ev);
+            note_step(s, e, a);
+            if !moved {
+                return false;
+            }
         }
         if canonical {
             // The bounded step counter is for single runs (scenarios, stories); in the
@@ -394,6 +415,28 @@ thread_local! {
     static STEP_MEMO: std::cell::RefCell<Option<StepMemo>> = const { std::cell::RefCell::new(None) };
 }
 
+thread_local! {
+    /// The stamp of the last stamped engine this thread took a plain step of, and that step's
+    /// `Ghost::drainable` (see [`System::apply_into`]).
+    static STEP_DRAINABLE: std::cell::Cell<(u64, bool)> = const { std::cell::Cell::new((0, true)) };
+}
+
+/// After a plain step of `s` (into `e`): keep what it saw of the drain point, if `s` is stamped.
+#[inline]
+fn note_step(s: &Engine, e: &Engine, a: Input) {
+    let stamp = s.stamp.get();
+    if a == Input::Step && stamp != 0 {
+        STEP_DRAINABLE.with(|c| c.set((stamp, e.ghost.drainable.0)));
+    }
+}
+
+/// Did this thread's plain step of `s` (a stamped engine) see no copy to drain?
+#[inline]
+fn drains_nothing(s: &Engine) -> bool {
+    let stamp = s.stamp.get();
+    stamp != 0 && STEP_DRAINABLE.with(|c| c.get()) == (stamp, false)
+}
+
 /// Forget this thread's kept step (a checker run calls it when it begins).
 pub fn clear_step_memo() {
     STEP_MEMO.with(|c| {
@@ -409,6 +452,7 @@ pub fn clear_step_memo() {
 /// input which changes nothing is no transition.
 pub fn apply_in_place(ctx: Ctx<'_>, e: &mut Engine, a: Input, ev: &mut Events) -> bool {
     e.ghost.marks = 0;
+    e.ghost.drainable.0 = false;
     match a {
         Input::Arrive(r) => e.arrive(ctx, r, ev),
         Input::Step | Input::StepDrain | Input::StepStoresDrain | Input::StepSyncLoadFails(_) => {

@@ -134,6 +134,9 @@ pub fn after_forward(mc: &mut MooncakeState, out: &SchedOut, input: &StepInput, 
         l.live.push(id);
         mc.saves.iter_mut().find(|j| j.id == id).expect("listed").phase = Phase::Submitted;
     }
+    if !input.drain {
+        cx.ghost.drainable.0 |= [Direction::Load, Direction::Store].into_iter().any(|d| next_transfer(mc, d).is_some());
+    }
     if input.drain {
         for d in [Direction::Load, Direction::Store] {
             while let Some(id) = next_transfer(mc, d) {

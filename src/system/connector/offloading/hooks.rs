@@ -106,6 +106,9 @@ impl KvConnector for OffloadingState {
         }
         conn::wait_for_save(self, s.scratch);
         // Copies that finish while this step runs are reported by this step's get_finished.
+        if !input.drain {
+            ghost.drainable.0 |= self.jobs.iter().any(|j| j.phase == Phase::Submitted);
+        }
         let now: Vec<JobId> = if input.drain || input.drain_stores {
             self.jobs
                 .iter()

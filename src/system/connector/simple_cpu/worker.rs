@@ -159,6 +159,9 @@ pub fn after_forward(
 ) -> WorkerOut {
     start_load_kv(sc);
     wait_for_save(sc, pool, ctx, ghost, ev);
+    if !input.drain {
+        ghost.drainable.0 |= [Direction::Load, Direction::Store].into_iter().any(|d| next_transfer(sc, d).is_some());
+    }
     if input.drain {
         for d in [Direction::Load, Direction::Store] {
             while let Some(id) = next_transfer(sc, d) {
