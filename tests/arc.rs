@@ -5,16 +5,15 @@ use crate::common::{kvmc, root, stderr, tempdir};
 use kvmc::system::events::Events;
 use kvmc::system::ghost::Ghost;
 use kvmc::system::host_arc::ArcLists;
-use kvmc::system::host_tier::{HostTier, ReqAccess};
+use kvmc::system::host_tier::{HostTier, KeySet, ReqAccess};
 use kvmc::system::rules::HostLru;
 use kvmc::system::types::BlockHash;
-use std::collections::BTreeSet;
 
 fn h(x: u64) -> BlockHash {
     BlockHash(x)
 }
 
-fn set(keys: &[BlockHash]) -> BTreeSet<BlockHash> {
+fn set(keys: &[BlockHash]) -> KeySet {
     keys.iter().copied().collect()
 }
 

@@ -8,6 +8,7 @@
 use super::vec_map::VecMap;
 use crate::system::types::{BlockHash, BlockHash as Key, BlockId};
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// A hasher for keys that are already hashes or small integers (block hashes, block ids):
@@ -227,10 +228,7 @@ pub const KEY_MAP_INLINE: usize = 4;
 /// The hash form keeps an auxiliary value `A` next to each entry: replay's side data about
 /// the key, in the same cache line as the entry (the tree form has none). It is not part of
 /// the map's contents: equality and hashing ignore it.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-#[serde(bound(
-    deserialize = "K: Ord + Hash + serde::Deserialize<'de>, V: serde::Deserialize<'de>, A: serde::Deserialize<'de>"
-))]
+#[derive(Debug, serde::Serialize)]
 pub enum KeyMap<K, V, A = ()> {
     Tree(VecMap<K, V, KEY_MAP_INLINE>),
     Hash(FastMap<K, (V, A)>),
@@ -249,6 +247,88 @@ impl<K: Clone + Ord, V: Clone, A: Clone> Clone for KeyMap<K, V, A> {
             (KeyMap::Tree(a), KeyMap::Tree(b)) => a.clone_from(b),
             (a, b) => *a = b.clone(),
         }
+    }
+}
+
+/// The derive's format (an enum of two newtype variants, by index or name), decoded in place:
+/// a checker's map (`Tree`) decoded over a `Tree` keeps its buffer (the search decodes every
+/// frontier state into the engine it reuses, src/check/hooks.rs).
+impl<'de, K, V, A> serde::Deserialize<'de> for KeyMap<K, V, A>
+where
+    K: Ord + Hash + serde::Deserialize<'de>,
+    V: serde::Deserialize<'de>,
+    A: serde::Deserialize<'de>,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut m = KeyMap::default();
+        Self::deserialize_in_place(d, &mut m)?;
+        Ok(m)
+    }
+
+    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
+        use serde::de::{self, EnumAccess, VariantAccess, Visitor};
+        const VARIANTS: &[&str] = &["Tree", "Hash"];
+        /// `Tree` (false) or `Hash` (true).
+        struct Tag(bool);
+        impl<'de> serde::Deserialize<'de> for Tag {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct T;
+                impl Visitor<'_> for T {
+                    type Value = Tag;
+                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                        f.write_str("a KeyMap variant")
+                    }
+                    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tag, E> {
+                        match v {
+                            0 | 1 => Ok(Tag(v == 1)),
+                            _ => Err(E::invalid_value(de::Unexpected::Unsigned(v), &"variant index 0 or 1")),
+                        }
+                    }
+                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Tag, E> {
+                        match v {
+                            "Tree" => Ok(Tag(false)),
+                            "Hash" => Ok(Tag(true)),
+                            _ => Err(E::unknown_variant(v, VARIANTS)),
+                        }
+                    }
+                }
+                d.deserialize_identifier(T)
+            }
+        }
+        struct Into<'a, T>(&'a mut T);
+        impl<'de, T: serde::Deserialize<'de>> de::DeserializeSeed<'de> for Into<'_, T> {
+            type Value = ();
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                T::deserialize_in_place(d, self.0)
+            }
+        }
+        struct InPlace<'a, K, V, A>(&'a mut KeyMap<K, V, A>);
+        impl<'de, K, V, A> Visitor<'de> for InPlace<'_, K, V, A>
+        where
+            K: Ord + Hash + serde::Deserialize<'de>,
+            V: serde::Deserialize<'de>,
+            A: serde::Deserialize<'de>,
+        {
+            type Value = ();
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("enum KeyMap")
+            }
+            fn visit_enum<E: EnumAccess<'de>>(self, data: E) -> Result<(), E::Error> {
+                let (Tag(hash), v) = data.variant()?;
+                match (hash, &mut *self.0) {
+                    (false, KeyMap::Tree(m)) => v.newtype_variant_seed(Into(m)),
+                    (false, place) => {
+                        *place = KeyMap::Tree(v.newtype_variant()?);
+                        Ok(())
+                    }
+                    (true, place) => {
+                        *place = KeyMap::Hash(v.newtype_variant()?);
+                        Ok(())
+                    }
+                }
+            }
+        }
+        d.deserialize_enum("KeyMap", VARIANTS, InPlace(place))
     }
 }
 

@@ -9,11 +9,12 @@
 //! small maps (trace replay keeps its large maps in hashed forms, see `KeyMap`).
 
 use serde::{Deserialize, Serialize};
+use smallvec::Array;
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 
 /// A sorted map with `N` entries inline; ordered, compared and hashed like a `BTreeMap<K, V>`.
-#[derive(PartialEq, Eq, Serialize, Deserialize)]
+#[derive(PartialEq, Eq, Serialize)]
 pub struct VecMap<K, V, const N: usize>(SmallVec<[(K, V); N]>);
 
 impl<K: Clone, V: Clone, const N: usize> Clone for VecMap<K, V, N> {
@@ -21,9 +22,14 @@ impl<K: Clone, V: Clone, const N: usize> Clone for VecMap<K, V, N> {
     fn clone(&self) -> Self {
         VecMap(self.0.clone())
     }
-    /// Reuses the target's entries and allocation (see `clone_fields`).
+    /// Reuses the target's entries and allocation (see `clone_fields`); an empty source (the
+    /// common case) is a `clear`.
     #[inline]
     fn clone_from(&mut self, src: &Self) {
+        if src.0.is_empty() {
+            self.0.clear();
+            return;
+        }
         self.0.clone_from(&src.0);
     }
 }
@@ -182,7 +188,7 @@ impl<K: std::fmt::Debug, V: std::fmt::Debug, const N: usize> std::fmt::Debug for
 }
 
 /// A sorted set with `N` elements inline; ordered, compared and hashed like a `BTreeSet<T>`.
-#[derive(PartialEq, Eq, Serialize, Deserialize)]
+#[derive(PartialEq, Eq, Serialize)]
 pub struct VecSet<T, const N: usize>(SmallVec<[T; N]>);
 
 impl<T: Clone, const N: usize> Clone for VecSet<T, N> {
@@ -190,8 +196,13 @@ impl<T: Clone, const N: usize> Clone for VecSet<T, N> {
     fn clone(&self) -> Self {
         VecSet(self.0.clone())
     }
+    /// An empty source (the common case) is a `clear`.
     #[inline]
     fn clone_from(&mut self, src: &Self) {
+        if src.0.is_empty() {
+            self.0.clear();
+            return;
+        }
         self.0.clone_from(&src.0);
     }
 }
@@ -304,6 +315,55 @@ impl<T: std::fmt::Debug, const N: usize> std::fmt::Debug for VecSet<T, N> {
     }
 }
 
+/// The derive's format (a newtype over `SmallVec`'s sequence), decoded in place: the search
+/// decodes a frontier state into the engine it reuses (src/check/hooks.rs), and a map or set
+/// there keeps its heap buffer instead of being built anew and the old one dropped.
+struct InPlace<'a, A: Array>(&'a mut SmallVec<A>);
+
+impl<'de, A: Array> serde::de::Visitor<'de> for InPlace<'_, A>
+where
+    A::Item: Deserialize<'de>,
+{
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a sequence")
+    }
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<(), S::Error> {
+        self.0.clear();
+        // A length from the input is only a hint: never reserve much on its word.
+        self.0.reserve(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(x) = seq.next_element()? {
+            self.0.push(x);
+        }
+        Ok(())
+    }
+}
+
+impl<'de, K: Deserialize<'de>, V: Deserialize<'de>, const N: usize> Deserialize<'de> for VecMap<K, V, N> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut m = VecMap(SmallVec::new());
+        Self::deserialize_in_place(d, &mut m)?;
+        Ok(m)
+    }
+    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
+        d.deserialize_newtype_struct("VecMap", InPlace(&mut place.0))
+    }
+}
+
+impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for VecSet<T, N> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut m = VecSet(SmallVec::new());
+        Self::deserialize_in_place(d, &mut m)?;
+        Ok(m)
+    }
+    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
+        d.deserialize_newtype_struct("VecSet", InPlace(&mut place.0))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +408,54 @@ mod tests {
                 }
                 prop_assert!(a.iter().eq(b.iter()));
                 prop_assert_eq!(fingerprint(&a, 7), fingerprint(&b, 7));
+            }
+        }
+
+        /// The written-out `Deserialize` reads what the derived `Serialize` writes (the
+        /// `BTreeMap`'s bytes, bincode and JSON), whole and in place over any earlier contents
+        /// (inline or spilled), for maps, sets and `KeyMap` in either form.
+        #[test]
+        fn in_place_decoding_reads_what_serialize_writes(
+            xs in proptest::collection::vec((0u32..40, any::<u16>()), 0..8),
+            ys in proptest::collection::vec((0u32..40, any::<u16>()), 0..8),
+        ) {
+            use bincode::Options;
+            use crate::system::collections::side::KeyMap;
+            let codec = bincode::DefaultOptions::new();
+            let build = |v: &[(u32, u16)]| {
+                let mut m = VecMap::<u32, u16, 2>::new();
+                for &(k, x) in v { m.insert(k, x); }
+                m
+            };
+            let (a, b) = (build(&xs), build(&ys));
+            let tree: BTreeMap<u32, u16> = a.iter().map(|(k, v)| (*k, *v)).collect();
+            let bytes = codec.serialize(&a).unwrap();
+            prop_assert_eq!(&bytes, &codec.serialize(&tree).unwrap());
+            let mut place = b.clone();
+            VecMap::deserialize_in_place(&mut bincode::Deserializer::from_slice(&bytes, codec), &mut place).unwrap();
+            prop_assert!(place == a);
+            prop_assert!(serde_json::from_str::<VecMap<u32, u16, 2>>(&serde_json::to_string(&a).unwrap()).unwrap() == a);
+
+            let set = |m: &VecMap<u32, u16, 2>| { let mut s = VecSet::<u32, 2>::new(); for k in m.keys() { s.insert(*k); } s };
+            let (sa, mut sb) = (set(&a), set(&b));
+            let bytes = codec.serialize(&sa).unwrap();
+            VecSet::deserialize_in_place(&mut bincode::Deserializer::from_slice(&bytes, codec), &mut sb).unwrap();
+            prop_assert!(sb == sa);
+
+            let key_map = |m: &VecMap<u32, u16, 2>, hash: bool| {
+                let mut k = KeyMap::<u32, u16>::default();
+                for (x, v) in m.iter() { k.insert(*x, *v); }
+                if hash { k.use_hash(4); }
+                k
+            };
+            for (wa, wb) in [(false, false), (false, true), (true, false), (true, true)] {
+                let (ka, mut kb) = (key_map(&a, wa), key_map(&b, wb));
+                let bytes = codec.serialize(&ka).unwrap();
+                KeyMap::deserialize_in_place(&mut bincode::Deserializer::from_slice(&bytes, codec), &mut kb).unwrap();
+                prop_assert!(kb == ka);
+                prop_assert_eq!(matches!(kb, KeyMap::Hash(_)), wa);
+                let json = serde_json::to_string(&ka).unwrap();
+                prop_assert!(serde_json::from_str::<KeyMap<u32, u16>>(&json).unwrap() == ka);
             }
         }
     }

@@ -21,7 +21,7 @@
 //! victims already taken from it) >= int(target), else T2's; if T2 has none, T1's (the final
 //! fallback, 0.32+: rule `arc_t1_fallback`; 0.24 gives up). All or nothing.
 
-use super::host_tier::Key;
+use super::host_tier::{Key, KeySet};
 use std::collections::BTreeSet;
 
 /// `target_t1_size` as the bits of an f64 (Eq/Hash on the bits; never -0.0 or NaN).
@@ -127,7 +127,7 @@ impl ArcLists {
     }
 
     /// `on_request_finished`: `keys` head to tail (by position), processed tail first.
-    pub fn on_request_finished(&mut self, keys: &[Key], insertion_only: &BTreeSet<Key>, reused: &BTreeSet<Key>) {
+    pub fn on_request_finished(&mut self, keys: &[Key], insertion_only: &KeySet, reused: &KeySet) {
         for k in keys.iter().rev() {
             if insertion_only.contains(k) {
                 if take(&mut self.t1, k) {

@@ -44,7 +44,6 @@ use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::rules::HostLru;
 use crate::system::types::{BlockHash, ContentTag, Contents};
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 
 /// An offload key (`make_offload_key`): the block hash of the chunk's last block (one group).
 pub type Key = BlockHash;
@@ -78,12 +77,18 @@ pub struct ReqAccess {
     pub finished: bool,
     /// ARC only (0.32+; empty otherwise): keys this request inserted, ready keys it reused
     /// (not ones it inserted), keys already reported to `on_store_miss`.
-    pub inserted: BTreeSet<Key>,
-    pub reused: BTreeSet<Key>,
-    pub store_missed: BTreeSet<Key>,
+    /// Sorted inline sets (`VecSet`): empty in every non-ARC state, so a copy or a drop of a
+    /// request's context costs nothing for them.
+    pub inserted: KeySet,
+    pub reused: KeySet,
+    pub store_missed: KeySet,
 }
 
 clone_fields!(ReqAccess { rank, seen, finished, inserted, reused, store_missed });
+
+/// A request's set of host keys (ARC's bookkeeping): ordered, compared and hashed as a
+/// `BTreeSet`.
+pub type KeySet = crate::system::collections::vec_map::VecSet<Key, 2>;
 
 /// The result of a successful `prepare_store`.
 #[derive(Clone, Debug, Default)]
@@ -446,7 +451,7 @@ impl HostTier {
         }
         if let Some(arc) = self.arc.as_mut() {
             let keys: Vec<Key> = acc.seen.values().copied().collect();
-            let insertion_only: BTreeSet<Key> = acc.inserted.difference(&acc.reused).copied().collect();
+            let insertion_only: KeySet = acc.inserted.difference(&acc.reused).copied().collect();
             arc.on_request_finished(&keys, &insertion_only, &acc.reused);
             return;
         }
