@@ -63,6 +63,7 @@ fn the_fuzzing_regressions_conform_on_every_release_with_only_vllms_own_findings
         "async-stream-idle",
         "async-stream-stale",
         "lone-prefill-threshold",
+        "report-order",
         "scpu-full-scan",
         "scpu-idle-stores",
         "stream-key-label",
@@ -83,6 +84,29 @@ fn the_fuzzing_regressions_conform_on_every_release_with_only_vllms_own_findings
             assert_eq!(found, expected_findings(release, name), "{}", log.display());
         }
     }
+}
+
+#[test]
+fn the_worker_s_report_order_is_the_log_s() {
+    // report-order on 0.24.0: in step 9 the worker reports F's failed load (job 3) before the
+    // stores 4 and 5; 0.24's release-order LRU then ranks A.0 and A.1 (released by the failed
+    // load) before B.2 and C.3. With the stores' lines moved before the failed load's, vLLM
+    // would have processed them first: the log (the same order otherwise) diverges at that
+    // step's host line, where the model follows the new order.
+    let log = root().join("tests/conformance/fuzz/vllm-0.24/report-order.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let failed = r#"{"ev":"transfer_failed","step":9,"job":3"#;
+    let (i, _) = text.lines().enumerate().find(|(_, l)| l.starts_with(failed)).expect("F's failed load in step 9");
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    assert!(lines[i + 1].contains(r#""job":4"#) && lines[i + 2].contains(r#""job":5"#), "{:?}", &lines[i..i + 3]);
+    let moved = lines.remove(i);
+    lines.insert(i + 2, moved);
+    let bad = tempdir("report-order").join("stores-first.jsonl");
+    std::fs::write(&bad, lines.join("\n") + "\n").unwrap();
+    let r = conform::check(&bad, "vllm-0.24", None, 8).expect("the log parses");
+    let div = r.divergence.expect("the other report order diverges");
+    assert!(div.what.starts_with("host"), "{}", div.what);
+    assert!(conform::check(&log, "vllm-0.24", None, 8).unwrap().divergence.is_none());
 }
 
 #[test]

@@ -279,17 +279,20 @@ pub(super) fn apply_step(
             Ev::TransferDone { job, kind, .. } => {
                 let id = if kind.as_deref() == Some("load") { *job | LOAD_EVENT } else { *job };
                 if !input.complete.contains(&id) {
-                    input.complete.push(id)
+                    input.complete.push(id);
+                    input.reported.push(id);
                 }
             }
             Ev::TransferFailed { job, invalid_blocks: Some(invalid), .. }
                 if !input.fail_blocks.iter().any(|(j, _)| j == job) =>
             {
-                input.fail_blocks.push((*job, invalid.clone()))
+                input.fail_blocks.push((*job, invalid.clone()));
+                input.reported.push(*job);
             }
             // Request-level (0.34): the whole job failed; it wrote none of its blocks.
             Ev::TransferFailed { job, invalid_blocks: None, .. } if !input.fail.iter().any(|(j, _)| j == job) => {
-                input.fail.push((*job, 0))
+                input.fail.push((*job, 0));
+                input.reported.push(*job);
             }
             _ => {}
         }

@@ -119,6 +119,11 @@ pub struct StepInput {
     /// These loads fail from their first block in the given set on (conformance logs name
     /// the invalid blocks); a sync load of this step fails when it runs.
     pub fail_blocks: Vec<(JobId, Vec<crate::system::types::BlockId>)>,
+    /// The copies the worker reports in this step, in the order it reports them (a
+    /// conformance log's transfer lines: the order of `completed_jobs`, which the scheduler
+    /// side processes in turn). Empty: the real worker's order (OffloadingConnector: stores,
+    /// then async loads, then sync loads, `CpuGpuOffloadingHandlers.get_finished`).
+    pub reported: Vec<JobId>,
 }
 
 impl Engine {

@@ -157,7 +157,8 @@ def build_engine(sc: Scenario) -> Engine:
         async_scheduling=bool(getattr(sc, "async_scheduling", False)),
         **_cache_aware_admission(sc),
     )
-    cache_config = CacheConfig(block_size=sc.block_size, enable_prefix_caching=True,
+    cache_config = CacheConfig(block_size=sc.block_size,
+                               enable_prefix_caching=bool(getattr(sc, "enable_prefix_caching", True)),
                                num_gpu_blocks_override=sc.gpu_blocks)
     kv_transfer_config = None
     if sc.connector == "offloading":

@@ -91,6 +91,11 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     if rng.random() < 0.1:  # 0.34+ (the recorder skips it on older releases)
         eng["cache_aware_admission_window"] = rng.randint(2, 4)
         eng["cache_aware_admission_threshold"] = rng.choice([0.5, 0.75])
+    # G1 prefix caching off (CacheConfig.enable_prefix_caching), never with SimpleCPU (which
+    # disables itself without it). Drawn from its own stream, so the scenarios of earlier
+    # seeds stay as they were.
+    if connector != "simple-cpu" and random.Random(f"{name}/prefix-caching").random() < 0.15:
+        eng["enable_prefix_caching"] = False
     lines = [f'name = "{name}"', 'description = "gen_scenarios.py: a random workload"', ""]
     _table(lines, "[engine]", eng)
     if connector == "offloading":

@@ -160,6 +160,9 @@ class Scenario:
     async_scheduling: bool = False
     # Not a scenario key: record.py --connector-class MODULE:CLASS (engine.connector_by_name)
     connector_class: str | None = None
+    # [engine] enable_prefix_caching (CacheConfig; vLLM's default true). Off, G1 caches no
+    # block; an offloading connector still keys the host tier by the request's block hashes.
+    enable_prefix_caching: bool = True
     # [engine] cache_aware_admission_window / _threshold (vLLM 0.34+; 0 = off, vLLM's default)
     cache_aware_admission_window: int = 0
     cache_aware_admission_threshold: float = 0.5
@@ -189,6 +192,7 @@ _ENGINE_KEYS = {
     "max_model_len", "long_prefill_token_threshold", "load_failure_policy",
     "connector", "profile", "async_scheduling",
     "cache_aware_admission_window", "cache_aware_admission_threshold",
+    "enable_prefix_caching",
 }
 _OFFLOAD_KEYS = {
     "host_chunks", "blocks_per_chunk", "offload_prompt_only",
@@ -370,9 +374,12 @@ def _load_scenario(path: Path) -> Scenario:
         cpu_blocks=int(scpu.get("cpu_blocks", 0)),
         lazy_offload=scpu.get("mode", "eager") == "lazy",
         async_scheduling=_bool(eng.get("async_scheduling", False), "[engine] async_scheduling"),
+        enable_prefix_caching=_bool(eng.get("enable_prefix_caching", True), "[engine] enable_prefix_caching"),
         cache_aware_admission_window=int(eng.get("cache_aware_admission_window", 0)),
         cache_aware_admission_threshold=float(eng.get("cache_aware_admission_threshold", 0.5)),
     )
+    if connector == "simple-cpu" and not sc.enable_prefix_caching:
+        raise ScenarioError("[engine] enable_prefix_caching = false: SimpleCPU disables itself without it")
     if connector == "simple-cpu" and sc.cpu_blocks < 2:
         raise ScenarioError("[simple_cpu] cpu_blocks must be >= 2 (block 0 is the null block)")
     if sc.store_delay < (0 if connector == "simple-cpu" else 1):

@@ -138,7 +138,7 @@ impl KvConnector for OffloadingState {
                 conn::complete(self, pool, ctx, id, Some(first_bad), ghost, ev);
             }
         }
-        let f = conn::get_finished(self, ctx.rules.failed_load_request_level);
+        let f = conn::get_finished(self, ctx.rules.failed_load_request_level, &input.reported);
         w.completed = f.completed;
         w.finished_recving = f.recving;
         w.invalid_blocks = f.invalid;

@@ -212,19 +212,23 @@ pub struct Finished {
 /// `failed_load_request_level`, `OffloadingConnectorWorker.get_finished` in 0.34): a failed
 /// async load names its request in `failed_recving` instead of its blocks; a failed sync load
 /// is still reported by its blocks.
-pub fn get_finished(oc: &mut OffloadingState, request_level: bool) -> Finished {
+pub fn get_finished(oc: &mut OffloadingState, request_level: bool, reported: &[JobId]) -> Finished {
     let finished = |p: Phase| matches!(p, Phase::Done | Phase::Failed);
     let mut f = Finished::default();
+    // The order the worker reports them in: a conformance log's (`reported`), else the real
+    // worker's (stores, then async loads, then sync loads; each in submission order).
     let order = |j: &super::Job| {
-        if j.is_store() {
-            0
+        if let Some(i) = reported.iter().position(|&r| r == j.id) {
+            i
+        } else if j.is_store() {
+            usize::MAX - 2
         } else if j.is_async_load() {
-            1
+            usize::MAX - 1
         } else {
-            2
+            usize::MAX
         }
     };
-    let mut ids: Vec<(u8, JobId)> = oc.jobs.iter().filter(|j| finished(j.phase)).map(|j| (order(j), j.id)).collect();
+    let mut ids: Vec<(usize, JobId)> = oc.jobs.iter().filter(|j| finished(j.phase)).map(|j| (order(j), j.id)).collect();
     ids.sort_unstable();
     for (_, id) in ids {
         let j = oc.job_mut(id).expect("listed");
