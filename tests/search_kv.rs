@@ -199,6 +199,18 @@ impl kvmc::search::Hooks<KvModel> for RoundTrip {
     }
 }
 
+/// Two searches of one model end alike: the same end, counts, depth and discoveries.
+fn assert_same_outcome<A: PartialEq + std::fmt::Debug>(
+    a: &kvmc::search::Outcome<A>,
+    b: &kvmc::search::Outcome<A>,
+    what: &str,
+) {
+    assert_eq!((a.end, a.unique, a.generated, a.max_depth), (b.end, b.unique, b.generated, b.max_depth), "{what}");
+    for (x, y) in a.properties.iter().zip(&b.properties) {
+        assert_eq!(x.discovery, y.discovery, "{what}: {}", x.name);
+    }
+}
+
 /// The encoded frontier changes nothing: on every other exploration of the gate and the
 /// symmetric scopes (the rest: `the_drain_shortcut_changes_nothing`), the search with frontier states kept encoded (checked to decode to
 /// themselves) gives the same counts, depth and discoveries as with them whole, on 1 and 2
@@ -218,14 +230,7 @@ fn the_encoded_frontier_gives_the_same_outcome_as_whole_states() {
                 let hooks = RoundTrip(KvHooks::new(&model, symmetry));
                 let enc = search(&model, &hooks, &Options { threads, ..Options::default() });
                 let what = format!("{} {:?} symmetry {symmetry}, {threads} threads", job.scope.name, job.variant);
-                assert_eq!(
-                    (enc.end, enc.unique, enc.generated, enc.max_depth),
-                    (whole.end, whole.unique, whole.generated, whole.max_depth),
-                    "{what}"
-                );
-                for (a, b) in enc.properties.iter().zip(&whole.properties) {
-                    assert_eq!(a.discovery, b.discovery, "{what}: {}", a.name);
-                }
+                assert_same_outcome(&enc, &whole, &what);
                 assert!(enc.frontier_states > 0 && enc.frontier_bytes > 0, "{what}: the frontier was encoded");
                 assert_eq!((whole.frontier_bytes, whole.frontier_states), (0, 0), "{what}");
                 compared += 1;
@@ -251,15 +256,7 @@ fn the_drain_shortcut_changes_nothing() {
             .expect("the model builds");
         let whole = search(&model, &KvHooks::new(&model, false).with_encoding(false), &Options::default());
         let enc = search(&model, &KvHooks::new(&model, false), &Options::default());
-        let what = format!("{} {:?}", job.scope.name, job.variant);
-        assert_eq!(
-            (enc.end, enc.unique, enc.generated, enc.max_depth),
-            (whole.end, whole.unique, whole.generated, whole.max_depth),
-            "{what}"
-        );
-        for (a, b) in enc.properties.iter().zip(&whole.properties) {
-            assert_eq!(a.discovery, b.discovery, "{what}: {}", a.name);
-        }
+        assert_same_outcome(&enc, &whole, &format!("{} {:?}", job.scope.name, job.variant));
         compared += 1;
     }
     assert!(compared >= 40, "{compared} runs compared");

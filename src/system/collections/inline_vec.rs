@@ -38,23 +38,7 @@ impl<'de, T: Copy + Deserialize<'de>, const N: usize> Deserialize<'de> for Inlin
     }
 
     fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        struct Into<'a, T: Copy, const N: usize>(&'a mut SmallVec<[T; N]>);
-        impl<'de, T: Copy + Deserialize<'de>, const N: usize> serde::de::Visitor<'de> for Into<'_, T, N> {
-            type Value = ();
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a sequence")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-                self.0.clear();
-                // A length from the input is only a hint: never reserve much on its word.
-                self.0.reserve(seq.size_hint().unwrap_or(0).min(4096));
-                while let Some(x) = seq.next_element()? {
-                    self.0.push(x);
-                }
-                Ok(())
-            }
-        }
-        d.deserialize_seq(Into(&mut place.0))
+        d.deserialize_seq(super::vec_map::InPlace(&mut place.0))
     }
 }
 

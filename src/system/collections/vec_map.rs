@@ -318,7 +318,7 @@ impl<T: std::fmt::Debug, const N: usize> std::fmt::Debug for VecSet<T, N> {
 /// The derive's format (a newtype over `SmallVec`'s sequence), decoded in place: the search
 /// decodes a frontier state into the engine it reuses (src/check/hooks.rs), and a map or set
 /// there keeps its heap buffer instead of being built anew and the old one dropped.
-struct InPlace<'a, A: Array>(&'a mut SmallVec<A>);
+pub(super) struct InPlace<'a, A: Array>(pub(super) &'a mut SmallVec<A>);
 
 impl<'de, A: Array> serde::de::Visitor<'de> for InPlace<'_, A>
 where
