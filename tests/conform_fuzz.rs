@@ -175,3 +175,36 @@ fn the_arc_lists_are_compared_step_by_step_and_a_wrong_target_diverges() {
 fn the_scenario_generator_is_reproducible_and_valid() {
     python_unittest("tests/conformance/vllm/test_gen_scenarios.py", 5);
 }
+
+/// Finding 28 on real vLLM (tests/conformance/findings/stream-stale-crash.toml): on 0.24.0 a
+/// streaming session's stale in-flight output stops its parked turn a second time, the session
+/// is enqueued twice, and `schedule()` raises on the second entry; 0.32.0 to 0.34.0 drop the
+/// stale output, run to the end and conform. kvmc refuses the 0.24 log as input it cannot model
+/// (exit 2, naming the line), never panicking on it.
+#[test]
+fn finding_28_a_stale_output_stops_a_parked_session_twice_and_0_24_dies() {
+    let dir = root().join("tests/conformance/findings");
+    let log = dir.join("vllm-0.24/stream-stale-crash.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let ends: Vec<&str> = text.lines().filter(|l| l.contains(r#""ev":"turn_end""#)).collect();
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    assert!(ends[0].contains(r#""step":3,"req":"A","turn":1,"reason":"stop""#), "{}", ends[0]);
+    assert!(ends[1].contains(r#""step":4,"req":"A","turn":1,"reason":"length""#), "{}", ends[1]);
+    assert!(!text.contains("stream_input"), "no input between the two stops");
+    let last = text.lines().last().unwrap();
+    assert!(last.contains(r#""ev":"partial","step":5"#) && last.contains("Invalid request status: RUNNING"), "{last}");
+    let o = kvmc(&["conform", "--profile", "vllm-0.24", log.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stream-stale-crash.jsonl.partial:2:"), "{}", stderr(&o));
+    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/stream-stale-crash.jsonl"));
+        let r = kvmc::conform::check(&log, release, None, 8).unwrap();
+        assert!(
+            r.divergence.is_none() && r.partial.is_none() && r.findings.is_empty(),
+            "{release}: {:?}",
+            r.divergence
+        );
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(text.matches(r#""ev":"turn_end""#).count(), 2, "{release}: one stop per turn");
+    }
+}
