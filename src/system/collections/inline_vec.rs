@@ -38,7 +38,7 @@ impl<'de, T: Copy + Deserialize<'de>, const N: usize> Deserialize<'de> for Inlin
     }
 
     fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        d.deserialize_seq(super::vec_map::InPlace(&mut place.0))
+        d.deserialize_seq(super::in_place::Seq(&mut place.0))
     }
 }
 

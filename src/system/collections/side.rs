@@ -266,42 +266,9 @@ where
     }
 
     fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        use serde::de::{self, EnumAccess, VariantAccess, Visitor};
+        use super::in_place::{Into, VariantOf};
+        use serde::de::{EnumAccess, VariantAccess, Visitor};
         const VARIANTS: &[&str] = &["Tree", "Hash"];
-        /// `Tree` (false) or `Hash` (true).
-        struct Tag(bool);
-        impl<'de> serde::Deserialize<'de> for Tag {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                struct T;
-                impl Visitor<'_> for T {
-                    type Value = Tag;
-                    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                        f.write_str("a KeyMap variant")
-                    }
-                    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tag, E> {
-                        match v {
-                            0 | 1 => Ok(Tag(v == 1)),
-                            _ => Err(E::invalid_value(de::Unexpected::Unsigned(v), &"variant index 0 or 1")),
-                        }
-                    }
-                    fn visit_str<E: de::Error>(self, v: &str) -> Result<Tag, E> {
-                        match v {
-                            "Tree" => Ok(Tag(false)),
-                            "Hash" => Ok(Tag(true)),
-                            _ => Err(E::unknown_variant(v, VARIANTS)),
-                        }
-                    }
-                }
-                d.deserialize_identifier(T)
-            }
-        }
-        struct Into<'a, T>(&'a mut T);
-        impl<'de, T: serde::Deserialize<'de>> de::DeserializeSeed<'de> for Into<'_, T> {
-            type Value = ();
-            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-                T::deserialize_in_place(d, self.0)
-            }
-        }
         struct InPlace<'a, K, V, A>(&'a mut KeyMap<K, V, A>);
         impl<'de, K, V, A> Visitor<'de> for InPlace<'_, K, V, A>
         where
@@ -314,14 +281,14 @@ where
                 f.write_str("enum KeyMap")
             }
             fn visit_enum<E: EnumAccess<'de>>(self, data: E) -> Result<(), E::Error> {
-                let (Tag(hash), v) = data.variant()?;
-                match (hash, &mut *self.0) {
-                    (false, KeyMap::Tree(m)) => v.newtype_variant_seed(Into(m)),
-                    (false, place) => {
+                let (i, v) = data.variant_seed(VariantOf(VARIANTS))?;
+                match (i, &mut *self.0) {
+                    (0, KeyMap::Tree(m)) => v.newtype_variant_seed(Into(m)),
+                    (0, place) => {
                         *place = KeyMap::Tree(v.newtype_variant()?);
                         Ok(())
                     }
-                    (true, place) => {
+                    (_, place) => {
                         *place = KeyMap::Hash(v.newtype_variant()?);
                         Ok(())
                     }

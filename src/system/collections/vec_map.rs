@@ -9,7 +9,6 @@
 //! small maps (trace replay keeps its large maps in hashed forms, see `KeyMap`).
 
 use serde::{Deserialize, Serialize};
-use smallvec::Array;
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 
@@ -315,33 +314,7 @@ impl<T: std::fmt::Debug, const N: usize> std::fmt::Debug for VecSet<T, N> {
     }
 }
 
-/// The derive's format (a newtype over `SmallVec`'s sequence), decoded in place: the search
-/// decodes a frontier state into the engine it reuses (src/check/hooks.rs), and a map or set
-/// there keeps its heap buffer instead of being built anew and the old one dropped.
-pub(super) struct InPlace<'a, A: Array>(pub(super) &'a mut SmallVec<A>);
-
-impl<'de, A: Array> serde::de::Visitor<'de> for InPlace<'_, A>
-where
-    A::Item: Deserialize<'de>,
-{
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a sequence")
-    }
-    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-    fn visit_seq<S: serde::de::SeqAccess<'de>>(self, mut seq: S) -> Result<(), S::Error> {
-        self.0.clear();
-        // A length from the input is only a hint: never reserve much on its word.
-        self.0.reserve(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(x) = seq.next_element()? {
-            self.0.push(x);
-        }
-        Ok(())
-    }
-}
-
+/// The derive's format (a newtype over `SmallVec`'s sequence), decoded in place (`in_place`).
 impl<'de, K: Deserialize<'de>, V: Deserialize<'de>, const N: usize> Deserialize<'de> for VecMap<K, V, N> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut m = VecMap(SmallVec::new());
@@ -349,7 +322,7 @@ impl<'de, K: Deserialize<'de>, V: Deserialize<'de>, const N: usize> Deserialize<
         Ok(m)
     }
     fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        d.deserialize_newtype_struct("VecMap", InPlace(&mut place.0))
+        d.deserialize_newtype_struct("VecMap", super::in_place::Seq(&mut place.0))
     }
 }
 
@@ -360,7 +333,7 @@ impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for VecSet<T, N>
         Ok(m)
     }
     fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        d.deserialize_newtype_struct("VecSet", InPlace(&mut place.0))
+        d.deserialize_newtype_struct("VecSet", super::in_place::Seq(&mut place.0))
     }
 }
 

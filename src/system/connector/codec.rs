@@ -5,54 +5,14 @@
 //! order (variant index or name).
 
 use super::Connector;
-use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, Unexpected, VariantAccess, Visitor};
+use crate::system::collections::in_place::{Into, VariantOf};
+use serde::de::{Deserializer, EnumAccess, VariantAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
 
 /// The variants in declaration order (the index the format writes).
 const VARIANTS: &[&str] =
     &["None", "Offloading", "SimpleCpu", "Mooncake", "Nixl", "NixlDecode", "NixlStore", "NixlDecodeStore"];
-
-/// A variant, by index or name.
-struct Tag(usize);
-
-impl<'de> Deserialize<'de> for Tag {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl Visitor<'_> for V {
-            type Value = Tag;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a Connector variant")
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Tag, E> {
-                match usize::try_from(v) {
-                    Ok(i) if i < VARIANTS.len() => Ok(Tag(i)),
-                    _ => Err(E::invalid_value(Unexpected::Unsigned(v), &"a variant index 0 <= i < 8")),
-                }
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<Tag, E> {
-                VARIANTS.iter().position(|n| *n == v).map(Tag).ok_or_else(|| E::unknown_variant(v, VARIANTS))
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Tag, E> {
-                match std::str::from_utf8(v) {
-                    Ok(s) => self.visit_str(s),
-                    Err(_) => Err(E::invalid_value(Unexpected::Bytes(v), &self)),
-                }
-            }
-        }
-        d.deserialize_identifier(V)
-    }
-}
-
-/// Deserializes into `T` in place.
-struct Into<'a, T>(&'a mut T);
-
-impl<'de, T: Deserialize<'de>> DeserializeSeed<'de> for Into<'_, T> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        T::deserialize_in_place(d, self.0)
-    }
-}
 
 struct InPlace<'a>(&'a mut Connector);
 
@@ -62,7 +22,7 @@ impl<'de> Visitor<'de> for InPlace<'_> {
         f.write_str("enum Connector")
     }
     fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<(), A::Error> {
-        let (Tag(i), v) = data.variant()?;
+        let (i, v) = data.variant_seed(VariantOf(VARIANTS))?;
         // The same variant: decoded into its box; another: a new box.
         macro_rules! boxed {
             ($var:ident) => {
