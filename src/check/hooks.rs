@@ -89,6 +89,11 @@ impl Hooks<KvModel> for KvHooks {
         }
     }
 
+    /// `System::apply_last_in_place`: every input but the engine steps (and P/D's).
+    fn next_state_in_place(&self, model: &KvModel, s: &mut KvState, a: &Action) -> Option<bool> {
+        model.sys.apply_last_in_place(&mut s.engine, *a)
+    }
+
     fn encodes(&self) -> bool {
         self.encode
     }

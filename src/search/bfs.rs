@@ -108,18 +108,16 @@ where
         // Each state is decoded right before its expansion and dropped right after it, while
         // its memory is in cache.
         for j in 0..n {
-            let owned;
-            let s = match whole.next() {
-                Some(s) => {
-                    owned = s;
-                    &owned
-                }
-                None => {
-                    // Into the thread's decoded state, reused from one state to the next.
-                    let e = entries.next().expect("a live entry");
-                    self.hooks.decode_into(self.model, chunk.encoded(e), cur);
-                    cur.as_ref().expect("decode_into gave a state")
-                }
+            // A whole state, or None: the thread's decoded state, `cur`.
+            let owned = whole.next();
+            if owned.is_none() {
+                // Into the thread's decoded state, reused from one state to the next.
+                let e = entries.next().expect("a live entry");
+                self.hooks.decode_into(self.model, chunk.encoded(e), cur);
+            }
+            let s = match &owned {
+                Some(s) => s,
+                None => cur.as_ref().expect("decode_into gave a state"),
             };
             if self.halt.load(Ordering::Relaxed) {
                 break;
@@ -146,14 +144,32 @@ where
             if self.expand {
                 acts.clear();
                 self.model.actions(s, acts);
+                let last = acts.len().wrapping_sub(1);
                 for (i, a) in acts.drain(..).enumerate() {
                     let class =
                         if self.live { liveness::class_of(self.hooks, self.model, &a) } else { liveness::NO_CLASS };
-                    // The successor is written into `reuse`; it is moved out only when kept.
-                    if !self.hooks.next_state_into(self.model, s, a, reuse) {
-                        continue;
-                    }
-                    let next = reuse.as_ref().expect("next_state_into gave a successor");
+                    // The last action of a decoded state may write its successor into that
+                    // state, which is not read again (encoded frontiers only: the successor
+                    // joins the next level as the bytes `key` leaves in `buf`).
+                    let in_place = match (i == last && self.encoded, &owned, cur.as_mut()) {
+                        (true, None, Some(c)) => self.hooks.next_state_in_place(self.model, c, &a),
+                        _ => None,
+                    };
+                    let next = match in_place {
+                        Some(false) => continue,
+                        Some(true) => cur.as_ref().expect("a decoded state"),
+                        None => {
+                            let s = match &owned {
+                                Some(s) => s,
+                                None => cur.as_ref().expect("a decoded state"),
+                            };
+                            // The successor is written into `reuse`; it is moved out only when kept.
+                            if !self.hooks.next_state_into(self.model, s, a, reuse) {
+                                continue;
+                            }
+                            reuse.as_ref().expect("next_state_into gave a successor")
+                        }
+                    };
                     if !self.model.within_boundary(next) {
                         continue;
                     }

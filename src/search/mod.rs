@@ -106,6 +106,15 @@ pub trait Hooks<M: Model>: Sync {
         }
     }
 
+    /// The successor of `s` by `a` written into `s` itself, when the search does not read `s`
+    /// again (the last action of a decoded frontier state): `Some(changed)` as
+    /// [`Hooks::next_state_into`] would say, with `s` the successor when changed (unspecified
+    /// when not); `None`, with `s` untouched, when the hooks cannot (the search then copies).
+    /// The default: never.
+    fn next_state_in_place(&self, _model: &M, _s: &mut M::State, _a: &M::Action) -> Option<bool> {
+        None
+    }
+
     /// Weak fairness: the class (0 to 63) of action `a`, or `None` when `a` is not weakly fair.
     /// Only `Eventually` properties read it. The default: no action is fair.
     fn fairness_class(&self, _model: &M, _a: &M::Action) -> Option<u8> {

@@ -178,6 +178,28 @@ impl System {
         self.apply_on_copy(s, out, a, ev, canonical)
     }
 
+    /// [`System::apply_into`] for the checker (canonical, events off) with `e` as both the
+    /// source and the successor, for the last input the search takes from a decoded frontier
+    /// state, which it does not read again: no copy. `None` (and `e` untouched) for the inputs
+    /// whose rule reads the source beside the successor (every engine step: the "a step that
+    /// changes nothing is no step" comparison and the step memo; P/D: the router's sync);
+    /// `Some(false)` (and `e` unspecified) when the input changes nothing. The rest of
+    /// `apply_on_copy` for the other inputs, which read nothing of the source but its idle-step
+    /// counter.
+    pub fn apply_last_in_place(&self, e: &mut Engine, a: Input) -> Option<bool> {
+        if a.is_step() || self.pd.is_some() {
+            return None;
+        }
+        e.stamp = Default::default(); // no longer the decoded frontier state it was
+        let idle = e.ghost.idle_steps;
+        if !apply_in_place(self.ctx(), e, a, &mut Events::off()) {
+            return Some(false);
+        }
+        e.ghost.idle_steps = idle;
+        e.canonicalize();
+        Some(true)
+    }
+
     /// The rest of [`System::apply`], on `e`, a fresh copy of `s`.
     fn apply_on_copy(&self, s: &Engine, e: &mut Engine, a: Input, ev: &mut Events, canonical: bool) -> bool {
         if let Some(pd) = &self.pd {
