@@ -115,10 +115,7 @@ where
                 let e = entries.next().expect("a live entry");
                 self.hooks.decode_into(self.model, chunk.encoded(e), cur);
             }
-            let s = match &owned {
-                Some(s) => s,
-                None => cur.as_ref().expect("decode_into gave a state"),
-            };
+            let s = owned.as_ref().or(cur.as_ref()).expect("a whole or decoded state");
             if self.halt.load(Ordering::Relaxed) {
                 break;
             }
@@ -159,10 +156,7 @@ where
                         Some(false) => continue,
                         Some(true) => cur.as_ref().expect("a decoded state"),
                         None => {
-                            let s = match &owned {
-                                Some(s) => s,
-                                None => cur.as_ref().expect("a decoded state"),
-                            };
+                            let s = owned.as_ref().or(cur.as_ref()).expect("a whole or decoded state");
                             // The successor is written into `reuse`; it is moved out only when kept.
                             if !self.hooks.next_state_into(self.model, s, a, reuse) {
                                 continue;
