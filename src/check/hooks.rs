@@ -119,7 +119,8 @@ impl Hooks<KvModel> for KvHooks {
             None => *out = Some(self.decode(model, bytes)),
         }
         // A new identity for the step memo (`System::take_step_memo`): the search holds this
-        // state read-only until the next decode.
+        // state read-only until its last action, which may write into it
+        // (`next_state_in_place`, which unstamps it first).
         if let Some(s) = out {
             s.engine.stamp = crate::system::collections::side::Stamp::fresh();
         }

@@ -321,7 +321,8 @@ impl System {
                 return None;
             }
             let same = if m.stamp != 0 {
-                // The same decoded engine, untouched since (the search holds it read-only).
+                // The same decoded engine, untouched since (the search holds it read-only
+                // until its last action, which `apply_last_in_place` takes, unstamping it).
                 let same = s.stamp.get() == m.stamp;
                 debug_assert!(!same || m.src == *s, "a stamped engine changed");
                 same

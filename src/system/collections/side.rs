@@ -102,7 +102,8 @@ impl<T> Hash for SideVal<T> {
 /// deadlock check stepped is the state the search then expands iff their stamps match, which
 /// spares a copy and a comparison of the whole engine per state. Not state: always equal,
 /// never hashed or encoded, and a clone is unstamped (0), so only the decoded engine itself
-/// carries it, and the search holds that engine read-only until it decodes the next one.
+/// carries it, and the search holds that engine read-only until its last action, which
+/// `System::apply_last_in_place` writes into it after resetting the stamp to 0.
 #[derive(Debug, Default)]
 pub struct Stamp(u64);
 
