@@ -68,6 +68,8 @@ const PINNED: &[(&str, usize)] = &[
     ("stream-resume", 937),
     ("stream-resume-reader", 246),
     ("stream-stale-key", 186),
+    ("stream-stale-crash", 31),
+    ("stream-finished-crash", 331),
     ("sync-load-failure-fail", 630),
     ("sync-load-failure", 8377),
 ];
@@ -136,6 +138,8 @@ const FOUND: &[Found] = &[
     ("stream-resume-reader", None, Some("pre-60810"), "kv-read-integrity", 10),
     ("stream-resume", Some("vllm-0.32"), None, "mirror-table", 4),
     ("stream-resume", Some("vllm-0.24"), None, "host-integrity", 5),
+    ("stream-stale-crash", None, None, "queue-sound", 7),
+    ("stream-finished-crash", None, None, "queue-sound", 8),
     ("restart-recompute", Some("vllm-0.32"), None, "store-coverage", 10),
     ("host-lru", None, Some("mut-evict-mru"), "eviction-order", 5),
     ("host-arc", None, Some("mut-arc-no-ghost-trim"), "arc-bounds", 8),

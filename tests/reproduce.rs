@@ -49,6 +49,27 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
             assert!(want.split_whitespace().any(|p| p == row_prop), "{name}");
         }
     }
+    // A counterexample that kills the engine (queue-sound: vLLM raises in `schedule()`) is
+    // recorded as far as the engine got: the recorder's partial log ends with vLLM's error.
+    let crashes = files("tests/conformance/fixtures/reproduced", "partial");
+    for log in &crashes {
+        let name = log.file_name().unwrap().to_string_lossy().trim_end_matches(".jsonl.partial").to_string();
+        let sc = std::fs::read_to_string(root().join(format!("tests/conformance/reproduced/{name}.toml"))).unwrap();
+        assert_eq!(header(&sc, "expect-violated").split_whitespace().last(), Some("queue-sound"), "{name}");
+        let text = std::fs::read_to_string(log).unwrap();
+        let last = text.lines().last().unwrap();
+        assert!(last.contains(r#""ev":"partial""#) && last.contains("Invalid request status: "), "{name}: {last}");
+        // Every step before the one that died conforms, where the log has the session's next
+        // input (finding 28's dies in the step its input is sent: that log is refused, exit 2).
+        match conform::check(log, "vllm-0.24", None, 8) {
+            Ok(r) => assert!(r.divergence.is_none() && r.partial.is_some(), "{name}: {:?}", r.divergence),
+            Err(e) => assert!(
+                name.starts_with("stream-stale-crash") && e.to_string().contains("no second input"),
+                "{name}: {e}"
+            ),
+        }
+    }
+    assert_eq!(crashes.len(), 2, "findings 28 and 29");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
     // observe.py splits `_prepare_eager_store_specs`'s store event per request.
     for sc in files("tests/conformance/reproduced", "toml")
@@ -56,7 +77,9 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
         .filter(|p| !p.to_string_lossy().ends_with(".model.toml"))
     {
         let n = sc.file_stem().unwrap().to_string_lossy().to_string();
-        let recorded = logs.iter().any(|l| l.file_stem().unwrap().to_string_lossy() == n);
+        let recorded = logs.iter().chain(&crashes).any(|l| {
+            l.file_name().unwrap().to_string_lossy().trim_end_matches(".partial").trim_end_matches(".jsonl") == n
+        });
         assert!(recorded, "{n}: recorded on its vLLM release");
     }
 }
@@ -103,7 +126,7 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     assert!(out.contains("offload-load-retry__vllm-0.33__requests-finish"), "{out}");
     // scpu-lazy (0.32, 0.33): finding 26, lazy mode (recorded by hand: tests/conformance/findings/).
     assert!(out.contains("scpu-lazy__vllm-0.33__requests-finish") && out.contains("lazy-mode"), "{out}");
-    assert_eq!(listed, 48, "{out}");
+    assert_eq!(listed, 50, "{out}");
 }
 
 #[test]

@@ -23,6 +23,7 @@ fn req(blocks: &[u8], tail: u8, tail_letter: u8, after: Option<u8>) -> Req {
         prompt: Shape { blocks: blocks.to_vec(), tail, tail_letter },
         output: 1,
         stop: false,
+        room: false,
         after,
         start: 0,
         turns: vec![],

@@ -11,7 +11,8 @@ pub mod validate;
 
 use crate::error::{KvmcError, Result};
 use crate::scope::{Arrivals, Faults, Scope};
-use crate::system::workload::{next_turn_spec, unrehashed_keys, EndKind, TurnInput};
+use crate::system::rules::Rules;
+use crate::system::workload::{next_turn_spec, unrehashed_keys, EndKind, LaterInput, Layout, TurnInput};
 use crate::system::{
     ConnectorConfig, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
 };
@@ -90,11 +91,16 @@ pub struct Report {
 /// split where an input stops (`check_stop`: EOS, `max_tokens` of that input, or
 /// `max_model_len`), and each later input's prompt is the previous one's tokens but the last
 /// sampled one, followed by the `stream_input` tokens (`_update_request_as_session`).
-/// `input_max_tokens` (rule `session_max_tokens`): each input stops at its own `max_tokens`;
-/// false (0.24): at the session's first input's.
-pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], input_max_tokens: bool) -> Result<Scope> {
+/// Rule `session_max_tokens`: each input stops at its own `max_tokens`; false (0.24): at the
+/// session's first input's. Rule `session_stop_drops_in_flight` false under async scheduling
+/// (0.24): how each input is laid out over the previous one is read from the log too
+/// ([`stale_session`]), and the workload gets every other layout the model may take.
+pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rules: &Rules) -> Result<Scope> {
+    let input_max_tokens = rules.session_max_tokens;
+    let stale_layouts = !rules.session_stop_drops_in_flight && h.async_scheduling;
     let mut specs: Vec<RequestSpec> = Vec::new();
     let mut sessions: Vec<Vec<RequestSpec>> = Vec::new();
+    let mut later: Vec<Vec<LaterInput>> = Vec::new();
     for l in lines {
         if let Ev::Arrive { req, prompt, max_tokens, eos_token_id, resumable, .. } = &l.ev {
             let out: Vec<u32> = lines
@@ -110,6 +116,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], inpu
                 // tokens stay in the script but are never appended.
                 specs.push(RequestSpec::with_limits(req, prompt.clone(), out, *max_tokens, eos_at, h.block_size));
                 sessions.push(Vec::new());
+                later.push(Vec::new());
                 continue;
             }
             let inputs: Vec<(&Vec<u32>, u32, Option<u32>)> = lines
@@ -126,10 +133,19 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], inpu
             } else {
                 inputs.into_iter().map(|(p, _, e)| (p, *max_tokens, e)).collect()
             };
+            if stale_layouts {
+                let (first, inputs) =
+                    stale_session(req, (prompt, *max_tokens, *eos_token_id), &inputs, lines, dropped, h);
+                specs.push(first);
+                sessions.push(Vec::new());
+                later.push(inputs);
+                continue;
+            }
             let (first, turns) =
                 session_specs(req, (prompt, *max_tokens, *eos_token_id), &inputs, &out, h.block_size, h.max_model_len);
             specs.push(first);
             sessions.push(turns);
+            later.push(Vec::new());
         }
     }
     let connector = match h.connector.as_str() {
@@ -177,7 +193,11 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], inpu
         description: format!("{} {} event log", h.implementation, h.version),
         profile: "vllm-0.33".into(),
         cfg,
-        workload: Workload::with_sessions(h.block_size, specs, sessions),
+        workload: if later.iter().any(|l| !l.is_empty()) {
+            Workload::with_sessions(h.block_size, specs, sessions).with_stale_layouts(&later, h.max_model_len, false)
+        } else {
+            Workload::with_sessions(h.block_size, specs, sessions)
+        },
         after: vec![None; n],
         faults: Faults::default(),
         arrivals: Arrivals::Any,
@@ -236,6 +256,111 @@ fn session_specs(
         turns.push(next);
     }
     (spec, turns)
+}
+
+/// [`session_specs`] for vLLM 0.24 under async scheduling: a stopped input's in-flight output
+/// is not dropped, so the log says how each input follows the previous one ([`Layout`]):
+/// - a token sampled after the stop and before the next `turn_start` went to the parked
+///   session (`Kept`; it stays in the previous input's tokens, past its stop);
+/// - else a `turn_start` whose prompt keeps every sampled token takes the in-flight output,
+///   the session's next sampled token, as its first output (`KeptStale`);
+/// - else every sampled token but the last is kept (`Dropped`).
+///
+/// Returns the first input's spec and the later inputs.
+fn stale_session(
+    name: &str,
+    first: (&Vec<u32>, u32, Option<u32>),
+    inputs: &[(&Vec<u32>, u32, Option<u32>)],
+    lines: &[Line],
+    dropped: &[usize],
+    h: &Header,
+) -> (RequestSpec, Vec<LaterInput>) {
+    // The session's sampled tokens, cut at each `turn_start` line.
+    let mut segs: Vec<Vec<u32>> = vec![Vec::new()];
+    let mut starts: Vec<u32> = Vec::new();
+    for l in lines {
+        match &l.ev {
+            Ev::Sampled { req, token, .. } if req == name && !dropped.contains(&l.no) => {
+                segs.last_mut().expect("a segment").push(*token);
+            }
+            Ev::TurnStart { req, num_prompt_tokens, .. } if req == name => {
+                starts.push(*num_prompt_tokens);
+                segs.push(Vec::new());
+            }
+            _ => {}
+        }
+    }
+    // How many of `seg` one input samples: up to and including the token that stops it (the
+    // last input: all).
+    let take = |seg: &[u32], prompt_len: u32, max_tokens: u32, eos: Option<u32>, last: bool| -> usize {
+        if last {
+            return seg.len();
+        }
+        let mut n = 0;
+        while n < seg.len() {
+            let t = seg[n];
+            n += 1;
+            if Some(t) == eos || n as u32 >= max_tokens || prompt_len + n as u32 >= h.max_model_len {
+                break;
+            }
+        }
+        n
+    };
+    let eos_in = |out: &[u32], eos: Option<u32>| eos.and_then(|e| out.iter().position(|&t| t == e)).map(|i| i as u32);
+    let seg = |i: usize| segs.get(i).map_or(&[][..], |s| s.as_slice());
+    let (p, m, e) = first;
+    // Input j's outputs up to its stop (`outs`, the in-flight token first under `KeptStale`),
+    // the tokens that reached it parked after the stop (`extra`), and its layout.
+    let mut outs: Vec<Vec<u32>> = Vec::new();
+    let mut extra: Vec<Vec<u32>> = Vec::new();
+    let mut layouts: Vec<Layout> = vec![Layout::Dropped];
+    let mut prompt_len = p.len() as u32;
+    let (mut max_tokens, mut eos) = (m, e);
+    for j in 0..=inputs.len() {
+        let s = seg(j);
+        let n = take(s, prompt_len, max_tokens, eos, j == inputs.len());
+        outs.push(s[..n].to_vec());
+        extra.push(s[n..].to_vec());
+        let Some(&(input, mi, ei)) = inputs.get(j) else { break };
+        let o = n as u32;
+        let layout = if n < s.len() {
+            Layout::Kept
+        } else if starts.get(j) == Some(&(prompt_len + o + input.len() as u32)) {
+            Layout::KeptStale
+        } else {
+            Layout::Dropped
+        };
+        let kept = if layout == Layout::Dropped { o.saturating_sub(1) } else { o };
+        prompt_len += kept + input.len() as u32;
+        layouts.push(layout);
+        (max_tokens, eos) = (mi, ei);
+    }
+    // The tokens of input j's spec: its outputs, then what reached it parked.
+    let tokens = |j: usize| [outs[j].as_slice(), extra[j].as_slice()].concat();
+    let first_spec = RequestSpec::with_limits(name, p.clone(), tokens(0), m, eos_in(&outs[0], e), h.block_size);
+    let later = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &(input, mi, ei))| {
+            let j = i + 1;
+            let stale = layouts[j] == Layout::KeptStale;
+            // Its own outputs: after the in-flight token it took first.
+            let skip = usize::from(stale).min(outs[j].len());
+            LaterInput {
+                input: input.clone(),
+                outputs: tokens(j)[skip..].to_vec(),
+                max_tokens: mi,
+                eos_at: eos_in(&outs[j][skip..], ei),
+                layout: layouts[j],
+                stale: if stale {
+                    outs[j].first().copied().unwrap_or(crate::system::workload::STALE_TOKEN)
+                } else {
+                    crate::system::workload::STALE_TOKEN - j as u32
+                },
+            }
+        })
+        .collect();
+    (first_spec, later)
 }
 
 /// Check the log at `path` against profile `profile` (and `variant`).

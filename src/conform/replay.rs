@@ -49,7 +49,7 @@ pub(super) fn replay(
     bad: Option<&BadTransfer>,
 ) -> Result<(Report, Vec<usize>)> {
     let rules = crate::system::rules::resolve(profile, variant).map_err(KvmcError::Usage)?;
-    let mut scope = scope_of(path, h, lines, dropped, rules.session_max_tokens)?;
+    let mut scope = scope_of(path, h, lines, dropped, &rules)?;
     let kv_cpu_as_gpu = h.connector == "simple-cpu" && !rules.scpu_cpu_kv_events;
     let safety: Vec<_> = props::REGISTRY
         .iter()
@@ -267,7 +267,7 @@ pub(super) fn apply_step(
                     engine.stream_input(ctx, r, ev);
                     if ev.list[before..].iter().any(|e| matches!(e, crate::system::Event::StreamQueued { .. })) {
                         let q = &engine.reqs[r as usize];
-                        queued.push(u32::from(q.sent - q.turn));
+                        queued.push(u32::from(q.sent - ctx.wl.input_no(r, q.turn)));
                     }
                 }
             }

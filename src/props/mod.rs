@@ -309,6 +309,7 @@ registry! {
     flag!(RowsPresent, "rows-present", [Breach::RowsMissing], ROWS, "every routed-expert row a step needs is in the store");
     flag!(RowsExact, "rows-exact", [Breach::RowsInexact], ROWS, "a finished request's rows are exactly its response's");
     flag!(StartAnchored, "start-anchored", [Breach::StartNotAnchored], ROWS, "the response start is the first row's position");
+    flag!(QueueSound, "queue-sound", [Breach::QueueRaised], ANY, "the scheduler never meets a request twice in its waiting queues");
     flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[MC]), "the Mooncake store's external-token assertion never fires");
     flag!(HandoffIntegrity, "handoff-integrity", [Breach::PdStaleSend], only(&[NX]), "a P/D consumer reads only final KV from the producer");
     state!(RequestsFinish, "requests-finish", progress::requests_finish, run: progress::idle_bounded, ANY, "no deadlock and no livelock: every request can finish");
@@ -329,6 +330,7 @@ registry! {
     mark!(ReachLookupInflight, "reach-lookup-inflight", Mark::LookupInflight, only(&[OC]), "a lookup of a key still being written");
     mark!(ReachStreamPark, "reach-stream-park", Mark::SessionParked, ANY, "a streaming session parked");
     mark!(ReachStreamResume, "reach-stream-resume", Mark::SessionResumed, ANY, "a streaming session resumed");
+    mark!(ReachStaleSessionOutput, "reach-stale-session-output", Mark::StaleSessionOutput, ANY, "a stopped session's in-flight output reaching it parked");
     mark!(ReachReadmitFullTable, "reach-readmit-full-table", Mark::ReadmitFullTable, only(&[OC, SC]), "a resumed request readmitted with its full table");
     mark!(ReachPdHandoff, "reach-pd-handoff", Mark::PdHandoff, only(&[NX]), "a P/D handoff");
     mark!(ReachPdPartialSave, "reach-pd-partial-save", Mark::PdPartialSave, only(&[NX]), "a P/D save of a half-written block");

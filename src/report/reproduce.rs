@@ -27,6 +27,7 @@
 use crate::model::{Action, KvModel};
 use crate::props::{self, Kind};
 use crate::system::connector::{Connector, Phase};
+use crate::system::workload::stop_outputs;
 use crate::system::{ConnectorConfig, EngineConfig, Event, Events, Input, LoadFailurePolicy};
 use stateright::Model;
 use std::collections::BTreeSet;
@@ -200,16 +201,8 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
             }
             Input::Abort(r) => events.push(("abort", r, step + 1)),
             Input::Error(r) => events.push(("error", r, step + 1)),
-            Input::StreamInput(r) => {
-                if sent[r as usize].last() == Some(&(step + 1)) {
-                    return Err(format!(
-                        "{} is sent two inputs before step {}; the recorder sends one per step",
-                        wl.requests[r as usize].name,
-                        step + 1
-                    ));
-                }
-                sent[r as usize].push(step + 1)
-            }
+            // The recorder sends a session's inputs due before one step in order.
+            Input::StreamInput(r) => sent[r as usize].push(step + 1),
             Input::ConsumerRead(_) => return Err("a P/D consumer read is not recorded".into()),
             a if a.is_step() => step += 1,
             _ => {}
@@ -264,10 +257,11 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
     // Tokens: every prompt and session input of the requests that arrived.
     let mut inputs: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
     for &r in &order {
-        let turns = &wl.turns[r as usize];
+        // The chain of inputs (every sampled token but the last kept); the layouts 0.24's
+        // async sessions may take instead follow from the same inputs.
         let mut prev = &wl.requests[r as usize];
-        for t in turns {
-            let keep = prev.tokens.len().saturating_sub(1);
+        for t in wl.chain(r) {
+            let keep = (prev.prompt_len + stop_outputs(prev, sys.cfg.max_model_len)).saturating_sub(1) as usize;
             inputs[r as usize].push(t.tokens[keep.min(t.prompt_len as usize)..t.prompt_len as usize].to_vec());
             prev = t;
         }
@@ -351,7 +345,7 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
             let _ = writeln!(s, "eos_at = {e}");
         }
         let _ = writeln!(s, "arrive = {}", arrive[r as usize].expect("arrived"));
-        let turns = &wl.turns[r as usize];
+        let turns = wl.chain(r);
         let sends = &sent[r as usize];
         for (k, t) in turns.iter().enumerate() {
             let _ = writeln!(s, "\n[[request.input]]\nprompt = {}", segments(prefix, &inputs[r as usize][k]));

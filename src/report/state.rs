@@ -193,7 +193,7 @@ fn requests(sys: &System, e: &Engine) -> Vec<Value> {
                 "preempted": q.preempted,
             });
             if wl.is_session(i as u16) {
-                v["input"] = json!(format!("{}/{}", q.turn + 1, wl.num_turns(i as u16)));
+                v["input"] = json!(format!("{}/{}", wl.input_no(i as u16, q.turn) + 1, wl.num_turns(i as u16)));
             }
             if q.status == Status::Pending {
                 v["table"] = json!([]);
@@ -222,6 +222,8 @@ fn flags(bits: u32) -> Vec<String> {
         (B::StartNotAnchored, "StartNotAnchored"),
         (B::ConnectorAssert, "ConnectorAssert"),
         (B::PdStaleSend, "PdStaleSend"),
+        (B::PdNotColocated, "PdNotColocated"),
+        (B::QueueRaised, "QueueRaised"),
     ];
     all.iter().filter(|(f, _)| bits & (*f as u32) != 0).map(|(_, n)| n.to_string()).collect()
 }

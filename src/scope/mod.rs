@@ -19,6 +19,8 @@
 //! name = "A"
 //! prompt = "ab|cd"                  # one token per character; '|' and spaces are ignored
 //! output = "x"                      # the tokens it will sample (max_tokens = 1)
+//! # end = "stop"                     # the last output token is EOS (default "length")
+//! # max_tokens = 3                   # with end = "stop": room past the EOS
 //! [faults]
 //! abort = true
 //! [bounds]
@@ -27,7 +29,7 @@
 
 use crate::error::{line_of_offset, read_text, toml_error, KvmcError, Result};
 use crate::system::config::RowsConfig;
-use crate::system::workload::{next_turn_spec, TurnInput};
+use crate::system::workload::{next_turn_spec, stop_outputs, TurnInput};
 use crate::system::{
     ConnectorConfig, EndKind, EngineConfig, EvictionPolicy, LoadFailurePolicy, OffloadConfig, RequestSpec,
     SimpleCpuConfig, Workload,
@@ -166,6 +168,9 @@ struct RawRequest {
     output: Spanned<String>,
     #[serde(default)]
     end: Option<Spanned<String>>,
+    /// `max_tokens` past the output's EOS (`end = "stop"` only; default: the output's length).
+    #[serde(default)]
+    max_tokens: Option<Spanned<u32>>,
     #[serde(default)]
     after: Option<Spanned<String>>,
     /// Router replay: `routed_experts_prompt_start`, a number or "bridge" (the multi-turn
@@ -289,8 +294,25 @@ impl Scope {
                 pd: Some(Box::new(pd)),
             });
         }
+        // vLLM 0.24 under async scheduling: a stopped turn's in-flight output stays, and the run
+        // decides how the next input is laid out (a conformance log's scope has its own).
+        let mut workload = self.workload.clone();
+        if !rules.session_stop_drops_in_flight && self.cfg.async_scheduling && !workload.has_layouts() {
+            let max = crate::system::workload::MAX_LAYOUT_INPUTS;
+            if let Some(r) = (0..workload.requests.len() as u16).find(|&r| workload.num_turns(r) as usize > max) {
+                return Err(format!(
+                    "session {} has {} inputs: under profile {profile} with async scheduling the checker explores every way each input follows the previous one (vLLM 0.24 keeps a stopped input's in-flight output), for at most {max} inputs",
+                    workload.requests[r as usize].name,
+                    workload.num_turns(r)
+                ));
+            }
+            let mml = self.cfg.max_model_len;
+            workload = workload.with_stale_layouts(&workload.later_inputs(mml), mml, true);
+        }
         // vLLM 0.24 keys a session's later inputs by the hashes it did not truncate.
-        let workload = if rules.session_rehash { self.workload.clone() } else { self.workload.unrehash_sessions() };
+        if !rules.session_rehash {
+            workload = workload.unrehash_sessions();
+        }
         Ok(System { cfg: self.cfg.clone(), workload, env: self.environment(), rules, pd: None })
     }
 
@@ -393,7 +415,21 @@ impl Scope {
                 ));
             }
             let end = end_kind(&r.end).map_err(|(sp, m)| bad(sp, m))?;
-            let first = RequestSpec::new(nm, prompt, output, end, b);
+            let first = match &r.max_tokens {
+                None => RequestSpec::new(nm, prompt, output, end, b),
+                Some(m) => {
+                    let (n, max) = (output.len() as u32, *m.get_ref());
+                    if end != EndKind::Stop || max < n || prompt.len() as u32 + max > max_model_len {
+                        return Err(bad(
+                            m.span(),
+                            format!(
+                                "request {nm}: max_tokens needs end = \"stop\", at least the output's {n} tokens, and prompt + max_tokens within max_model_len {max_model_len}"
+                            ),
+                        ));
+                    }
+                    RequestSpec::with_limits(nm, prompt, output, max, Some(n - 1), b)
+                }
+            };
             let mut turns: Vec<RequestSpec> = Vec::new();
             for (i, t) in r.turns.iter().enumerate() {
                 let input = parse_tokens(t.input.get_ref());
@@ -410,7 +446,7 @@ impl Scope {
                 let end = end_kind(&t.end).map_err(|(sp, m)| bad(sp, m))?;
                 let prev = turns.last().unwrap_or(&first);
                 let tin = TurnInput { input, output, end };
-                let next = next_turn_spec(prev, prev.max_tokens, &tin, i + 1, b);
+                let next = next_turn_spec(prev, stop_outputs(prev, max_model_len), &tin, i + 1, b);
                 if next.tokens.len() as u32 > max_model_len {
                     return Err(bad(
                         t.input.span(),

@@ -224,7 +224,7 @@ pub fn render(sys: &System, e: &Engine) -> String {
                 (true, false) => "  (preempted before)".to_string(),
                 (p, true) => format!(
                     "  (session input {}/{}{})",
-                    q.turn + 1,
+                    wl.input_no(i as u16, q.turn) + 1,
                     wl.num_turns(i as u16),
                     if p { ", preempted before" } else { "" }
                 ),
@@ -559,7 +559,7 @@ pub fn diff(sys: &System, a: &Engine, b: &Engine) -> String {
             d.push(format!("table {:?}", qb.table));
         }
         if qa.turn != qb.turn {
-            d.push(format!("input {}", qb.turn + 1));
+            d.push(format!("input {}", sys.workload.input_no(i as u16, qb.turn) + 1));
         }
         if !d.is_empty() {
             parts.push(format!("{} {}", spec.name, d.join(" ")));

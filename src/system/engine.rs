@@ -303,11 +303,13 @@ impl Engine {
         self.conn.complete_transfer(Direction::Load, job, Some(first_bad), &mut cx);
     }
 
-    /// The engine is gone: the rows worker raised (rows-present) or the scheduler's connector
-    /// asserted (connector-assert). Nothing moves any more.
+    /// The engine is gone: the rows worker raised (rows-present), the scheduler's connector
+    /// asserted (connector-assert) or the scheduler met a request twice (queue-sound).
+    /// Nothing moves any more.
     pub fn is_dead(&self) -> bool {
         self.aux.as_ref().is_some_and(|a| a.dead)
             || self.ghost.has(Breach::ConnectorAssert)
+            || self.ghost.has(Breach::QueueRaised)
             || self.pd.as_ref().is_some_and(|x| x.d.is_dead())
     }
 

@@ -54,6 +54,10 @@ pub enum Breach {
     /// P/D with router replay: the router's merged rows are not what a colocated engine returns
     /// for the request, or the merge refused with HTTP 500 (pd-equals-colocated).
     PdNotColocated = 1 << 15,
+    /// The scheduler met a request it had just scheduled at a second entry of its waiting
+    /// queues: vLLM raises `RuntimeError("Invalid request status")` and the engine dies
+    /// (queue-sound).
+    QueueRaised = 1 << 16,
 }
 
 /// What a transition did, for reachability guards.
@@ -113,6 +117,9 @@ pub enum Mark {
     /// P/D with a shared Mooncake pool: P looked up a request with start 0 (a non-bridged
     /// retry) whose prompt holds decode-saved blocks.
     PdNonBridgedRetry = 1 << 30,
+    /// A stopped streaming session's in-flight output was appended to it while it was parked
+    /// (0.24 under async scheduling: rule `session_stop_drops_in_flight` false).
+    StaleSessionOutput = 1 << 31,
 }
 
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]

@@ -35,7 +35,9 @@ pub struct ReqState {
     pub last_sched_seq: u32,
     /// `drop_stale_output`: stale in-flight output is discarded, not delivered.
     pub drop_stale: bool,
-    /// Streaming sessions: the input chunk being served (0 = the first).
+    /// Streaming sessions: the spec being served (`Workload::spec`): the input number (0 = the
+    /// first), unless the run decides how inputs are laid out (`Workload::with_stale_layouts`),
+    /// where `Workload::input_no` reads it.
     pub turn: u8,
     /// Streaming sessions: updates the client has sent so far (the later inputs, then the
     /// end-of-session sentinel); those beyond `turn` wait in `streaming_queue`.

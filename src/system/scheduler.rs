@@ -7,7 +7,7 @@ use super::connector::{ConnCtx, Connector, HookCtx, RequestRef, SchedOut, Schedu
 use super::engine::{Ctx, Engine};
 use super::events::{Event, Events};
 use super::expert_rows::scheduler as rows_sched;
-use super::ghost::Mark;
+use super::ghost::{Breach, Mark};
 use super::kv_manager::{self, Alloc, KvCtx};
 use super::types::{ReqId, Status};
 
@@ -331,6 +331,23 @@ fn schedule_waiting(
             }
         });
         if (e.running.len() + parked) as u32 >= cfg.max_num_seqs {
+            break;
+        }
+        let status = e.reqs[r as usize].status;
+        if status == Status::Running || status.is_finished() {
+            // vLLM 0.24 under async scheduling (rule `session_stop_drops_in_flight` false): a
+            // second entry of a request this loop already scheduled (a parked session's
+            // in-flight output stopped it again and enqueued it twice, finding 28), or the
+            // entry of a session that output finished (it leaves `waiting` only, finding 29).
+            // `schedule()` gets to `raise RuntimeError(f"Invalid request status: ...")`.
+            e.ghost.breach(Breach::QueueRaised);
+            let name = ctx.wl.spec(r, e.reqs[r as usize].turn).name.clone();
+            let what =
+                if status == Status::Running { "RUNNING at a second entry" } else { "finished but still at an entry" };
+            ev.emit(|| Event::Violation {
+                property: "queue-sound",
+                detail: format!("{name} is {what} of the waiting queues: vLLM raises RuntimeError"),
+            });
             break;
         }
         if e.reqs[r as usize].status == Status::Parked {

@@ -13,6 +13,7 @@ use super::kv_manager;
 use super::model_runner::{self, WorkerOut};
 use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
+use super::workload::{stop_outputs, Layout};
 
 use std::collections::BTreeSet;
 
@@ -55,6 +56,11 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
         let had_placeholders = q.placeholders > 0;
         let position = q.num_tokens(spec);
         q.num_output += 1;
+        if status_before == Status::Parked {
+            // 0.24: the in-flight output of the step scheduled before the stop joins the
+            // parked session (`_update_request_with_output`); its next input cuts it off.
+            e.ghost.mark(Mark::StaleSessionOutput);
+        }
         e.ghost.idle_steps = 0;
         ev.stat(|s| s.sampled_tokens += 1);
         ev.emit(|| Event::Sampled { req: r, position });
@@ -100,7 +106,9 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
     if !stopped.is_empty() {
         e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
         e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-        e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+        if ctx.rules.session_stop_drops_in_flight {
+            e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+        }
     }
     for r in continuing {
         enqueue_waiting(e, ctx, r);
@@ -312,19 +320,23 @@ fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReas
         return true;
     }
     let q = &mut e.reqs[r as usize];
-    q.num_computed -= u32::from(q.placeholders);
-    q.drop_stale = true;
-    q.stale = q.in_flight;
-    q.placeholders = 0;
-    let turn = q.turn;
+    let drops = ctx.rules.session_stop_drops_in_flight;
+    if drops {
+        q.num_computed -= u32::from(q.placeholders);
+        q.drop_stale = true;
+        q.stale = q.in_flight;
+        q.placeholders = 0;
+    }
+    let ix = q.turn;
+    let turn = ctx.wl.input_no(r, ix);
     // Async scheduling: a step in flight may have written the position of the token the
     // session drops (its last sampled one) into the block that holds the kept frontier. The
     // next input recomputes that position before anyone reads it, and the block is not cached
     // (its last token was a placeholder when it was scheduled): the block serves only its
-    // positions below the frontier, as in a synchronous run.
+    // positions below the frontier, as in a synchronous run. (0.24 keeps that position.)
     let b = ctx.cfg.block_size;
-    let (frontier, spec) = (q.num_computed, ctx.wl.spec(r, turn));
-    if frontier % b != 0 {
+    let (frontier, spec) = (q.num_computed, ctx.wl.spec(r, ix));
+    if drops && frontier % b != 0 {
         let i = (frontier / b) as usize;
         if let Some(&blk) = q.table.get(i) {
             let keep = frontier % b;
@@ -334,8 +346,8 @@ fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReas
         }
     }
     ev.emit(|| Event::TurnEnded { req: r, turn, reason });
-    if q.sent > q.turn {
-        if q.turn + 1 == ctx.wl.num_turns(r) {
+    if q.sent > turn {
+        if turn + 1 == ctx.wl.num_turns(r) {
             return true; // the queued update is the end-of-session sentinel
         }
         update_request_as_session(e, ctx, r, ev);
@@ -346,12 +358,27 @@ fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReas
     false
 }
 
-/// `_update_request_as_session`: the session takes its next input. Every token but the
-/// last sampled one is kept (it joins the prompt, its KV and block table stay); block
-/// hashes from the dropped token's block on are recomputed over the new tokens.
+/// `_update_request_as_session`: the session takes its next input. Its tokens up to
+/// `num_computed_tokens` are kept (they join the prompt, their KV and block table stay): every
+/// token but the last sampled one, or (0.24 with an output in flight at the stop, rule
+/// `session_stop_drops_in_flight` false) every sampled one, the in-flight output still to
+/// come becoming the next input's first output token ([`Layout`]). Block hashes from the
+/// first dropped token's block on are recomputed over the new tokens.
 pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
     let q = &mut e.reqs[r as usize];
-    let keep_end = q.num_tokens(ctx.wl.spec(r, q.turn)) - 1;
+    let spec = ctx.wl.spec(r, q.turn);
+    let stop = stop_outputs(spec, ctx.cfg.max_model_len);
+    let layout = if ctx.rules.session_stop_drops_in_flight || q.num_computed < spec.prompt_len + stop {
+        Layout::Dropped
+    } else if q.num_output > stop {
+        Layout::Kept // the in-flight output came while parked and is cut off again
+    } else {
+        Layout::KeptStale
+    };
+    let keep_end = match layout {
+        Layout::Dropped => q.num_tokens(spec) - 1,
+        _ => spec.prompt_len + stop,
+    };
     assert!(keep_end >= q.num_computed, "a session resumes from its materialized frontier");
     // vLLM keeps offload keys it already derived; none may cover the dropped token, unless the
     // session keeps that token's block hash too (0.24, `session_rehash = false`).
@@ -359,10 +386,10 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
         !ctx.rules.session_rehash || e.conn.keyed_tokens(r, &conn_ctx(&ctx)) <= keep_end,
         "model gap: an offload key covers a session's dropped token"
     );
-    q.turn += 1;
+    q.turn = ctx.wl.next_spec(r, q.turn, layout);
     q.num_output = 0;
     q.status = Status::Waiting;
-    let (turn, num_computed) = (q.turn, q.num_computed);
+    let (turn, num_computed) = (ctx.wl.input_no(r, q.turn), q.num_computed);
     e.ghost.mark(Mark::SessionResumed);
     ev.emit(|| Event::SessionResumed { req: r, turn, num_computed });
 }

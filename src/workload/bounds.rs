@@ -75,8 +75,10 @@ pub struct Bounds {
     pub partial: bool,
     /// Sampled tokens per request (and per turn), inclusive.
     pub output: (u32, u32),
-    /// How requests end: false = length, true = stop (EOS), each listed one enumerated.
-    pub ends: Vec<bool>,
+    /// How requests end, each listed one enumerated: 0 = length, 1 = stop (EOS), 2 = stop with
+    /// one token of `max_tokens` left (a request's first input only: under async scheduling
+    /// its next step is in flight when EOS stops it; a session's later inputs end by stop).
+    pub ends: Vec<u8>,
     /// Arrival modes enumerated: false = in-order, true = any.
     pub arrivals: Vec<bool>,
     /// Also workloads where a request arrives only after an earlier one finished.
@@ -164,8 +166,8 @@ impl RawWorkload {
         }
         let output = range(&self.output, (1, 1), "output", 1, 8, &bad)?;
         let ends = match &self.end {
-            None => vec![false],
-            Some(e) => list(e, &["length", "stop"], "end", &bad)?.into_iter().map(|i| i == 1).collect(),
+            None => vec![0],
+            Some(e) => list(e, &["length", "stop", "stop-early"], "end", &bad)?.into_iter().map(|i| i as u8).collect(),
         };
         let arrivals = match &self.arrivals {
             None => vec![f.arrivals_any],

@@ -61,6 +61,8 @@ pub struct Req {
     pub prompt: Shape,
     pub output: u8,
     pub stop: bool,
+    /// With `stop`: `max_tokens` is one more than the output (`end = "stop-early"`).
+    pub room: bool,
     /// Arrives only after this (earlier) request finished.
     pub after: Option<u8>,
     /// Router replay's `start` (0 without router replay).
@@ -106,8 +108,17 @@ impl Workload {
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                let mut s =
-                    format!("{} {} ->{}{}", name(i), r.prompt.text(b), r.output, if r.stop { " stop" } else { "" });
+                let mut s = format!(
+                    "{} {} ->{}{}",
+                    name(i),
+                    r.prompt.text(b),
+                    r.output,
+                    match (r.stop, r.room) {
+                        (true, true) => " stop-early",
+                        (true, false) => " stop",
+                        _ => "",
+                    }
+                );
                 for t in &r.turns {
                     s.push_str(&format!(" +{} ->{}", t.input.text(b), t.output));
                 }
@@ -250,9 +261,10 @@ fn request_options(b: &Bounds) -> (Vec<Req>, Vec<Req>) {
         let mut starts: Vec<u32> = b.starts.iter().map(|&s| s.min(p.tokens(b.block_size))).collect();
         starts.dedup();
         for &o in &outputs {
-            for &stop in &b.ends {
+            for &end in &b.ends {
                 for &start in &starts {
-                    plain.push(Req { prompt: p.clone(), output: o, stop, after: None, start, turns: vec![] });
+                    let (stop, room) = (end >= 1, end == 2);
+                    plain.push(Req { prompt: p.clone(), output: o, stop, room, after: None, start, turns: vec![] });
                 }
             }
         }
@@ -260,10 +272,12 @@ fn request_options(b: &Bounds) -> (Vec<Req>, Vec<Req>) {
     let mut sessions = Vec::new();
     if b.sessions > 0 {
         let inputs = shapes(b, b.turn_blocks);
+        let mut turn_ends: Vec<bool> = b.ends.iter().map(|&e| e >= 1).collect();
+        turn_ends.dedup();
         let mut one_turn = Vec::new();
         for i in &inputs {
             for &o in &outputs {
-                for &stop in &b.ends {
+                for &stop in &turn_ends {
                     one_turn.push(Turn { input: i.clone(), output: o, stop });
                 }
             }
@@ -299,7 +313,8 @@ fn fits(w: &Workload, b: u32, fit: &Fit) -> bool {
     let mml = fit.max_model_len.unwrap_or(g1);
     w.reqs.iter().all(|r| {
         let mut len = r.prompt.tokens(b) + u32::from(r.output);
-        let mut ok = len <= mml;
+        // `stop-early`: max_tokens, one past the output, within max_model_len too.
+        let mut ok = len + u32::from(r.room) <= mml;
         for t in &r.turns {
             len = len - 1 + t.input.tokens(b) + u32::from(t.output);
             ok &= len <= mml;

@@ -314,6 +314,9 @@ impl Family {
             if r.stop {
                 t.push_str("end = \"stop\"\n");
             }
+            if r.room {
+                t.push_str(&format!("max_tokens = {}\n", r.output + 1));
+            }
             if let Some(a) = r.after {
                 t.push_str(&format!("after = \"{}\"\n", gen::name(a as usize)));
             }

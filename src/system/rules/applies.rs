@@ -56,6 +56,8 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         "double_complete" | "full_table_resets_mirror" => {
             matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu)
         }
+        // Only a step in flight at a session's stop (async scheduling) has output to drop.
+        "session_stop_drops_in_flight" => cfg.async_scheduling,
         // Read where conform derives a session's inputs from a log (`scope_of`); a checker
         // scope's inputs list their outputs explicitly.
         "session_max_tokens" => false,

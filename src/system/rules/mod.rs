@@ -118,6 +118,7 @@ fn vllm_033() -> Rules {
         scpu_pending_keeps_alive: true,
         session_rehash: true,
         session_max_tokens: true,
+        session_stop_drops_in_flight: true,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,
@@ -246,7 +247,8 @@ fn prime_rl() -> Rules {
 /// evictions, published as medium GPU. Its `Scheduler.schedule` stops admitting
 /// at `len(self.running) == max_num_running_reqs`: a parked streaming session holds no slot.
 /// Its `_update_request_as_session` neither truncates the session's block hashes nor takes the
-/// next input's `max_tokens`. Its `Scheduler.schedule` preempts without asking
+/// next input's `max_tokens`, and its `_handle_stopped_request` leaves a session's in-flight
+/// output counted and deliverable. Its `Scheduler.schedule` preempts without asking
 /// `_request_blocks_can_be_freed`: under async scheduling a victim whose free is deferred is
 /// preempted all the same, and the next one after it. It caps every chunk at
 /// `long_prefill_token_threshold`, even a lone request's. Its SimpleCPU has no
@@ -261,6 +263,7 @@ fn vllm_024() -> Rules {
         preempt_checks_deferred_free: false,
         session_rehash: false,
         session_max_tokens: false,
+        session_stop_drops_in_flight: false,
         host_lru: HostLru::ReleaseOrder,
         arc_t1_fallback: false,
         cursor_monotonic: false,

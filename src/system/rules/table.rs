@@ -172,6 +172,15 @@ rules_table! {
     /// session keeps its first input's `max_tokens` for every input.
     session_max_tokens: bool
         => "a streaming session's next input sets its max_tokens", "Scheduler._update_request_as_session (session.max_tokens = update.max_tokens)";
+    /// A streaming session whose turn stops drops its in-flight work (0.32+: the output
+    /// placeholders leave `num_computed_tokens`, the in-flight output is stale and dropped);
+    /// false (0.24): neither. Under async scheduling the in-flight position then stays computed
+    /// (the next input keeps every sampled token), the in-flight output is appended to the
+    /// session when it arrives (the parked turn's, cut off again by the next input, or the next
+    /// input's first output token), and a stopped waiting request leaves `waiting` only, not
+    /// the queue of blocked requests (`skipped_waiting`) that holds a parked session.
+    session_stop_drops_in_flight: bool
+        => "a stopped streaming session drops its in-flight output", "Scheduler._handle_stopped_request (drop_stale_output)";
     /// `SchedulerConfig.cache_aware_admission_window` exists (0.34+): with the window on, prefix
     /// caching on and the KV cache at least `cache_aware_admission_threshold` used, the plain
     /// waiting requests (status WAITING, nothing computed) among the first N of `waiting` are

@@ -192,37 +192,37 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
                          **extra)
                 sched.add_request(req)
                 progress = True
-        # Streaming sessions' next inputs / end-of-session sentinels (after arrivals).
+        # Streaming sessions' next inputs / end-of-session sentinels (after arrivals), each
+        # session's due ones in order (an input and the sentinel may come before one step).
         for name, pending in tl.pending_inputs.items():
-            if not pending or name not in tl.arrived_at:
-                continue
-            inp = pending[0]
-            if name in rec.finished_at:
-                raise ScenarioError(f"{name}: {inp.describe()} never sent (the session finished)")
-            if tl.input_overdue(inp, name, step, rec.parked_at):
-                raise ScenarioError(f"{name}: {inp.describe()} missed its step")
-            if not tl.input_due(inp, name, step, rec.parked_at):
-                continue
-            pending.pop(0)
-            session = sched.requests.get(name)
-            if session is None or session.is_finished():
-                raise ScenarioError(f"{name}: {inp.describe()} sent after the session finished")
-            rec.sent[name].append(inp)
-            if inp.end:
-                req = make_request(eng, name, [0], 1, eos=False, resumable=False)
-                rec.emit("stream_end", req=name)
-            else:
-                for r in rec.arrivals:
-                    tokens_of[r.request_id] = list(r.all_token_ids)
-                prompt = build_prompt(inp, tokens_of, name)
-                req = make_request(eng, name, prompt, inp.max_tokens,
-                                   eos=inp.eos_at is not None, resumable=True)
-                rec.emit("stream_input", req=name, prompt=prompt, max_tokens=inp.max_tokens,
-                         eos_token_id=EOS_TOKEN_ID if inp.eos_at is not None else None)
-            queued = len(session.streaming_queue)
-            sched.add_request(req)
-            if len(session.streaming_queue) > queued:
-                rec.emit("stream_queued", req=name, queued=len(session.streaming_queue))
+            while pending and name in tl.arrived_at:
+                inp = pending[0]
+                if name in rec.finished_at:
+                    raise ScenarioError(f"{name}: {inp.describe()} never sent (the session finished)")
+                if tl.input_overdue(inp, name, step, rec.parked_at):
+                    raise ScenarioError(f"{name}: {inp.describe()} missed its step")
+                if not tl.input_due(inp, name, step, rec.parked_at):
+                    break
+                pending.pop(0)
+                session = sched.requests.get(name)
+                if session is None or session.is_finished():
+                    raise ScenarioError(f"{name}: {inp.describe()} sent after the session finished")
+                rec.sent[name].append(inp)
+                if inp.end:
+                    req = make_request(eng, name, [0], 1, eos=False, resumable=False)
+                    rec.emit("stream_end", req=name)
+                else:
+                    for r in rec.arrivals:
+                        tokens_of[r.request_id] = list(r.all_token_ids)
+                    prompt = build_prompt(inp, tokens_of, name)
+                    req = make_request(eng, name, prompt, inp.max_tokens,
+                                       eos=inp.eos_at is not None, resumable=True)
+                    rec.emit("stream_input", req=name, prompt=prompt, max_tokens=inp.max_tokens,
+                             eos_token_id=EOS_TOKEN_ID if inp.eos_at is not None else None)
+                queued = len(session.streaming_queue)
+                sched.add_request(req)
+                if len(session.streaming_queue) > queued:
+                    rec.emit("stream_queued", req=name, queued=len(session.streaming_queue))
 
         if sc.async_scheduling:
             if batch_queue or sched.has_requests():   # EngineCore.has_work()

@@ -279,8 +279,8 @@ def _parse_inputs(raw: list, where: str) -> list[StreamInputSpec]:
         elif isinstance(send, int) and not isinstance(send, bool):
             if "delay" in t:
                 raise ScenarioError(f"{w}: delay goes with send = \"parked\"")
-            if send <= last_step:
-                raise ScenarioError(f"{w}: inputs are sent in order (step {send} <= {last_step})")
+            if send < last_step:
+                raise ScenarioError(f"{w}: inputs are sent in order (step {send} < {last_step})")
             step = last_step = send
         else:
             raise ScenarioError(f"{w}: send must be a step number or \"parked\"")
