@@ -231,3 +231,30 @@ fn finding_28_a_stale_output_stops_a_parked_session_twice_and_0_24_dies() {
         assert_eq!(text.matches(r#""ev":"turn_end""#).count(), 2, "{release}: one stop per turn");
     }
 }
+
+/// Finding 30 on real vLLM (tests/conformance/findings/stream-park-count.toml): on 0.24.0 the
+/// stale output of B's first input parks B a second time, `num_waiting_for_streaming_input`
+/// keeps one park too many after B's session ends, and A, arriving in step 12, is never
+/// scheduled (the recorder stops: the engine went idle with A unfinished). Every recorded step
+/// conforms to the 0.24 model, which keeps that counter; 0.32.0 to 0.34.0 serve A.
+#[test]
+fn finding_30_a_session_parked_twice_leaves_a_later_request_unserved_on_0_24() {
+    let dir = root().join("tests/conformance/findings");
+    let log = dir.join("vllm-0.24/stream-park-count.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let ends = text.lines().filter(|l| l.contains(r#""ev":"turn_end","step""#) && l.contains(r#""turn":1"#)).count();
+    assert_eq!(ends, 2, "B's first input stops twice");
+    let last = text.lines().last().unwrap();
+    assert!(last.contains("the engine went idle with unfinished requests: A"), "{last}");
+    let r = conform::check(&log, "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_some(), "{:?}", r.divergence);
+    // The model's own 0.32 rule drops the stale output: it diverges where 0.24 parks B again.
+    assert!(conform::check(&log, "vllm-0.32", None, 8).unwrap().divergence.is_some());
+    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/stream-park-count.jsonl"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains(r#""ev":"finish","step":13,"req":"A""#), "{release}: A is served");
+        let r = conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
+    }
+}

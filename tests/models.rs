@@ -69,7 +69,8 @@ const PINNED: &[(&str, usize)] = &[
     ("stream-resume-reader", 246),
     ("stream-stale-key", 186),
     ("stream-stale-crash", 31),
-    ("stream-finished-crash", 331),
+    ("stream-finished-crash", 332),
+    ("stream-park-count", 216),
     ("sync-load-failure-fail", 630),
     ("sync-load-failure", 8377),
 ];

@@ -61,6 +61,10 @@ pub struct Engine {
     pub processed_seq: u32,
     /// `deferred_frees`: (fence, blocks in allocation order), FIFO.
     pub deferred_frees: Vec<(u32, Vec<BlockId>)>,
+    /// `num_waiting_for_streaming_input`: up at every park, down when a parked session takes
+    /// its next input or is finished. It counts parked sessions, unless (0.24 under async
+    /// scheduling) an in-flight output stopped a parked session and parked it again.
+    pub streaming_waiting: u8,
     /// Router replay: the rows connector, its worker and row store (None when off).
     pub aux: Option<Box<AuxState>>,
     /// Trace replay's read cache (not state; off in the checker).
@@ -87,6 +91,7 @@ clone_fields!(Engine {
     sched_seq,
     processed_seq,
     deferred_frees,
+    streaming_waiting,
     aux,
     reads,
     pd,
@@ -145,6 +150,7 @@ impl Engine {
             sched_seq: 0,
             processed_seq: 0,
             deferred_frees: Vec::new(),
+            streaming_waiting: 0,
             aux: cfg.router_replay.as_ref().map(|c| {
                 let capacity = cfg.num_gpu_blocks * if cfg.offload().is_some() { 2 } else { 1 };
                 Box::new(AuxState::new(n, c.store_objects, capacity, rules.aux_store_evicts_live))
@@ -218,10 +224,20 @@ impl Engine {
     /// (WAITING_FOR_STREAMING_REQ) is not an unfinished request: `get_num_unfinished_requests`
     /// subtracts `num_waiting_for_streaming_input`, so with nothing else live `EngineCore`
     /// does not schedule (under async scheduling it only drains the batch queue).
+    ///
+    /// vLLM 0.24 (rule `session_stop_drops_in_flight` false) counts its queues' entries less the
+    /// parks counter (`get_num_unfinished_requests`), which its stale outputs can put out of
+    /// step: a session parked twice and then ended leaves a running request uncounted, and the
+    /// engine stops stepping (finding 30).
     pub fn has_requests(&self, rules: &Rules) -> bool {
-        self.reqs.iter().any(|r| {
-            (r.status.is_live() && r.status != Status::Parked) || (r.status.is_finished() && !r.table.is_empty())
-        }) || !self.finished_since.is_empty()
+        let unfinished = if rules.session_stop_drops_in_flight {
+            self.reqs.iter().any(|r| r.status.is_live() && r.status != Status::Parked)
+        } else {
+            self.running.len() + self.waiting.len() + self.kv_holding.len() > usize::from(self.streaming_waiting)
+        };
+        unfinished
+            || self.reqs.iter().any(|r| r.status.is_finished() && !r.table.is_empty())
+            || !self.finished_since.is_empty()
             || (self.conn.has_pending_work()
                 && (rules.scpu_pending_keeps_alive || !matches!(self.conn, Connector::SimpleCpu(_))))
     }
@@ -256,6 +272,7 @@ impl Engine {
         } else if q.sent == ctx.wl.num_turns(r) {
             scheduler_output::finish_requests(self, ctx, &[r], FinishReason::Aborted, ev);
         } else {
+            self.streaming_waiting -= 1;
             scheduler_output::update_request_as_session(self, ctx, r, ev);
         }
     }

@@ -307,10 +307,13 @@ fn schedule_waiting(
     let cc = conn_ctx(&ctx);
     let mut skipped_kv: Vec<ReqId> = Vec::new();
     let mut skipped_waiting: Vec<ReqId> = Vec::new();
-    // Pops the head of the queue in use into the skipped list it belongs to.
+    // Pops the head of the queue in use into the skipped list it belongs to. 0.24 (rule
+    // `session_requeue_kv_holding` false) has one: `step_skipped_waiting`, prepended to
+    // `skipped_waiting` (here `kv_holding`), which is served first.
+    let one_skipped_queue = !ctx.rules.session_requeue_kv_holding;
     let skip = |e: &mut Engine, from_kv: bool, sk: &mut Vec<ReqId>, sw: &mut Vec<ReqId>| {
         let r = if from_kv { e.kv_holding.remove(0) } else { e.waiting.remove(0) };
-        if holds_kv_blocks(e, r) {
+        if one_skipped_queue || holds_kv_blocks(e, r) {
             sk.push(r);
         } else {
             sw.push(r);

@@ -353,6 +353,7 @@ fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReas
         update_request_as_session(e, ctx, r, ev);
     } else {
         q.status = Status::Parked;
+        e.streaming_waiting += 1;
         e.ghost.mark(Mark::SessionParked);
     }
     false
@@ -422,6 +423,9 @@ pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishRe
     e.waiting.retain(|r| !valid.contains(r));
     e.kv_holding.retain(|r| !valid.contains(r));
     for r in valid {
+        if e.reqs[r as usize].status == Status::Parked {
+            e.streaming_waiting -= 1;
+        }
         let mut delay = false;
         if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
             // The load will still report done; free the blocks then.

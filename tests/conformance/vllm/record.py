@@ -232,6 +232,7 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
                 if rec.buf:
                     rec.snapshots()
                     rec.flush_step()
+                _check_none_left(sched)
                 break
             rec.snapshots()
             rec.flush_step()
@@ -242,6 +243,7 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
                 if rec.buf:          # inputs that found nothing to act on
                     rec.snapshots()
                     rec.flush_step()
+                _check_none_left(sched)
                 break
             rec.snapshots()          # idle step: nothing to schedule yet
             rec.flush_step()
@@ -276,6 +278,19 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
         raise ScenarioError("never applied: " + ", ".join(worker.unused()))
     return {"steps": step - 1, "build_s": t_build, "total_s": time.monotonic() - t0,
             "kv_batches": len(cap.payloads), "kv_events": cap.num_events}
+
+
+def _check_none_left(sched) -> None:
+    """The engine went idle (``has_requests()`` false) with nothing more to send: every request
+    must be finished (a parked session waits for its client). A request left waiting or running
+    is vLLM's own: it counts no unfinished request, and an engine core would never serve it
+    (vLLM 0.24's parks counter, finding 30)."""
+    from vllm.v1.request import RequestStatus
+
+    left = sorted(r.request_id for r in sched.requests.values()
+                  if not r.is_finished() and r.status != RequestStatus.WAITING_FOR_STREAMING_REQ)
+    if left:
+        raise RuntimeError(f"the engine went idle with unfinished requests: {', '.join(left)}")
 
 
 def _failed_line(worker, pj) -> dict | None:
