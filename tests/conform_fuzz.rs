@@ -258,3 +258,32 @@ fn finding_30_a_session_parked_twice_leaves_a_later_request_unserved_on_0_24() {
         assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
     }
 }
+
+/// Finding 31 on real vLLM (tests/conformance/findings/skipped-head-starves.toml, written by
+/// `kvmc reproduce` from the deep tier's requests-finish counterexample under vllm-0.24): on
+/// 0.24.0 B waits at the head of `skipped_waiting`, looked up every step and never fitting, and
+/// A, whose async load landed, is never promoted behind it: the recorder gives up after 207
+/// steps, every one of which conforms to the 0.24 model. On 0.33.0 every request finishes.
+#[test]
+fn finding_31_a_request_that_cannot_fit_starves_a_loaded_one_on_0_24() {
+    let dir = root().join("tests/conformance/findings");
+    let log = dir.join("vllm-0.24/skipped-head-starves.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().last().unwrap().contains("did not finish in 207 steps"));
+    let lookups = text.lines().filter(|l| l.contains(r#""ev":"lookup""#) && l.contains(r#""req":"B""#)).count();
+    assert!(lookups > 200, "B is looked up every step: {lookups}");
+    let finished = |text: &str, req: &str| {
+        let who = format!(r#""req":"{req}","reason""#);
+        text.lines().any(|l| l.contains(r#""ev":"finish""#) && l.contains(&who))
+    };
+    assert!(!finished(&text, "A") && !finished(&text, "B"), "A and B never finish");
+    let r = conform::check(&log, "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_some(), "{:?}", r.divergence);
+    let log = dir.join("vllm-0.33/skipped-head-starves.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    for req in ["A", "B", "C"] {
+        assert!(finished(&text, req), "0.33 finishes {req}");
+    }
+    let r = conform::check(&log, "vllm-0.33", None, 8).unwrap();
+    assert!(r.divergence.is_none(), "{:?}", r.divergence);
+}

@@ -64,7 +64,7 @@ pub struct Engine {
     /// `num_waiting_for_streaming_input`: up at every park, down when a parked session takes
     /// its next input or is finished. It counts parked sessions, unless (0.24 under async
     /// scheduling) an in-flight output stopped a parked session and parked it again.
-    pub streaming_waiting: u8,
+    pub streaming_waiting: u16,
     /// Router replay: the rows connector, its worker and row store (None when off).
     pub aux: Option<Box<AuxState>>,
     /// Trace replay's read cache (not state; off in the checker).

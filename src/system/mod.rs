@@ -16,6 +16,7 @@ pub mod ghost;
 pub mod gpu_pool;
 pub mod input;
 pub mod kv_manager;
+pub mod layouts;
 pub mod model_runner;
 pub mod pd;
 pub mod request;

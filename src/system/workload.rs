@@ -9,6 +9,8 @@
 use super::types::{extend_hash, finish_hash, fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
 use std::collections::{BTreeMap, HashMap};
 
+pub use super::layouts::{stop_outputs, LaterInput, Layout, MAX_LAYOUT_INPUTS, STALE_TOKEN};
+
 /// How a request ends when it has sampled all of its scripted output tokens.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum EndKind {
@@ -267,69 +269,6 @@ pub fn next_turn_spec(
     spec
 }
 
-/// The most inputs a session may have when the checker explores every sequence of layouts of
-/// its inputs ([`Workload::with_stale_layouts`]: (3^n - 1) / 2 specs, indexed by a byte).
-pub const MAX_LAYOUT_INPUTS: usize = 5;
-
-/// The synthetic token a stopped turn's in-flight step samples (minus the input number),
-/// where no log names it; far from the tokens scopes write and the placeholders of
-/// [`RequestSpec::with_limits`].
-pub const STALE_TOKEN: Token = 0xFFF0_0000;
-
-/// `spec`, with a token after its last sampled one (the output a step in flight at its stop
-/// samples), so that 0.24's block hashes over that token exist.
-fn with_stale_room(spec: &RequestSpec, block_size: u32, max_model_len: u32) -> RequestSpec {
-    let o = stop_outputs(spec, max_model_len);
-    if spec.tokens.len() as u32 > spec.prompt_len + o {
-        return spec.clone();
-    }
-    let p = spec.prompt_len as usize;
-    let mut outputs = spec.tokens[p..].to_vec();
-    outputs.push(STALE_TOKEN + 0x1000 - u32::from(spec.turn));
-    let mut out = RequestSpec::with_limits(
-        &spec.name,
-        spec.tokens[..p].to_vec(),
-        outputs,
-        spec.max_tokens,
-        spec.eos_at,
-        block_size,
-    );
-    out.turn = spec.turn;
-    out.rows_start = spec.rows_start;
-    out.unrehashed = spec.unrehashed.clone();
-    out
-}
-
-/// How many outputs `spec` samples before it stops (`check_stop`: EOS, `max_tokens`, or
-/// `max_model_len`).
-pub fn stop_outputs(spec: &RequestSpec, max_model_len: u32) -> u32 {
-    let n = spec.eos_at.map_or(spec.max_tokens, |e| (e + 1).min(spec.max_tokens));
-    n.min(max_model_len.saturating_sub(spec.prompt_len))
-}
-
-/// The spec of the input `inp` after spec `prev` laid out by `layout`
-/// (`_update_request_as_session` keeping `prev`'s tokens up to `num_computed_tokens`).
-fn layout_spec(prev: &RequestSpec, inp: &LaterInput, layout: Layout, b: u32, max_model_len: u32) -> RequestSpec {
-    let o = stop_outputs(prev, max_model_len);
-    let kept = if layout == Layout::Dropped { o.saturating_sub(1) } else { o };
-    let mut prompt = prev.tokens[..(prev.prompt_len + kept) as usize].to_vec();
-    prompt.extend_from_slice(&inp.input);
-    let (mut outputs, mut eos_at) = (inp.outputs.clone(), inp.eos_at);
-    if layout == Layout::KeptStale {
-        outputs.insert(0, inp.stale);
-        eos_at = eos_at.map(|e| e + 1);
-    }
-    let mut spec = RequestSpec::with_limits(&prev.name, prompt, outputs, inp.max_tokens, eos_at, b);
-    spec.turn = prev.turn + 1;
-    let mut spec = with_stale_room(&spec, b, max_model_len);
-    spec.rows_start = prev.rows_start;
-    // 0.24's block hashes cover every token the session ever held: under `Kept` the in-flight
-    // output appended to the parked turn too.
-    let held = if layout == Layout::Kept { o + 1 } else { o };
-    spec.unrehashed = unrehashed_keys(prev, held, &spec, b);
-    spec
-}
-
 /// All requests of one engine's workload.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Workload {
@@ -344,37 +283,7 @@ pub struct Workload {
     /// Sessions whose next input's layout the run decides ([`Workload::with_stale_layouts`]):
     /// per spec index (0 = the first input, `i` = `turns[r][i - 1]`), the spec index that
     /// follows it under each [`Layout`]. Empty: the specs form one chain, index = input.
-    layouts: Vec<Vec<[u8; 3]>>,
-}
-
-/// How a streaming session's next input is laid out over the previous one
-/// (`_update_request_as_session`), which the run decides when a stopped turn's in-flight
-/// output is not dropped (vLLM 0.24 under async scheduling, rule `session_stop_drops_in_flight`).
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Layout {
-    /// Every sampled token but the last is kept (no output was in flight, or it was dropped).
-    Dropped = 0,
-    /// Every sampled token is kept; the in-flight output was appended to the parked turn
-    /// before the input came, and the input cut it off again.
-    Kept = 1,
-    /// Every sampled token is kept, and the in-flight output, still to come, is the new
-    /// input's first output token.
-    KeptStale = 2,
-}
-
-/// One later input of a streaming session, for [`Workload::with_stale_layouts`]: its new
-/// tokens, the tokens it samples itself (after the in-flight output it may take first), and
-/// its stop (`max_tokens`, and the EOS index in `outputs`).
-#[derive(Clone, Debug)]
-pub struct LaterInput {
-    pub input: Vec<Token>,
-    pub outputs: Vec<Token>,
-    pub max_tokens: u32,
-    pub eos_at: Option<u32>,
-    /// The layout over the previous input of the spec at this input's chain index.
-    pub layout: Layout,
-    /// The in-flight output token it takes first under [`Layout::KeptStale`].
-    pub stale: Token,
+    pub(super) layouts: Vec<Vec<[u8; 3]>>,
 }
 
 impl Workload {
@@ -539,94 +448,6 @@ impl Workload {
     /// last input; variants the run may take instead come after them in `turns[r]`).
     pub fn chain(&self, r: u16) -> &[RequestSpec] {
         &self.turns[r as usize][..self.num_turns(r) as usize - 1]
-    }
-
-    /// Sessions whose layouts the run decides: every session `r` with `later[r]` not empty
-    /// gets, besides the chain of `later[r]`'s layouts (spec indices 0 to its number of
-    /// inputs - 1, as before), a spec for every other sequence of layouts ([`Layout`]),
-    /// appended to `turns[r]` (`full`, at most [`MAX_LAYOUT_INPUTS`] inputs: what the checker
-    /// explores), or only for each other layout one input off the chain (a conformance log:
-    /// the model must follow the log's chain, and a step off it is a divergence). An input
-    /// under [`Layout::KeptStale`] samples its `stale` token first. `max_model_len` caps what
-    /// an input samples.
-    pub fn with_stale_layouts(&self, later: &[Vec<LaterInput>], max_model_len: u32, full: bool) -> Self {
-        let b = self.block_size;
-        let mut turns: Vec<Vec<RequestSpec>> = Vec::with_capacity(self.requests.len());
-        let mut layouts: Vec<Vec<[u8; 3]>> = Vec::with_capacity(self.requests.len());
-        for (r, first) in self.requests.iter().enumerate() {
-            let inputs = later.get(r).map_or(&[][..], |v| v.as_slice());
-            if inputs.is_empty() {
-                turns.push(self.turns[r].clone());
-                layouts.push(Vec::new());
-                continue;
-            }
-            // Every spec: (spec, its index's children); the chain first.
-            let mut specs: Vec<RequestSpec> = vec![with_stale_room(first, b, max_model_len)];
-            let mut next: Vec<[u8; 3]> = vec![[u8::MAX; 3]];
-            let mut chain = 0usize;
-            for inp in inputs {
-                let child = layout_spec(&specs[chain], inp, inp.layout, b, max_model_len);
-                specs.push(child);
-                next.push([u8::MAX; 3]);
-                next[chain][inp.layout as usize] = (specs.len() - 1) as u8;
-                chain = specs.len() - 1;
-            }
-            // Then every other layout, breadth first, from every spec but the last input's.
-            let mut i = 0;
-            while i < specs.len() {
-                let depth = specs[i].turn as usize;
-                let on_chain = i <= inputs.len();
-                if depth < inputs.len() && (full || on_chain) {
-                    for l in [Layout::Dropped, Layout::Kept, Layout::KeptStale] {
-                        if next[i][l as usize] == u8::MAX {
-                            assert!(specs.len() < u8::MAX as usize, "too many session layouts");
-                            let child = layout_spec(&specs[i], &inputs[depth], l, b, max_model_len);
-                            specs.push(child);
-                            next.push([u8::MAX; 3]);
-                            next[i][l as usize] = (specs.len() - 1) as u8;
-                        }
-                    }
-                }
-                i += 1;
-            }
-            specs.remove(0);
-            turns.push(specs);
-            layouts.push(next);
-        }
-        let requests = self.requests.iter().enumerate().map(|(r, q)| match later.get(r) {
-            Some(v) if !v.is_empty() => with_stale_room(q, b, max_model_len),
-            _ => q.clone(),
-        });
-        let mut wl = Self::with_sessions(b, requests.collect(), turns);
-        wl.layouts = layouts;
-        wl
-    }
-
-    /// The later inputs of every session, read off its chain of specs laid out by
-    /// [`Layout::Dropped`] (what a scope or a generated workload builds): for
-    /// [`Workload::with_stale_layouts`], with synthetic in-flight output tokens.
-    pub fn later_inputs(&self, max_model_len: u32) -> Vec<Vec<LaterInput>> {
-        (0..self.requests.len() as u16)
-            .map(|r| {
-                let mut prev = &self.requests[r as usize];
-                let mut out = Vec::new();
-                for spec in self.chain(r) {
-                    let kept = (prev.prompt_len + stop_outputs(prev, max_model_len)).saturating_sub(1) as usize;
-                    let p = spec.prompt_len as usize;
-                    let o = stop_outputs(spec, max_model_len) as usize;
-                    out.push(LaterInput {
-                        input: spec.tokens[kept.min(p)..p].to_vec(),
-                        outputs: spec.tokens[p..(p + o).min(spec.tokens.len())].to_vec(),
-                        max_tokens: spec.max_tokens,
-                        eos_at: spec.eos_at,
-                        layout: Layout::Dropped,
-                        stale: STALE_TOKEN - u32::from(spec.turn),
-                    });
-                    prev = spec;
-                }
-                out
-            })
-            .collect()
     }
 
     /// Request `r` is a streaming-input session (`resumable`).
