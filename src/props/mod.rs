@@ -309,7 +309,7 @@ registry! {
     flag!(RowsPresent, "rows-present", [Breach::RowsMissing], ROWS, "every routed-expert row a step needs is in the store");
     flag!(RowsExact, "rows-exact", [Breach::RowsInexact], ROWS, "a finished request's rows are exactly its response's");
     flag!(StartAnchored, "start-anchored", [Breach::StartNotAnchored], ROWS, "the response start is the first row's position");
-    flag!(QueueSound, "queue-sound", [Breach::QueueRaised], ANY, "the scheduler never meets a request twice in its waiting queues");
+    flag!(QueueSound, "queue-sound", [Breach::QueueRaised], ANY, "the scheduler never meets a scheduled or finished request in its waiting queues");
     flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[MC]), "the Mooncake store's external-token assertion never fires");
     flag!(HandoffIntegrity, "handoff-integrity", [Breach::PdStaleSend], only(&[NX]), "a P/D consumer reads only final KV from the producer");
     state!(RequestsFinish, "requests-finish", progress::requests_finish, run: progress::idle_bounded, ANY, "no deadlock and no livelock: every request can finish");

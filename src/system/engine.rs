@@ -321,7 +321,7 @@ impl Engine {
     }
 
     /// The engine is gone: the rows worker raised (rows-present), the scheduler's connector
-    /// asserted (connector-assert) or the scheduler met a request twice (queue-sound).
+    /// asserted (connector-assert) or the scheduler raised on a queue entry (queue-sound).
     /// Nothing moves any more.
     pub fn is_dead(&self) -> bool {
         self.aux.as_ref().is_some_and(|a| a.dead)

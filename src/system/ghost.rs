@@ -54,9 +54,9 @@ pub enum Breach {
     /// P/D with router replay: the router's merged rows are not what a colocated engine returns
     /// for the request, or the merge refused with HTTP 500 (pd-equals-colocated).
     PdNotColocated = 1 << 15,
-    /// The scheduler met a request it had just scheduled at a second entry of its waiting
-    /// queues: vLLM raises `RuntimeError("Invalid request status")` and the engine dies
-    /// (queue-sound).
+    /// The scheduler met, at an entry of its waiting queues, a request it had just scheduled
+    /// from another entry or one that had finished: vLLM raises `RuntimeError("Invalid request
+    /// status")` and the engine dies (queue-sound).
     QueueRaised = 1 << 16,
 }
 
