@@ -219,14 +219,7 @@ fn session_specs(
     let mut rest = sampled;
     // The outputs of one input: up to and including the token that stops it.
     let take = |rest: &mut &[u32], prompt_len: u32, max_tokens: u32, eos: Option<u32>| -> Vec<u32> {
-        let mut n = 0;
-        while n < rest.len() {
-            let t = rest[n];
-            n += 1;
-            if Some(t) == eos || n as u32 >= max_tokens || prompt_len + n as u32 >= max_model_len {
-                break;
-            }
-        }
+        let n = until_stop(rest, prompt_len, max_tokens, eos, max_model_len);
         let (out, tail) = rest.split_at(n);
         *rest = tail;
         out.to_vec()
@@ -256,6 +249,20 @@ fn session_specs(
         turns.push(next);
     }
     (spec, turns)
+}
+
+/// How many of `sampled` one input samples (`check_stop`): up to and including the token that
+/// stops it (EOS, `max_tokens`, or `max_model_len`), or all of them.
+fn until_stop(sampled: &[u32], prompt_len: u32, max_tokens: u32, eos: Option<u32>, max_model_len: u32) -> usize {
+    let mut n = 0;
+    while n < sampled.len() {
+        let t = sampled[n];
+        n += 1;
+        if Some(t) == eos || n as u32 >= max_tokens || prompt_len + n as u32 >= max_model_len {
+            break;
+        }
+    }
+    n
 }
 
 /// [`session_specs`] for vLLM 0.24 under async scheduling: a stopped input's in-flight output
@@ -294,17 +301,10 @@ fn stale_session(
     // last input: all).
     let take = |seg: &[u32], prompt_len: u32, max_tokens: u32, eos: Option<u32>, last: bool| -> usize {
         if last {
-            return seg.len();
+            seg.len()
+        } else {
+            until_stop(seg, prompt_len, max_tokens, eos, h.max_model_len)
         }
-        let mut n = 0;
-        while n < seg.len() {
-            let t = seg[n];
-            n += 1;
-            if Some(t) == eos || n as u32 >= max_tokens || prompt_len + n as u32 >= h.max_model_len {
-                break;
-            }
-        }
-        n
     };
     let eos_in = |out: &[u32], eos: Option<u32>| eos.and_then(|e| out.iter().position(|&t| t == e)).map(|i| i as u32);
     let seg = |i: usize| segs.get(i).map_or(&[][..], |s| s.as_slice());

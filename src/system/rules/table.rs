@@ -152,11 +152,13 @@ rules_table! {
     scpu_pending_keeps_alive: bool
         => "SimpleCPU's in-flight stores keep the engine stepping", "SimpleCPUOffloadConnector.has_pending_push_work";
     /// A streaming session that continues after a stopped turn is enqueued by whether it holds
-    /// blocks: `kv_holding_waiting`, drained first (`_enqueue_waiting_request`, 0.32+). false
-    /// (0.24): a parked session goes to `skipped_waiting` (also served first), one that took
-    /// its queued input to the tail of `waiting`.
+    /// blocks: `kv_holding_waiting`, drained first (`_enqueue_waiting_request`, 0.32+), and so
+    /// is a request a `schedule()` pass skips. false (0.24): a parked session goes to
+    /// `skipped_waiting` (also served first), one that took its queued input to the tail of
+    /// `waiting`; every request a pass skips is prepended to `skipped_waiting`
+    /// (`step_skipped_waiting`), whether it holds blocks or not (finding 31).
     session_requeue_kv_holding: bool
-        => "a continuing streaming session waits in kv_holding_waiting", "_enqueue_waiting_request";
+        => "a continuing streaming session (and a skipped request that holds blocks) waits in kv_holding_waiting", "_enqueue_waiting_request; Scheduler.schedule (step_skipped_waiting)";
     /// `long_prefill_token_threshold` caps a request's chunk only when more than one request is
     /// eligible (running or waiting): a lone request has nobody to starve (`Scheduler.schedule`,
     /// 0.32+); false (0.24): the cap always applies.
