@@ -6,6 +6,9 @@
 #   scripts/replay-vs-vllm.sh            # about 13 minutes on 2 cores; prints the ratio
 #   scripts/replay-vs-vllm.sh 300        # the first 300 requests only: a minute, to check
 #                                        # the setup (fixed costs dominate both sides there)
+#   scripts/replay-vs-vllm.sh --vllm 0.34 300   # another release (0.24, 0.32, 0.33, 0.34): kvmc
+#                                        # replays with --profile vllm-0.34, and the venv
+#                                        # (VLLM_VENV) must hold that release
 #
 # vLLM's side is tests/conformance/vllm/scheduler_replay.py (real Scheduler, KVCacheManager,
 # OffloadingConnector scheduler and worker sides; model and copies faked), run once, from the
@@ -26,6 +29,18 @@ root=$PWD
 venv=${VLLM_VENV:-/work/venv-vllm}
 trace=${KVMC_TRACES:-$root/../shared/traces}/conversation_trace.jsonl
 model=$root/models/replay-mooncake.toml
+release=0.33
+if [ "${1:-}" = --vllm ]; then
+  release=${2:-}
+  shift 2 || true
+fi
+case $release in
+  0.24 | 0.32 | 0.33 | 0.34) ;;
+  *)
+    echo "replay-vs-vllm: --vllm takes 0.24, 0.32, 0.33 or 0.34, not '$release'" >&2
+    exit 2
+    ;;
+esac
 limit=${1:-0}
 case $limit in
   '' | *[!0-9]*)
@@ -35,11 +50,20 @@ case $limit in
 esac
 kvmc_limit=()
 if [ "$limit" -gt 0 ]; then kvmc_limit=(--limit "$limit"); fi
+kvmc_limit+=(--profile "vllm-$release")
 work=$root/target/replay-vs-vllm
 if [ ! -x "$venv/bin/python" ]; then
   echo "replay-vs-vllm: no venv at $venv (scripts/record-fixtures.sh makes one; or set VLLM_VENV)" >&2
   exit 2
 fi
+have=$("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm"))' 2>/dev/null || true)
+case $have in
+  "$release".*) ;;
+  *)
+    echo "replay-vs-vllm: $venv has vllm '$have', not $release (set VLLM_VENV)" >&2
+    exit 2
+    ;;
+esac
 if [ ! -f "$trace" ]; then
   echo "replay-vs-vllm: $trace not found (set KVMC_TRACES to the traces directory)" >&2
   exit 2
@@ -91,9 +115,9 @@ if [ ${#pin_kvmc[@]} -eq 0 ]; then
   for _ in 1 2 3 4 5; do kvmc_once || kvmc_failed; done
 fi
 
-python3 - "$work" "$limit" <<'EOF'
+python3 - "$work" "$limit" "$release" <<'EOF'
 import json, statistics, sys
-work, limit = sys.argv[1], int(sys.argv[2])
+work, limit, release = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 v = json.load(open(f"{work}/vllm.json"))
 k = json.load(open(f"{work}/kvmc.json"))
 if v["engine_steps"] != k["metrics"]["steps"]:
@@ -106,7 +130,7 @@ med = statistics.median(cpu)
 print(f"engine steps          {v['engine_steps']:,} on both sides")
 # vLLM's CPU time without its imports (torch and vllm), which kvmc has no counterpart of.
 vcpu = v["cpu_s"] - v["import_s"]
-print(f"vLLM 0.33             {v['cpu_s']:.1f} CPU s ({v['wall_s']:.1f} s wall), {vcpu:.1f} s past its imports")
+print(f"vLLM {release:<16} {v['cpu_s']:.1f} CPU s ({v['wall_s']:.1f} s wall), {vcpu:.1f} s past its imports")
 print(f"kvmc replay           {len(runs)} run{'s' * (len(runs) != 1)}: CPU s median {med:.2f} (range {cpu[0]:.2f} to {cpu[-1]:.2f}), "
       f"wall median {statistics.median(wall):.2f} s; {k['checks']['evaluations']:,} invariant evaluations per run")
 print(f"ratio                 {vcpu / med:.0f} (vLLM's CPU s past its imports / kvmc's median CPU s)")

@@ -823,3 +823,23 @@ fn skipping_a_known_quality_finding_replays_to_the_end() {
     assert!(!full.checks.properties.contains(&"final-store-kept"));
     assert!(full.checks.properties.contains(&"host-integrity"));
 }
+
+/// A SimpleCPU replay's violation is written with its connector (`[simple_cpu]`), so the
+/// checker's model re-runs it (before, the model file said `connector = "none"` and the
+/// confirming run stopped at the first store completion, with a note and no story).
+#[test]
+fn a_simple_cpu_violation_is_written_with_its_connector() {
+    let d = tempdir("violation-scpu");
+    let trace = write(&d, "sessions.jsonl", &session_trace(2, 2));
+    let model = session_model(true)
+        .replace("connector = \"offloading\"", "connector = \"simple-cpu\"")
+        .replace("[offload]\nhost_chunks = 4096", "[simple_cpu]\ncpu_blocks = 512");
+    let model = write(&d, "model.toml", &model);
+    let out = d.join("out");
+    let o = replay_mutant(&trace, &model, &out, &[]);
+    assert_eq!(o.status.code(), Some(10), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("VIOLATED: g1-accounting"), "{}", stdout(&o));
+    let m = std::fs::read_to_string(out.join("sessions.violation.model.toml")).unwrap();
+    assert!(m.contains("connector = \"simple-cpu\"") && m.contains("[simple_cpu]\ncpu_blocks = 512"), "{m}");
+    assert!(!stdout(&o).contains("note:"), "the scenario reproduces: {}", stdout(&o));
+}

@@ -46,7 +46,12 @@ fn engine_toml(cfg: &EngineConfig, profile: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "[engine]");
     let _ = writeln!(s, "profile = {profile:?}");
-    let conn = if cfg.offload().is_some() { "offloading" } else { "none" };
+    let conn = match &cfg.connector {
+        ConnectorConfig::Offloading(_) => "offloading",
+        ConnectorConfig::SimpleCpu(_) => "simple-cpu",
+        ConnectorConfig::Mooncake(_) => "mooncake",
+        _ => "none",
+    };
     let _ = writeln!(s, "connector = {conn:?}");
     let _ = writeln!(s, "block_size = {}", cfg.block_size);
     let _ = writeln!(s, "gpu_blocks = {}", cfg.num_gpu_blocks);
@@ -72,6 +77,24 @@ fn engine_toml(cfg: &EngineConfig, profile: &str) -> String {
         if o.eviction_policy == crate::system::EvictionPolicy::Arc {
             let _ = writeln!(s, "eviction_policy = \"arc\"");
         }
+    }
+    if let ConnectorConfig::SimpleCpu(c) = &cfg.connector {
+        let _ = writeln!(s, "\n[simple_cpu]");
+        let _ = writeln!(s, "cpu_blocks = {}", c.cpu_blocks);
+        let _ = writeln!(s, "mode = {:?}", if c.lazy { "lazy" } else { "eager" });
+    }
+    if let ConnectorConfig::Mooncake(m) = &cfg.connector {
+        // `preload` (block hashes of prefixes another instance put) is not written back: the
+        // exported model would need them as prompts.
+        let role = match m.kv_role {
+            crate::system::KvRole::Both => "kv_both",
+            crate::system::KvRole::Producer => "kv_producer",
+            crate::system::KvRole::Consumer => "kv_consumer",
+        };
+        let _ = writeln!(s, "\n[mooncake]");
+        let _ = writeln!(s, "kv_role = {role:?}");
+        let _ = writeln!(s, "save_decode_cache = {}", m.save_decode_cache);
+        let _ = writeln!(s, "enable_lookup = {}", m.enable_lookup);
     }
     if let Some(rr) = &cfg.router_replay {
         let _ = writeln!(s, "\n[router_replay]");

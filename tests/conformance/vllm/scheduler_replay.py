@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Replay a Mooncake trace through vLLM 0.33's real scheduler side.
+"""Replay a Mooncake trace through vLLM's real scheduler side (0.24, 0.32, 0.33, 0.34).
 
 Real: vllm.v1.core.sched.scheduler.Scheduler (synchronous), its KVCacheManager
 (prefix caching, chunked prefill), the OffloadingConnector scheduler side with
@@ -11,12 +11,16 @@ Faked: the model (no forward pass; sampled tokens are a deterministic function
 of row and position) and the OffloadingWorker under the connector worker (no
 KV tensors; a copy completes a fixed number of steps after submission).
 
-Run (from a venv with vllm==0.33.0, e.g. the one scripts/record-fixtures.sh makes):
+Run (from a venv with vllm 0.24.0, 0.32.0, 0.33.0 or 0.34.0; API differences between
+releases are detected on vLLM's own code, not on its version number):
     python tests/conformance/vllm/scheduler_replay.py [--limit N] [--json-out F]
 and compare with
     kvmc replay ../shared/traces/conversation_trace.jsonl --model models/replay-mooncake.toml
-(docs/replay.md, "Against vLLM 0.33"). --copy-steps 1 here is kvmc's store_steps = 0 and
-load_steps = 0 (its defaults); --store-copy-steps 2 is kvmc's store_steps = 1. Other flags: --connector simple-cpu --cpu-blocks N,
+(docs/replay.md, "Against vLLM 0.33"; for 0.24, 0.32 and 0.34 add --profile vllm-0.24,
+vllm-0.32 or vllm-0.34: "Against vLLM 0.24, 0.32 and 0.34"). --copy-steps 1 here is kvmc's
+store_steps = 0 and load_steps = 0 (its defaults); --copy-steps 2 is store_steps = 1 and
+load_steps = 1; --store-copy-steps 2 is kvmc's store_steps = 1. The JSON also counts
+g1_evictions, host_evictions and store_refusals (kvmc's names). Other flags: --connector simple-cpu --cpu-blocks N,
 --blocks-per-chunk, --no-prefix-caching, --offload-decode, --sessions (the mooncake-delta
 dialect), --per-request FILE.tsv, --dump-steps FILE (one line per step, to find the first
 step where two runs part).
@@ -32,6 +36,10 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# Model Runner V2 (0.33's default; it reports resumed requests as new requests with their
+# full block table). 0.24 and 0.32 fall back to V1 on a machine without Triton; pin V2 as
+# engine.py does, so every release schedules as on a GPU machine.
+os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "1")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The project root is three levels up; the shared traces sit next to it (../shared/traces).
@@ -94,10 +102,10 @@ from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import ( 
 )
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core import kv_cache_utils as _kcu  # noqa: E402
 from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher,
     init_none_hash,
-    resolve_cache_hit_alignment_tokens,
     resolve_kv_cache_block_sizes,
 )
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
@@ -107,7 +115,12 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     KVCacheGroupSpec,
     KVCacheTensor,
 )
-from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult  # noqa: E402
+try:  # 0.32+: one OffloadingWorker per medium, submit_store / submit_load
+    from vllm.v1.kv_offload.base import OffloadingWorker, TransferResult  # noqa: E402
+    WORKER_API = "submit"
+except ImportError:  # 0.24: OffloadingWorker routes transfer_async(job_id, (src, dst)) by medium
+    from vllm.v1.kv_offload.worker.worker import OffloadingWorker, TransferResult  # noqa: E402
+    WORKER_API = "transfer_async"
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
@@ -129,8 +142,12 @@ KV_SPEC = FullAttentionSpec(
 PAGE = KV_SPEC.page_size_bytes  # per layer per block
 BYTES_PER_BLOCK = PAGE * len(LAYERS)
 PAGESIZE = os.sysconf("SC_PAGE_SIZE")
-ALIGNED = -(-BYTES_PER_BLOCK // PAGESIZE) * PAGESIZE
 BPC = args.blocks_per_chunk
+try:  # what CPUOffloadingSpec rounds a chunk up to: the page (0.32+), 1 (0.24)
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec as _CPUSpec  # noqa: E402
+    PAGESIZE = int(getattr(_CPUSpec, "BLOCK_SIZE_ALIGNMENT", PAGESIZE))
+except ImportError:
+    pass
 ALIGNED = -(-(BYTES_PER_BLOCK * BPC) // PAGESIZE) * PAGESIZE
 CPU_BYTES = args.host_chunks * ALIGNED  # -> exactly host_chunks chunks of BPC blocks
 
@@ -156,6 +173,10 @@ if args.connector == "offloading":
     _extra = {"cpu_bytes_to_use": CPU_BYTES}
     if BPC != 1:
         _extra["blocks_per_chunk"] = BPC
+        if WORKER_API == "transfer_async":
+            # 0.24's OffloadingSpec reads the chunk size in tokens ("block_size"); 0.32
+            # added "blocks_per_chunk" (engine.py does the same).
+            _extra["block_size"] = BPC * BS
     if args.offload_decode:
         _extra["offload_prompt_only"] = False
     kv_transfer_config = KVTransferConfig(
@@ -164,7 +185,18 @@ if args.connector == "offloading":
         kv_connector_extra_config=_extra,
     )
 elif args.connector == "simple-cpu":
-    _extra = {"num_cpu_blocks": args.cpu_blocks, "cpu_bytes_to_use": 1 << 40,
+    import inspect  # noqa: E402
+    from vllm.distributed.kv_transfer.kv_connector.v1 import (  # noqa: E402
+        simple_cpu_offload_connector as _scpu_mod,
+    )
+    if "num_cpu_blocks" in inspect.getsource(_scpu_mod):
+        # 0.33+: num_cpu_blocks sizes the CPU pool; the byte budget only has to cover it.
+        _cpu_bytes = 1 << 40
+    else:
+        # 0.24, 0.32: the pool is num_gpu_blocks * cpu_bytes // GPU KV bytes
+        # (SimpleCPUOffloadScheduler._derive_cpu_config); 1 TiB would be 67M blocks.
+        _cpu_bytes = args.cpu_blocks * BYTES_PER_BLOCK
+    _extra = {"num_cpu_blocks": args.cpu_blocks, "cpu_bytes_to_use": _cpu_bytes,
               "lazy_offload": args.lazy}
     kv_transfer_config = KVTransferConfig(
         kv_connector="SimpleCPUOffloadConnector",
@@ -173,27 +205,50 @@ elif args.connector == "simple-cpu":
     )
 else:
     kv_transfer_config = None
-vllm_config = VllmConfig(
-    model_config=model_config,
-    scheduler_config=scheduler_config,
-    cache_config=cache_config,
-    kv_transfer_config=kv_transfer_config,
-    device_config=DeviceConfig(device="cpu"),
-)
+def _make_vllm_config():
+    return VllmConfig(
+        model_config=model_config,
+        scheduler_config=scheduler_config,
+        cache_config=cache_config,
+        kv_transfer_config=kv_transfer_config,
+        device_config=DeviceConfig(device="cpu"),
+    )
+
+
+try:
+    vllm_config = _make_vllm_config()
+except ValueError as e:
+    # 0.32's VllmConfig refuses Model Runner V2 without Triton (0.33 only warns on a CPU
+    # platform); the scheduler side does not use Triton. Validate under V1, then pin V2
+    # again before anything reads use_v2_model_runner (as engine.py does).
+    if "requires Triton" not in str(e) or os.environ["VLLM_USE_V2_MODEL_RUNNER"] != "1":
+        raise
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+    try:
+        vllm_config = _make_vllm_config()
+    finally:
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
 vllm_config.cache_config.num_gpu_blocks = NUM_GPU_BLOCKS
+
+
+def make_kv_cache_tensor() -> KVCacheTensor:
+    import dataclasses
+    fields = {f.name for f in dataclasses.fields(KVCacheTensor)}
+    if "layers" in fields:  # 0.32+
+        return KVCacheTensor(
+            size=NUM_GPU_BLOCKS * BYTES_PER_BLOCK,
+            layers=list(LAYERS),
+            layer_stride=PAGE * NUM_GPU_BLOCKS,
+            block_stride=PAGE,
+        )
+    # 0.24: one tensor shared by the layers, unpacked (CPUOffloadingSpec sums the sizes)
+    return KVCacheTensor(size=NUM_GPU_BLOCKS * BYTES_PER_BLOCK, shared_by=list(LAYERS))
 
 
 def make_kv_cache_config() -> KVCacheConfig:
     return KVCacheConfig(
         num_blocks=NUM_GPU_BLOCKS,
-        kv_cache_tensors=[
-            KVCacheTensor(
-                size=NUM_GPU_BLOCKS * BYTES_PER_BLOCK,
-                layers=list(LAYERS),
-                layer_stride=PAGE * NUM_GPU_BLOCKS,
-                block_stride=PAGE,
-            )
-        ],
+        kv_cache_tensors=[make_kv_cache_tensor()],
         kv_cache_groups=[KVCacheGroupSpec(list(LAYERS), KV_SPEC)],
     )
 
@@ -201,10 +256,11 @@ def make_kv_cache_config() -> KVCacheConfig:
 sched_kv_cfg = make_kv_cache_config()
 worker_kv_cfg = make_kv_cache_config()
 sched_bs, hash_bs = resolve_kv_cache_block_sizes(sched_kv_cfg, vllm_config)
-align = resolve_cache_hit_alignment_tokens(sched_kv_cfg, vllm_config, sched_bs, hash_bs)
-for c in (sched_kv_cfg, worker_kv_cfg):
-    c.hash_block_size = hash_bs
-    c.cache_hit_alignment_tokens = align
+if hasattr(_kcu, "resolve_cache_hit_alignment_tokens"):  # 0.32+ (0.24 has no alignment)
+    align = _kcu.resolve_cache_hit_alignment_tokens(sched_kv_cfg, vllm_config, sched_bs, hash_bs)
+    for c in (sched_kv_cfg, worker_kv_cfg):
+        c.hash_block_size = hash_bs
+        c.cache_hit_alignment_tokens = align
 
 scheduler = Scheduler(
     vllm_config=vllm_config,
@@ -215,11 +271,18 @@ scheduler = Scheduler(
     log_stats=False,
 )
 sconn = scheduler.connector
-print(f"[replay] use_v2_model_runner={scheduler.use_v2_model_runner}", file=sys.stderr)
+import vllm as _vllm  # noqa: E402
+print(f"[replay] vllm {_vllm.__version__} use_v2_model_runner="
+      f"{getattr(vllm_config, 'use_v2_model_runner', None)} worker_api={WORKER_API}",
+      file=sys.stderr)
 if args.connector == "offloading":
     assert isinstance(sconn, OffloadingConnector)
     cpu_manager = sconn.connector_scheduler.manager if hasattr(
         sconn.connector_scheduler, "manager") else None
+    if cpu_manager is not None:  # 0.24 counts blocks (_num_blocks), 0.32+ chunks
+        _got = getattr(cpu_manager, "_num_chunks", None) or getattr(cpu_manager, "_num_blocks", None)
+        if _got is not None and _got != args.host_chunks:
+            raise SystemExit(f"CPU tier got {_got} chunks, asked for {args.host_chunks}")
 
 
 # --------------------------------------------------------------------------
@@ -244,7 +307,16 @@ class FakeOffloadingWorker(OffloadingWorker):
         self.sync_load_jobs = 0
         self.flushed_jobs = 0
 
+    def transfer_async(self, job_id, spec) -> bool:
+        """0.24: one entry point; the direction is the source's medium."""
+        src_spec, dst_spec = spec
+        if src_spec.medium() == "GPU":
+            return self.submit_store(job_id, src_spec, dst_spec)
+        return self.submit_load(job_id, src_spec, dst_spec)
+
     def submit_store(self, job_id, src_spec, dst_spec) -> bool:
+        # 0.34 passes DevicePointers as src_spec (resolve_device_pointers is patched
+        # out below); the CPU-side dst_spec names the chunks either way.
         self.store_jobs += 1
         self.store_chunks += len(dst_spec.block_ids)
         self.pending[job_id] = self.step + (args.store_copy_steps or self.copy_steps) - 1
@@ -322,6 +394,13 @@ if args.connector == "offloading":
     wconn = OffloadingConnector(vllm_config, KVConnectorRole.WORKER, worker_kv_cfg)
     fake_worker = FakeOffloadingWorker(args.copy_steps)
     wconn.connector_worker.worker = fake_worker  # instead of register_kv_caches()
+    _wmod = sys.modules[type(wconn.connector_worker).__module__]
+    if hasattr(_wmod, "resolve_device_pointers"):
+        # 0.34: the connector worker turns GPU block ids into device pointers through the
+        # registered KV caches before submit_store / submit_load; there are none here.
+        _wmod.resolve_device_pointers = lambda spec, kv_caches: spec
+        if not hasattr(wconn.connector_worker, "_kv_caches"):
+            wconn.connector_worker._kv_caches = None
 elif args.connector == "simple-cpu":
     from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import (  # noqa: E402
         SimpleCPUOffloadConnector,
@@ -332,8 +411,13 @@ elif args.connector == "simple-cpu":
           f"{sconn.scheduler_manager.cpu_block_pool.get_num_free_blocks()}",
           file=sys.stderr)
     _sm = sconn.scheduler_manager
+    if _sm.num_cpu_blocks != args.cpu_blocks:
+        raise SystemExit(f"SimpleCPU got {_sm.num_cpu_blocks} CPU blocks, asked for {args.cpu_blocks}")
     _IN_FIN = [False]
-    _orig_sel = _sm._select_eager_blocks_to_store
+    # 0.24 has no _select_eager_blocks_to_store / _queue_finished_eager_store (its eager
+    # stores are built in _prepare_eager_store_specs; no finish-time store): dump without
+    # the store events there.
+    _orig_sel = getattr(_sm, "_select_eager_blocks_to_store", None)
 
     def _sel(state, block_ids_by_group):
         start = state.num_stored_blocks[0]
@@ -349,8 +433,9 @@ elif args.connector == "simple-cpu":
         if out[0]:
             EVS.append(f"{'f' if _IN_FIN[0] else 's'}{int(state.request.request_id) + 1}->{len(out[0])}")
         return out
-    _sm._select_eager_blocks_to_store = _sel
-    _orig_qf = _sm._queue_finished_eager_store
+    if _orig_sel is not None:
+        _sm._select_eager_blocks_to_store = _sel
+    _orig_qf = getattr(_sm, "_queue_finished_eager_store", None)
 
     def _qf(request, block_ids):
         _IN_FIN[0] = True
@@ -358,7 +443,8 @@ elif args.connector == "simple-cpu":
             return _orig_qf(request, block_ids)
         finally:
             _IN_FIN[0] = False
-    _sm._queue_finished_eager_store = _qf
+    if _orig_qf is not None:
+        _sm._queue_finished_eager_store = _qf
     _orig_gnm2 = _sm.get_num_new_matched_tokens
 
     def _gnm2(request, num_computed_tokens):
@@ -428,8 +514,29 @@ STEP_PREEMPTED: list = []
 REQS: dict = {}
 EVS: list = []
 HEV = [0]
+DUMP_ON = bool(args.dump_steps)
 
-if args.connector == "offloading" and args.dump_steps:
+# Evictions (kvmc's g1_evictions / host_evictions: blocks or chunks that lost their hash)
+# and refused stores (kvmc's store_refusals), counted on every run.
+EVICT = dict(g1=0, host=0, refused=0)
+
+
+def _count_evictions(pool, key):
+    orig = pool._maybe_evict_cached_block
+
+    def wrapped(block):
+        hit = orig(block)
+        if hit:
+            EVICT[key] += 1
+        return hit
+    pool._maybe_evict_cached_block = wrapped
+
+
+_count_evictions(scheduler.kv_cache_manager.block_pool, "g1")
+if args.connector == "simple-cpu":
+    _count_evictions(sconn.scheduler_manager.cpu_block_pool, "host")
+
+if args.connector == "offloading":
     _cs = sconn.connector_scheduler
     _mgr = _cs.manager
     _orig_ps = _mgr.prepare_store
@@ -439,13 +546,18 @@ if args.connector == "offloading" and args.dump_steps:
         out = _orig_ps(keys, req_context, *a, **kw)
         r = int(req_context.req_id) + 1
         if out is None:
-            EVS.append(f"S{r}:{len(keys)}->None")
+            EVICT["refused"] += 1
+            if DUMP_ON:
+                EVS.append(f"S{r}:{len(keys)}->None")
         else:
             HEV[0] += len(out.evicted_keys)
-            if out.keys_to_store:
+            EVICT["host"] += len(out.evicted_keys)
+            if out.keys_to_store and DUMP_ON:
                 EVS.append(f"S{r}->{len(out.keys_to_store)}")
         return out
     _mgr.prepare_store = _ps
+
+if args.connector == "offloading" and args.dump_steps:
     _orig_gnm = _cs.get_num_new_matched_tokens
 
     def _gnm(request, num_computed_tokens, *a, **kw):
@@ -477,9 +589,12 @@ scheduler._preempt_request = _preempt
 # --------------------------------------------------------------------------
 hash_fn = get_hash_fn_by_name(vllm_config.cache_config.prefix_caching_hash_algo)
 init_none_hash(hash_fn)
-block_hasher = get_request_block_hasher(
-    hash_bs, hash_fn, vllm_config.num_hash_lookahead_tokens
-)
+if hasattr(vllm_config, "num_hash_lookahead_tokens"):  # 0.33+
+    block_hasher = get_request_block_hasher(
+        hash_bs, hash_fn, vllm_config.num_hash_lookahead_tokens
+    )
+else:
+    block_hasher = get_request_block_hasher(hash_bs, hash_fn)
 
 rows = []
 SESS_PREV: dict[int, int] = {}
@@ -518,9 +633,23 @@ def make_request(i: int) -> Request:
     if i in SESS_PREV:
         p_ = SESS_PREV[i]
         toks = PROMPTS.pop(p_) + list(REQS[str(p_)].output_token_ids) + toks
+    if len(toks) >= MAX_MODEL_LEN:
+        # vLLM's input processor refuses a prompt of max_model_len tokens or more (the
+        # client gets an error; kvmc counts it as rejected), and a session's later turns
+        # build on it.
+        n, j = 1, i
+        while j in SESS_NEXT:
+            j = SESS_NEXT[j]
+            n += 1
+        REJECTED[0] += n
+        return None
     if i in SESS_NEXT:
         PROMPTS[i] = list(toks)
-    assert len(toks) + out <= MAX_MODEL_LEN
+    # A prompt that fits but whose answer would not stops at max_model_len
+    # (Scheduler's check_stop), as kvmc caps it.
+    # Each request's sampled tokens get their own range of ids above the prompt tokens'.
+    OUT_BASE[str(i)] = NEXT_OUT[0]
+    NEXT_OUT[0] += len(toks) + out + 1
     sp = SamplingParams(max_tokens=out, ignore_eos=True, temperature=0.0)
     return Request(
         request_id=str(i),
@@ -531,8 +660,19 @@ def make_request(i: int) -> Request:
     )
 
 
+REJECTED = [0]
+OUT_BASE: dict[str, int] = {}
+NEXT_OUT = [0]
+
+
 def sampled_token(rid: str, pos: int) -> int:
-    return 1_000_000_000 + int(rid) * 100_000 + pos
+    """Distinct for every (request, position) and from every prompt token (interned trace
+    blocks, dense from 0). Below 2**31: 0.34 keeps a request's tokens in a TokenBuffer of
+    C ints (OverflowError past it); 1e9 + rid * 1e5 + pos, the earlier scheme, passed it
+    at row 11,475 of the conversation trace, and collided for positions past 100,000."""
+    t = 1_000_000_000 + OUT_BASE[rid] + pos
+    assert t < 2**31, "the trace has too many tokens for 31-bit sampled ids"
+    return t
 
 
 # --------------------------------------------------------------------------
@@ -565,6 +705,15 @@ def CPUFREE():
     return []
 
 
+import dataclasses as _dc  # noqa: E402
+_MRO_HAS_INDEX = "req_id_to_index" in {f.name for f in _dc.fields(ModelRunnerOutput)}
+
+
+def MRO_INDEX(req_ids):
+    """ModelRunnerOutput.req_id_to_index, which 0.34 dropped."""
+    return {"req_id_to_index": {rid: k for k, rid in enumerate(req_ids)}} if _MRO_HAS_INDEX else {}
+
+
 STATUS_CH = {"WAITING": "W", "WAITING_FOR_REMOTE_KVS": "R", "RUNNING": "U", "PREEMPTED": "X"}
 DUMP = open(args.dump_steps, "w") if args.dump_steps else None
 next_progress = args.progress_every
@@ -579,6 +728,8 @@ while True:
     while len(live) < args.concurrency and ELIGIBLE:
         next_row = heapq.heappop(ELIGIBLE)
         req = make_request(next_row)
+        if req is None:
+            continue
         prompt_tokens += req.num_prompt_tokens
         if args.per_request:
             PR[req.request_id] = [model_ms, 0.0, 0, 0, 0, 0, 0]
@@ -604,19 +755,29 @@ while True:
     if wconn is None:
         kv_out = None
     else:
+        sync_loads = getattr(so, "has_sync_kv_loads", False)  # 0.24: no sync loads
         wconn.handle_preemptions(md)
         wconn.bind_connector_metadata(md)
-        if so.has_sync_kv_loads:
+        if sync_loads:
             wconn.start_load_kv(None)
         # (forward pass would run here)
-        if not so.has_sync_kv_loads:
+        if not sync_loads:
             wconn.start_load_kv(None)
+        if hasattr(wconn, "finish_forward"):  # 0.34
+            wconn.finish_forward()
         wconn.wait_for_save()
-        fin_send, fin_recv = wconn.get_finished(so.finished_req_ids)
+        if hasattr(wconn, "get_transfer_results"):  # 0.34: failed_recving too
+            tr = wconn.get_transfer_results(so.finished_req_ids)
+            fin_send, fin_recv = tr.finished_sending, tr.finished_recving
+            extra_out = {"failed_recving": set(tr.failed_recving or ())}
+        else:
+            fin_send, fin_recv = wconn.get_finished(so.finished_req_ids)
+            extra_out = {}
         kv_out = KVConnectorOutput(
             finished_sending=set(fin_send or ()),
             finished_recving=set(fin_recv or ()),
             kv_connector_worker_meta=wconn.build_connector_worker_meta(),
+            **extra_out,
         )
         wconn.clear_connector_metadata()
 
@@ -624,7 +785,7 @@ while True:
     PF0, DF0 = C["prefill_first"], C["decode_first"]
     if so.total_num_scheduled_tokens == 0:
         if kv_out is None:
-            mro = ModelRunnerOutput(req_ids=[], req_id_to_index={}, sampled_token_ids=[])
+            mro = ModelRunnerOutput(req_ids=[], sampled_token_ids=[], **MRO_INDEX([]))
         else:
             mro = ModelRunnerOutput.with_kv_conn_output_only(kv_out)
     else:
@@ -657,7 +818,7 @@ while True:
         model_ms += 60.0 if any_prefill else 20.0
         mro = ModelRunnerOutput(
             req_ids=req_ids,
-            req_id_to_index={rid: k for k, rid in enumerate(req_ids)},
+            **MRO_INDEX(req_ids),
             sampled_token_ids=sampled,
             kv_connector_output=kv_out,
         )
@@ -713,6 +874,7 @@ except Exception:
 res = dict(
     rows=N,
     finished=finished,
+    rejected=REJECTED[0],
     engine_steps=steps,
     nonempty_steps=C["nonempty_steps"],
     prompt_tokens=prompt_tokens,
@@ -726,6 +888,9 @@ res = dict(
     host_restored_tokens_after_preemption=C["host_again"],
     scheduled_tokens=C["scheduled_tokens"],
     preemptions=C["preemptions"],
+    g1_evictions=EVICT["g1"],
+    host_evictions=EVICT["host"],
+    store_refusals=EVICT["refused"],
     store_jobs=fake_worker.store_jobs,
     store_chunks=fake_worker.store_chunks,
     load_jobs=fake_worker.load_jobs,
