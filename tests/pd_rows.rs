@@ -82,7 +82,7 @@ fn prime_rl_holds_on_every_pd_model() {
         ("pd-rows-aligned", 24),
         ("pd-rows-long", 42),
         ("pd-rows-preempt", 1254),
-        ("pd-rows-load-fail", 75),
+        ("pd-rows-load-fail", 41),
         ("pd-rows-bridge", 61),
     ] {
         let r = check(name, None, None);

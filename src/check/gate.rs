@@ -275,11 +275,14 @@ pub fn execute(job: &Job, opts: &RunOpts) -> Result<Vec<Row>> {
         }
     }
     let defs: Vec<_> = names.iter().map(|n| props::find(n).unwrap()).collect();
-    let model = KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), defs)
-        .map_err(KvmcError::Usage)?;
+    // A profile or variant this scope cannot run under (an unknown name, a refused
+    // combination): the message names the model file.
+    let refused = |m: String| KvmcError::Usage(format!("{}: {m}", job.scope.path.display()));
+    let model =
+        KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), defs).map_err(refused)?;
     let profile = model.profile.clone();
-    let display_model = KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), vec![])
-        .map_err(KvmcError::Usage)?;
+    let display_model =
+        KvModel::new(job.scope.clone(), job.profile.as_deref(), job.variant.as_deref(), vec![]).map_err(refused)?;
     let r: RunResult = run(model, opts);
     let mut rows = Vec::new();
     for (p, expected) in &job.checks {

@@ -206,6 +206,9 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     let start = std::time::Instant::now();
     let profile = opts.profile.clone().unwrap_or_else(|| model.profile.clone());
     let rules = crate::system::rules::resolve(&profile, opts.variant.as_deref()).map_err(KvmcError::Usage)?;
+    if model.cfg.mooncake().is_some() && !rules.mc_store_032 {
+        return Err(KvmcError::Usage(crate::scope::mooncake_refusal(&profile)));
+    }
     let full_every = opts.full_check_every.unwrap_or(model.replay.full_check_every);
     let mut skip: Vec<crate::props::PropId> = Vec::new();
     for name in &opts.skip_properties {

@@ -234,6 +234,13 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
         }
     };
     let (window, threshold) = cache_aware_admission(e, &profile, &bad)?;
+    let mooncake = matches!(
+        connector,
+        ConnectorConfig::Mooncake(_) | ConnectorConfig::NixlStore(_) | ConnectorConfig::NixlDecodeStore(_)
+    );
+    if mooncake && crate::system::rules::resolve(&profile, None).is_ok_and(|r| !r.mc_store_032) {
+        return Err(bad(e.profile.span(), super::mooncake_refusal(&profile)));
+    }
     let cfg = EngineConfig {
         cache_aware_admission_window: window,
         cache_aware_admission_threshold_permille: threshold,

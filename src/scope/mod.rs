@@ -267,6 +267,9 @@ impl Scope {
     pub fn system(&self, profile: Option<&str>, variant: Option<&str>) -> std::result::Result<System, String> {
         let profile = profile.unwrap_or(&self.profile);
         let rules = crate::system::rules::resolve(profile, variant)?;
+        if self.cfg.mooncake().is_some() && !rules.mc_store_032 {
+            return Err(mooncake_refusal(profile));
+        }
         if self.is_pd() {
             // A P/D pair: P runs each request with max_tokens = 1, D with its whole output.
             if !rules.aux_pd_bypass {
@@ -562,6 +565,17 @@ pub(crate) fn pd_refusal(profile: &str) -> String {
     format!(
         "--enable-return-routed-experts is incompatible with NixlConnector; PD auxiliary output is not supported \
          (vLLM's _verify_aux_output_compatibility under profile {profile}; only prime-rl's patch bypasses it, for NixlConnector)"
+    )
+}
+
+/// kvmc models MooncakeStoreConnector as vLLM 0.32 to 0.34 have it; 0.24's store works
+/// differently (rule `mc_store_032`, docs/rules.md) and is not modelled, so its verdicts would
+/// be those of the later store: refused rather than reported.
+pub(crate) fn mooncake_refusal(profile: &str) -> String {
+    format!(
+        "profile {profile}: kvmc models MooncakeStoreConnector as vLLM 0.32 to 0.34 have it; this release's store \
+         (no block references for save jobs, a finished request's free delayed until its saves are sent) is not \
+         modelled, so kvmc gives no verdict for it (use vllm-0.32 or later)"
     )
 }
 

@@ -117,23 +117,25 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
         e.ghost.mark(Mark::ErrorFinish);
         finish_requests(e, ctx, &failed, FinishReason::Error, ev);
     }
-    // _update_from_kv_xfer_finished: connector first, then finished loads. Both walk the
-    // same Python sets, in one (hash-seed dependent) order each.
+    // _update_from_kv_xfer_finished: connector first, then finished loads, then finished
+    // sends (vLLM 0.24 to 0.34 walk `finished_recving` before `finished_sending`: the frees
+    // of both reach the G1 free queue in that order). Both walk the same Python sets, in one
+    // (hash-seed dependent) order each.
     ev.order(Point::FinishedRecving, &mut w.finished_recving);
     ev.order(Point::FinishedSending, &mut w.finished_sending);
     let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
     e.conn.update_connector_output(&w, &e.reqs, &mut cx);
-    for &r in &w.finished_sending {
-        if e.reqs[r as usize].status.is_finished() {
-            free_blocks(e, ctx, r, ev);
-        }
-    }
-    for r in w.finished_recving {
+    for &r in &w.finished_recving {
         if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
             if !e.finished_recving.contains(&r) {
                 e.finished_recving.push(r);
             }
         } else if e.reqs[r as usize].status.is_finished() {
+            free_blocks(e, ctx, r, ev);
+        }
+    }
+    for &r in &w.finished_sending {
+        if e.reqs[r as usize].status.is_finished() {
             free_blocks(e, ctx, r, ev);
         }
     }

@@ -48,6 +48,17 @@ impl BitSet {
         let w = (i / 64) as usize;
         w < self.0.len() && self.0[w] & (1 << (i % 64)) != 0
     }
+    /// Keep only the members below `n`.
+    pub fn retain_below(&mut self, n: u32) {
+        let w = (n / 64) as usize;
+        if w < self.0.len() {
+            self.0.truncate(w + 1);
+            self.0[w] &= (1u64 << (n % 64)) - 1;
+            while self.0.last() == Some(&0) {
+                self.0.pop();
+            }
+        }
+    }
     pub fn any(&self) -> bool {
         !self.0.is_empty()
     }
@@ -59,5 +70,23 @@ impl BitSet {
             .iter()
             .enumerate()
             .flat_map(|(w, &bits)| (0..64).filter(move |b| bits & (1 << b) != 0).map(move |b| w as u32 * 64 + b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BitSet;
+
+    #[test]
+    fn retain_below_keeps_the_lower_members_and_the_canonical_form() {
+        for n in [0u32, 1, 5, 63, 64, 65, 100, 130, 200] {
+            let mut s = BitSet::default();
+            s.extend([0, 3, 63, 64, 70, 127, 128, 129]);
+            s.retain_below(n);
+            let mut want = BitSet::default();
+            want.extend([0, 3, 63, 64, 70, 127, 128, 129].into_iter().filter(|&i| i < n));
+            assert_eq!(s, want, "n = {n}");
+            assert_eq!(s.iter().collect::<Vec<_>>(), want.iter().collect::<Vec<_>>());
+        }
     }
 }

@@ -92,7 +92,8 @@ pub enum PdInput {
     Step,
     /// D's oldest NIXL read lands.
     ReadDone,
-    /// D's oldest NIXL read fails from its `k`-th block on.
+    /// D's oldest NIXL read fails (the checker offers `k = 0` only: vLLM invalidates the whole
+    /// read); kept as "from its `k`-th block on" for recorded traces.
     ReadFails(u32),
 }
 
@@ -219,10 +220,11 @@ pub fn inputs(sys: &System, e: &Engine, out: &mut Vec<PdInput>) {
     if let Some(x) = st.d.conn.nixl_decode().and_then(|c| c.next_read()) {
         out.push(PdInput::ReadDone);
         let f = &sys.env.faults;
-        if f.load_failure && e.ghost.faults < f.max_load_failures {
-            for k in 0..x.blocks.len() as u32 {
-                out.push(PdInput::ReadFails(k));
-            }
+        // A NIXL READ fails as a whole: the worker reports every block of it invalid
+        // (`get_transfer_results`: `meta.local_block_ids`, 0.24 to 0.34), so no block of a
+        // failed read is kept. A notify-only read (no blocks) cannot fail the request.
+        if f.load_failure && e.ghost.faults < f.max_load_failures && !x.blocks.is_empty() {
+            out.push(PdInput::ReadFails(0));
         }
     }
 }
@@ -289,11 +291,21 @@ pub fn apply_with(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut
                         .collect()
                 })
                 .unwrap_or_default();
-            e.consumer_read(sys.ctx(), x.req, ev);
+            // P learns of the read (and frees its blocks at its next step). D uses P's blocks at
+            // its own block indices [first, first + n): none of a failed read, none of a
+            // notify-only one (a full local hit), and never those of its local prefix hit.
+            let pctx = sys.ctx();
+            let spec = pctx.wl.spec(x.req, e.reqs[x.req as usize].turn);
+            let n = if fail.is_some() { 0 } else { x.blocks.len() as u32 };
+            if let Some(p) = e.conn.nixl_mut() {
+                p.consumer_read(x.req, x.first, n, spec, pctx.wl, pctx.cfg.block_size, &mut e.ghost, ev);
+            }
             let mut cx =
                 crate::system::connector::WorkerCtx { ctx, pool: &mut st.d.pool, ghost: &mut st.d.ghost, ev: dev };
             st.d.conn.nixl_decode_mut().expect("D runs the consumer").read_done(x.req, &tags, fail, &mut cx);
-            st.d.ghost.mark(Mark::PdRemoteLoad);
+            if !x.blocks.is_empty() {
+                st.d.ghost.mark(Mark::PdRemoteLoad);
+            }
             let blocks = x.blocks.clone();
             dev.emit(|| Event::PdRead { req: x.req, blocks });
             true

@@ -62,7 +62,9 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         // scope's inputs list their outputs explicitly.
         "session_max_tokens" => false,
         "mc_save_pins" => kind == ConnectorKind::Mooncake,
+        "mc_store_032" => cfg.mooncake().is_some(),
         "nixl_resave_partial" => kind == ConnectorKind::Nixl,
+        "nixl_failed_recving" => kind == ConnectorKind::Nixl && cfg.is_pd_decode(),
         // P/D pairs: a NIXL producer with router replay runs a decode instance and a router.
         "nixl_consumer_full_prompt" | "aux_decode_floor" | "aux_decode_exempt" | "aux_pd_bypass" => {
             kind == ConnectorKind::Nixl && cfg.router_replay.is_some()

@@ -159,7 +159,9 @@ fn vllm_033() -> Rules {
         scpu_release_head_first: true,
         scpu_cpu_kv_events: true,
         mc_save_pins: true,
+        mc_store_032: true,
         nixl_resave_partial: false,
+        nixl_failed_recving: true,
         aux_emit: EmitStart::V033,
         aux_retain: true,
         aux_clamp: None,
@@ -253,7 +255,8 @@ fn prime_rl() -> Rules {
 /// preempted all the same, and the next one after it. It caps every chunk at
 /// `long_prefill_token_threshold`, even a lone request's. Its SimpleCPU has no
 /// `has_pending_push_work`: stores in flight do not keep an idle engine stepping. A session
-/// that takes its queued input when a turn stops waits at the tail of `waiting`.
+/// that takes its queued input when a turn stops waits at the tail of `waiting`. Its NIXL
+/// worker reports a failed read's blocks as invalid, not the request as failed.
 fn vllm_024() -> Rules {
     Rules {
         parked_holds_slot: false,
@@ -273,6 +276,8 @@ fn vllm_024() -> Rules {
         scpu_reset_on_preempt: false,
         scpu_cpu_kv_events: false,
         scpu_scan_when_full: true,
+        nixl_failed_recving: false,
+        mc_store_032: false,
         ..vllm_032()
     }
 }

@@ -263,12 +263,24 @@ rules_table! {
     /// the worker reports it (`_reference_save_blocks`).
     mc_save_pins: bool
         => "Mooncake save jobs reference their GPU blocks until done", "MooncakeStoreScheduler._reference_save_blocks";
+    /// MooncakeStoreConnector is the 0.32+ store kvmc models (save jobs of the core's current
+    /// table, pinned until done). 0.24's store is different and not modelled (no
+    /// `_reference_save_blocks`: a finished request delays its free until `finished_sending`,
+    /// a preempted one frees at once; the sending thread counts jobs per request id; a running
+    /// request is saved only in steps that allocate it blocks): a Mooncake scope is refused.
+    mc_store_032: bool
+        => "MooncakeStoreConnector is the 0.32+ store (0.24's is not modelled: refused)", "MooncakeStoreScheduler (0.32)";
     /// NixlConnector, host-buffer mode: a step's save set also holds the block that straddles
     /// the request's chunked-prefill boundary (partly written by the previous step, completed
     /// by this one), also when the step allocates no new block (#59102, open upstream: false in
     /// every profile, `fix-59102`). Without it only the step's newly allocated block ids are
     /// copied to the host buffer.
     nixl_resave_partial: bool => "NIXL host buffer re-saves the block straddling a chunk boundary", "#59102";
+    /// NixlConnector: a failed READ is reported per request too (`failed_recving` of
+    /// `get_transfer_results`, 0.32+), so the scheduler's `_handle_failed_recving` resets it to
+    /// 0 computed tokens; 0.24's worker reports only the read's blocks as invalid.
+    nixl_failed_recving: bool
+        => "a failed NIXL read is reported per request (failed_recving)", "NixlConnectorWorker.get_transfer_results";
     /// Router replay: the emit-start rule.
     aux_emit: EmitStart => "router replay: emit start", "AuxOutputSchedulerConnector";
     /// Router replay, 0.33: the scheduler retains rows of GPU-cached blocks, caps local hits at

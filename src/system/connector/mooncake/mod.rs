@@ -2,6 +2,9 @@
 //! mooncake/store/scheduler.py: MooncakeStoreScheduler`, `data.py: LoadSpec, RequestTracker,
 //! ReqMeta.from_request_tracker`, and the lookup the scheduler asks worker rank 0 for,
 //! `worker.py: MooncakeStoreWorker.lookup`), 0.32/0.33 rules, one full-attention group.
+//! 0.34.0 changes nothing this model covers (its store changes are the lookup prefetch,
+//! timeout and circuit breaker, lookahead-hash saves, store chunk sizes below the block size,
+//! and save offsets that only advance on success), so profile vllm-0.34 runs it unchanged.
 //!
 //! The Mooncake pool is an external KV store shared by every instance behind one master,
 //! keyed by block hash (full blocks only). Another instance may already have put a prefix
@@ -24,8 +27,13 @@
 //!
 //! Not modelled: lookup_async (the lookup future), fine-grained hash hits and partial-tail or
 //! Mamba boundary puts, more than one worker rank, put failures and pool eviction (a key the
-//! pool lost shows up as a load failure), `reset_cache`, KV events, 0.24's store (it delayed
-//! the request's free instead of pinning blocks).
+//! pool lost shows up as a load failure), `reset_cache`, KV events, 0.24's store. So a
+//! Mooncake scope is refused under vllm-0.24 (rule `mc_store_032`): 0.24's store pins nothing
+//! (a finished request with saved tokens delays its free until `finished_sending`; a preempted
+//! request's blocks are freed at once while its queued puts may still read them), counts jobs
+//! per request id (a resumed request revives its previous generation's queued jobs), saves a
+//! running request only in steps that allocate it new blocks, and re-puts `[0, token_len)`
+//! from the tracker's append-only block mirror.
 
 mod hooks;
 pub mod worker;
@@ -315,7 +323,10 @@ impl MooncakeState {
         if can_process_cached {
             for s in out.scheduled.iter().filter(|s| !s.full_table) {
                 let Some(t) = self.reqs[s.req as usize].tracker.as_mut() else {
-                    continue; // vLLM raises a KeyError here; no modelled path gets here
+                    // 0.34 raises a KeyError here; 0.33 keeps a preempted request's tracker
+                    // (reset). Under MRV2 a resumed request comes back as a new one, so no
+                    // modelled path gets here.
+                    continue;
                 };
                 let is_decode = s.start >= t.prefill_end;
                 if is_decode && !cfg.save_decode_cache {

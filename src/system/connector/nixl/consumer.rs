@@ -10,11 +10,15 @@
 //! load asynchronously; `update_state_after_alloc` clears `do_remote_prefill` (a request
 //! resumed after a preemption recomputes instead) and queues the read of the request's blocks
 //! `[local, local + ext)`. The read itself is an environment choice of the P/D system
-//! (`src/system/pd`): it copies the producer's host-buffer slots into D's blocks (or fails from
-//! some block on) and notifies the producer; D's next `get_finished` reports the request in
-//! `finished_recving` and the failed blocks as invalid, so the scheduler's
-//! `_update_waiting_for_remote_kv` caches what landed and recomputes the last prompt token
-//! (`num_computed = num_tokens - 1`), or `_handle_invalid_blocks` lowers the valid prefix.
+//! (`src/system/pd`): it copies the producer's host-buffer slots into D's blocks (or fails as
+//! a whole: the worker reports every block of the read invalid) and notifies the producer;
+//! D's next `get_finished` reports the request in `finished_recving` and the failed blocks as
+//! invalid, so the scheduler's `_update_waiting_for_remote_kv` caches what landed and
+//! recomputes the last prompt token (`num_computed = num_tokens - 1`), or
+//! `_handle_invalid_blocks` lowers the valid prefix to the local hit. With no external tokens
+//! (a full local hit: only `nixl-hit-prompt-minus-one` or a trimmed hit gets there) vLLM still
+//! queues an empty read: the worker only notifies the producer, which frees its blocks, and
+//! reports nothing (the request never waited).
 //!
 //! Not modelled: push mode, handshakes and heartbeats, heterogeneous TP, the Mamba backoff.
 
@@ -104,7 +108,13 @@ impl KvConnector for NixlConsumer {
         _scratch: &mut StepScratch,
         cx: &mut HookCtx,
     ) {
-        if !std::mem::take(&mut self.remote[q.id as usize]) || num_external == 0 {
+        if !std::mem::take(&mut self.remote[q.id as usize]) {
+            return;
+        }
+        if num_external == 0 {
+            // `_reqs_need_recv[req] = (req, (), ..., False)`: notify-only (`_read_blocks`'s full
+            // prefix-cache-hit path), so the producer frees the blocks it holds for D.
+            self.recvs.push(Recv { req: q.id, blocks: Vec::new(), first: 0, done: None });
             return;
         }
         let b = cx.c.block_size;
@@ -117,13 +127,24 @@ impl KvConnector for NixlConsumer {
         self.recvs.push(Recv { req: q.id, blocks, first, done: None });
     }
 
-    /// `get_finished` and `get_block_ids_with_load_errors`: reads that landed or failed.
-    fn worker_after_forward(&mut self, _s: WorkerStep, _cx: &mut WorkerCtx) -> WorkerOut {
+    /// `get_transfer_results` and `get_block_ids_with_load_errors`: reads that landed or
+    /// failed. A failed read is in `finished_recving`, all its blocks are invalid, and (rule
+    /// `nixl_failed_recving`, 0.32 to 0.34) it is in `failed_recving` too:
+    /// `_handle_failed_recving` then resets the request to 0 computed tokens under `recompute`,
+    /// its promotion frees its blocks and it looks up again.
+    fn worker_after_forward(&mut self, _s: WorkerStep, cx: &mut WorkerCtx) -> WorkerOut {
+        let per_request = cx.ctx.rules.nixl_failed_recving;
         let mut w = WorkerOut::default();
         let mut invalid = BTreeSet::new();
         for x in self.recvs.iter().filter(|x| x.done.is_some()) {
+            if x.blocks.is_empty() {
+                continue; // notify-only: never reported (the scheduler asserts on it)
+            }
             w.finished_recving.push(x.req);
             if let Some(Some(k)) = x.done {
+                if per_request {
+                    w.failed_recving.push(x.req);
+                }
                 invalid.extend(x.blocks.iter().skip(k as usize).copied());
             }
         }

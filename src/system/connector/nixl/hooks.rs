@@ -36,7 +36,8 @@ impl KvConnector for NixlState {
         self.readable().collect()
     }
     fn consumer_read(&mut self, q: RequestRef, cx: &mut WorkerCtx) {
-        self.consumer_read(q.id, q.spec, cx.ctx.wl, cx.ctx.cfg.block_size, cx.ghost, cx.ev)
+        // No decode instance modelled: the consumer reads every block sent.
+        self.consumer_read(q.id, 0, u32::MAX, q.spec, cx.ctx.wl, cx.ctx.cfg.block_size, cx.ghost, cx.ev)
     }
 
     /// P/D trace replay: nothing to save and no blocks held for the consumer.

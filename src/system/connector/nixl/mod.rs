@@ -150,11 +150,19 @@ impl NixlState {
     }
 
     /// The consumer reads request `r`'s blocks from the host buffer (a NIXL READ of
-    /// `remote_block_ids`) and notifies the producer. Each block must hold the KV of the
-    /// request's own tokens over the positions it sends (handoff-integrity).
+    /// `remote_block_ids`) and notifies the producer. Each block it uses must hold the KV of
+    /// the request's own tokens over the positions it sends (handoff-integrity). The consumer
+    /// uses the `n` blocks from block index `from` on: a decode instance's READ skips the
+    /// blocks of its own prefix-cache hit (`_apply_prefix_caching` end-trims
+    /// `remote_block_ids` to its unhashed blocks), uses nothing of a failed READ (the worker
+    /// reports every block of it invalid) and reads nothing when it only notifies (a full
+    /// local hit); an abstract consumer (no decode instance modelled) reads them all.
+    #[allow(clippy::too_many_arguments)]
     pub fn consumer_read(
         &mut self,
         r: ReqId,
+        from: u32,
+        n: u32,
         spec: &RequestSpec,
         wl: &Workload,
         b: u32,
@@ -166,7 +174,8 @@ impl NixlState {
         };
         s.read = true;
         let mut stale = Vec::new();
-        for (i, &blk) in s.blocks.iter().enumerate().take(cdiv(s.tokens, b) as usize) {
+        let used = s.blocks.iter().enumerate().take(cdiv(s.tokens, b) as usize).skip(from as usize).take(n as usize);
+        for (i, &blk) in used {
             let need = (s.tokens - i as u32 * b).min(b);
             let tag = self.host[blk as usize];
             if !tag_serves(tag, spec, i, need, b) {

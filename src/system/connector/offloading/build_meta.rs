@@ -27,6 +27,18 @@ impl OffloadingState {
     ) {
         let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         let wl = c.wl;
+        // Coverage ghost: a chunk is owed while the request still holds its KV. A preemption
+        // (0 computed) or a failed load (computed cut back to the first invalid block, or to 0)
+        // drops it: nothing can offer it any more, and a restart owes again what it recomputes.
+        // Without this, a chunk the host refused for room (final-store-kept's business) and then
+        // dropped was reported never offered when the request finished before recomputing it.
+        let tokens_per_chunk = c.tokens_per_chunk();
+        for (r, st) in self.reqs.iter_mut().enumerate() {
+            if let Some(st) = st.as_mut().filter(|st| st.owed.any()) {
+                let held = reqs[r].num_computed / tokens_per_chunk;
+                st.owed.retain_below(held);
+            }
+        }
         // _update_req_states
         for s in &out.scheduled {
             let st = self.reqs[s.req as usize].as_mut().expect("scheduled request is tracked");
@@ -83,7 +95,6 @@ impl OffloadingState {
             }
         }
         // Coverage ghost: chunks whose last token this step computes are owed a store offer.
-        let tokens_per_chunk = c.tokens_per_chunk();
         for s in &out.scheduled {
             let spec = wl.spec(s.req, reqs[s.req as usize].turn);
             let mut end = s.start + s.tokens;
