@@ -75,7 +75,7 @@ class Engine:
         conn = self.scheduler.connector
         if conn is None or not hasattr(conn, "connector_scheduler"):
             return None
-        return conn.connector_scheduler.manager
+        return getattr(conn.connector_scheduler, "manager", None)  # MooncakeStore has none
 
     @property
     def scpu(self):
@@ -188,6 +188,13 @@ def build_engine(sc: Scenario) -> Engine:
             kv_role="kv_both", kv_connector_extra_config=extra,
             kv_load_failure_policy=sc.load_failure_policy,
             **connector_by_name(sc, "SimpleCPUOffloadConnector"))
+    elif sc.connector == "mooncake":
+        # MooncakeStoreConnector's scheduler side only (mooncake_probe.py replaces its lookup
+        # client; no Mooncake master): not a scenario connector the recorder drives yet.
+        kv_transfer_config = KVTransferConfig(
+            kv_role="kv_both", kv_connector="MooncakeStoreConnector",
+            kv_connector_extra_config={"load_async": True, "lookup_rpc_port": 4242},
+            kv_load_failure_policy=sc.load_failure_policy)
     elif getattr(sc, "connector_class", None):
         raise ValueError(f"--connector-class {sc.connector_class}: scenario {sc.name} has "
                          f"connector = 'none'")
