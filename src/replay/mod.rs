@@ -209,6 +209,9 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     if model.cfg.mooncake().is_some() && !rules.mc_store_032 {
         return Err(KvmcError::Usage(crate::scope::mooncake_refusal(&profile)));
     }
+    if model.cfg.router_replay.is_some() && !rules.aux_row_store {
+        return Err(KvmcError::Usage(crate::scope::rows_refusal(&profile)));
+    }
     let full_every = opts.full_check_every.unwrap_or(model.replay.full_check_every);
     let mut skip: Vec<crate::props::PropId> = Vec::new();
     for name in &opts.skip_properties {

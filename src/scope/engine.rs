@@ -238,8 +238,12 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
         connector,
         ConnectorConfig::Mooncake(_) | ConnectorConfig::NixlStore(_) | ConnectorConfig::NixlDecodeStore(_)
     );
-    if mooncake && crate::system::rules::resolve(&profile, None).is_ok_and(|r| !r.mc_store_032) {
+    let own = crate::system::rules::resolve(&profile, None);
+    if mooncake && own.as_ref().is_ok_and(|r| !r.mc_store_032) {
         return Err(bad(e.profile.span(), super::mooncake_refusal(&profile)));
+    }
+    if raw.router_replay.is_some() && own.as_ref().is_ok_and(|r| !r.aux_row_store) {
+        return Err(bad(e.profile.span(), super::rows_refusal(&profile)));
     }
     let cfg = EngineConfig {
         cache_aware_admission_window: window,

@@ -270,6 +270,9 @@ impl Scope {
         if self.cfg.mooncake().is_some() && !rules.mc_store_032 {
             return Err(mooncake_refusal(profile));
         }
+        if self.cfg.router_replay.is_some() && !rules.aux_row_store {
+            return Err(rows_refusal(profile));
+        }
         if self.is_pd() {
             // A P/D pair: P runs each request with max_tokens = 1, D with its whole output.
             if !rules.aux_pd_bypass {
@@ -565,6 +568,18 @@ pub(crate) fn pd_refusal(profile: &str) -> String {
     format!(
         "--enable-return-routed-experts is incompatible with NixlConnector; PD auxiliary output is not supported \
          (vLLM's _verify_aux_output_compatibility under profile {profile}; only prime-rl's patch bypasses it, for NixlConnector)"
+    )
+}
+
+/// vLLM 0.24 has no AuxOutput connector and no row store: `RoutedExpertsManager` keeps rows in
+/// a buffer indexed by GPU KV slot (`v1/core/sched/scheduler.py`), and `VllmConfig.__post_init__`
+/// refuses `--enable-return-routed-experts` with any KV transfer instance, KV offload included.
+/// kvmc's rows model is 0.32's and later's, so a 0.24 verdict would be theirs: refused.
+pub(crate) fn rows_refusal(profile: &str) -> String {
+    format!(
+        "profile {profile}: vLLM 0.24 captures routed experts in a slot-indexed buffer (no AuxOutput row store, \
+         which kvmc models as vLLM 0.32 and later have it) and refuses --enable-return-routed-experts with any KV \
+         connector (\"incompatible with KV connectors (PD disaggregation, KV cache offload)\"); use vllm-0.32 or later"
     )
 }
 

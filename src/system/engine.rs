@@ -152,7 +152,10 @@ impl Engine {
             deferred_frees: Vec::new(),
             streaming_waiting: 0,
             aux: cfg.router_replay.as_ref().map(|c| {
-                let capacity = cfg.num_gpu_blocks * if cfg.offload().is_some() { 2 } else { 1 };
+                // 0.33 `AuxOutputSchedulerConnector.__init__`: `num_blocks * (2 if kv_connector
+                // else 1)`, for any KV connector (OffloadingConnector, SimpleCPU, Mooncake store).
+                let with_connector = cfg.connector_kind() != super::config::ConnectorKind::None;
+                let capacity = cfg.num_gpu_blocks * if with_connector { 2 } else { 1 };
                 Box::new(AuxState::new(n, c.store_objects, capacity, rules.aux_store_evicts_live))
             }),
             reads: Side::default(),

@@ -63,6 +63,7 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         "session_max_tokens" => false,
         "mc_save_pins" => kind == ConnectorKind::Mooncake,
         "mc_store_032" => cfg.mooncake().is_some(),
+        "aux_row_store" => cfg.router_replay.is_some(),
         "nixl_resave_partial" => kind == ConnectorKind::Nixl,
         "nixl_failed_recving" => kind == ConnectorKind::Nixl && cfg.is_pd_decode(),
         // P/D pairs: a NIXL producer with router replay runs a decode instance and a router.

@@ -160,6 +160,7 @@ fn vllm_033() -> Rules {
         scpu_cpu_kv_events: true,
         mc_save_pins: true,
         mc_store_032: true,
+        aux_row_store: true,
         nixl_resave_partial: false,
         nixl_failed_recving: true,
         aux_emit: EmitStart::V033,
@@ -278,6 +279,7 @@ fn vllm_024() -> Rules {
         scpu_scan_when_full: true,
         nixl_failed_recving: false,
         mc_store_032: false,
+        aux_row_store: false,
         ..vllm_032()
     }
 }

@@ -281,6 +281,12 @@ rules_table! {
     /// 0 computed tokens; 0.24's worker reports only the read's blocks as invalid.
     nixl_failed_recving: bool
         => "a failed NIXL read is reported per request (failed_recving)", "NixlConnectorWorker.get_transfer_results";
+    /// Router replay: routed-expert rows go through the AuxOutput connector's row store
+    /// (0.32+), which kvmc models. 0.24 keeps them in a buffer indexed by GPU KV slot
+    /// (`RoutedExpertsManager`) and refuses them with any KV connector: a router-replay scope
+    /// is refused under it.
+    aux_row_store: bool
+        => "router replay: rows go through the AuxOutput row store (0.24's slot buffer is not modelled: refused)", "AuxOutputSchedulerConnector (0.32)";
     /// Router replay: the emit-start rule.
     aux_emit: EmitStart => "router replay: emit start", "AuxOutputSchedulerConnector";
     /// Router replay, 0.33: the scheduler retains rows of GPU-cached blocks, caps local hits at
