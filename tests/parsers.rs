@@ -202,6 +202,39 @@ fn nixl_scopes_parse_or_say_what_is_not_modelled() {
     assert!(err(format!("{base}{req}[faults]\nload_failure = true\n")).contains("load_failure"));
 }
 
+/// A release whose connector or row store kvmc does not model there (vllm-0.24's Mooncake store,
+/// its routed-expert capture) is refused: at the profile's line in the file, and naming the file
+/// when `--profile` asks for it, exit 2 (never a verdict borrowed from the later release).
+#[test]
+fn releases_kvmc_does_not_model_are_refused() {
+    use crate::common::{kvmc, root, stderr};
+    let err = |text: &str| Scope::parse("t", Path::new("t.toml"), text).unwrap_err().to_string();
+    let mc = std::fs::read_to_string(root().join("models/mooncake-preempt.toml")).unwrap();
+    let mc24 = mc.replace("profile = \"vllm-0.33\"", "profile = \"vllm-0.24\"");
+    assert_ne!(mc, mc24);
+    let e = err(&mc24);
+    assert!(e.contains("t.toml:4: profile vllm-0.24: kvmc models MooncakeStoreConnector as vLLM 0.32 to 0.34"), "{e}");
+    let rows = std::fs::read_to_string(root().join("models/rows-offload.toml")).unwrap();
+    let rows24 = rows.replace("profile = \"prime-rl\"", "profile = \"vllm-0.24\"");
+    assert_ne!(rows, rows24);
+    let e = err(&rows24);
+    assert!(
+        e.contains("t.toml:4: profile vllm-0.24: vLLM 0.24 captures routed experts in a slot-indexed buffer"),
+        "{e}"
+    );
+    for (model, what) in
+        [("models/mooncake-preempt.toml", "MooncakeStoreConnector"), ("models/rows-offload.toml", "routed experts")]
+    {
+        let o = kvmc(&["-q", "check", model, "--profile", "vllm-0.24"]);
+        assert_eq!(o.status.code(), Some(2), "{model}");
+        let e = stderr(&o);
+        assert!(e.contains(&format!("{model}: profile vllm-0.24")) && e.contains(what), "{e}");
+        // vllm-0.32 models both: a report (whatever its verdicts), not a refusal.
+        let o = kvmc(&["-q", "check", model, "--profile", "vllm-0.32"]);
+        assert_ne!(o.status.code(), Some(2), "{model}: {}", stderr(&o));
+    }
+}
+
 mod traces {
     //! The trace parser (src/replay/trace.rs): never panics; a bad row is an input error that
     //! names the file and its line; valid rows round-trip.

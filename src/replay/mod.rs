@@ -206,11 +206,8 @@ pub fn run_trace(trace: &Trace, model: &ReplayModel, opts: &Options) -> Result<O
     let start = std::time::Instant::now();
     let profile = opts.profile.clone().unwrap_or_else(|| model.profile.clone());
     let rules = crate::system::rules::resolve(&profile, opts.variant.as_deref()).map_err(KvmcError::Usage)?;
-    if model.cfg.mooncake().is_some() && !rules.mc_store_032 {
-        return Err(KvmcError::Usage(crate::scope::mooncake_refusal(&profile)));
-    }
-    if model.cfg.router_replay.is_some() && !rules.aux_row_store {
-        return Err(KvmcError::Usage(crate::scope::rows_refusal(&profile)));
+    if let Some(why) = crate::scope::unmodelled(&model.cfg, &rules, &profile) {
+        return Err(KvmcError::Usage(why));
     }
     let full_every = opts.full_check_every.unwrap_or(model.replay.full_check_every);
     let mut skip: Vec<crate::props::PropId> = Vec::new();

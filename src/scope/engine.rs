@@ -234,17 +234,6 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
         }
     };
     let (window, threshold) = cache_aware_admission(e, &profile, &bad)?;
-    let mooncake = matches!(
-        connector,
-        ConnectorConfig::Mooncake(_) | ConnectorConfig::NixlStore(_) | ConnectorConfig::NixlDecodeStore(_)
-    );
-    let own = crate::system::rules::resolve(&profile, None);
-    if mooncake && own.as_ref().is_ok_and(|r| !r.mc_store_032) {
-        return Err(bad(e.profile.span(), super::mooncake_refusal(&profile)));
-    }
-    if raw.router_replay.is_some() && own.as_ref().is_ok_and(|r| !r.aux_row_store) {
-        return Err(bad(e.profile.span(), super::rows_refusal(&profile)));
-    }
     let cfg = EngineConfig {
         cache_aware_admission_window: window,
         cache_aware_admission_threshold_permille: threshold,
@@ -278,6 +267,13 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
             }
         },
     };
+    // A release kvmc does not model for this configuration (docs/rules.md): refused at the
+    // profile's line.
+    if let Some(why) =
+        crate::system::rules::resolve(&profile, None).ok().and_then(|r| super::unmodelled(&cfg, &r, &profile))
+    {
+        return Err(bad(e.profile.span(), why));
+    }
     Ok((raw, profile, cfg, warnings))
 }
 

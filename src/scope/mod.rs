@@ -267,11 +267,8 @@ impl Scope {
     pub fn system(&self, profile: Option<&str>, variant: Option<&str>) -> std::result::Result<System, String> {
         let profile = profile.unwrap_or(&self.profile);
         let rules = crate::system::rules::resolve(profile, variant)?;
-        if self.cfg.mooncake().is_some() && !rules.mc_store_032 {
-            return Err(mooncake_refusal(profile));
-        }
-        if self.cfg.router_replay.is_some() && !rules.aux_row_store {
-            return Err(rows_refusal(profile));
+        if let Some(why) = unmodelled(&self.cfg, &rules, profile) {
+            return Err(why);
         }
         if self.is_pd() {
             // A P/D pair: P runs each request with max_tokens = 1, D with its whole output.
@@ -569,6 +566,19 @@ pub(crate) fn pd_refusal(profile: &str) -> String {
         "--enable-return-routed-experts is incompatible with NixlConnector; PD auxiliary output is not supported \
          (vLLM's _verify_aux_output_compatibility under profile {profile}; only prime-rl's patch bypasses it, for NixlConnector)"
     )
+}
+
+/// Why kvmc gives no verdict for `cfg` under this profile's rules, if it does not model that
+/// release there (a connector or row store that works differently in it): every driver refuses
+/// such a scope rather than report the later release's verdicts.
+pub(crate) fn unmodelled(cfg: &EngineConfig, rules: &crate::system::rules::Rules, profile: &str) -> Option<String> {
+    if cfg.mooncake().is_some() && !rules.mc_store_032 {
+        return Some(mooncake_refusal(profile));
+    }
+    if cfg.router_replay.is_some() && !rules.aux_row_store {
+        return Some(rows_refusal(profile));
+    }
+    None
 }
 
 /// vLLM 0.24 has no AuxOutput connector and no row store: `RoutedExpertsManager` keeps rows in
