@@ -4,7 +4,7 @@
 
 use crate::common::*;
 use kvmc::model::{Action, KvModel};
-use kvmc::system::expert_rows::RowStore;
+use kvmc::system::expert_rows::{RowStore, StoreFull};
 use kvmc::system::types::BlockHash;
 use kvmc::system::{Direction, Engine, Event, Events};
 
@@ -132,24 +132,39 @@ fn h(i: u64) -> BlockHash {
 
 #[test]
 fn row_store_keeps_referenced_rows_and_evicts_released_ones_oldest_first() {
-    let mut s = RowStore::new(2, false);
+    let mut s = RowStore::new(2, false, true);
     // A request's keys are retained when sent, then its blocks are published.
-    s.put(&[], &[h(1), h(2)], &[]);
-    assert!(s.put(&[h(1), h(2)], &[], &[]).is_empty());
-    // A third referenced object: nothing is unreferenced, the store grows.
-    s.put(&[h(3)], &[h(3)], &[]);
+    s.put(&[], &[h(1), h(2)], &[]).unwrap();
+    assert_eq!(s.put(&[h(1), h(2)], &[], &[]), Ok(vec![]));
+    // A third referenced object: nothing is unreferenced, the store grows (0.33).
+    s.put(&[h(3)], &[h(3)], &[]).unwrap();
     assert_eq!((s.len(), s.capacity), (3, 4));
     // Released keys (tail first, as the worker releases them) become evictable, head last.
-    s.put(&[], &[], &[h(2), h(1)]);
+    s.put(&[], &[], &[h(2), h(1)]).unwrap();
     assert_eq!(s.get(&[h(1), h(2)]), Ok(()));
-    let mut small = RowStore::new(2, false);
-    small.put(&[h(1), h(2)], &[], &[]);
-    assert_eq!(small.put(&[h(5)], &[], &[]), vec![h(1)], "the least recently used goes first");
+    let mut small = RowStore::new(2, false, true);
+    small.put(&[h(1), h(2)], &[], &[]).unwrap();
+    assert_eq!(small.put(&[h(5)], &[], &[]), Ok(vec![h(1)]), "the least recently used goes first");
     assert_eq!(small.get(&[h(1)]), Err(h(1)), "BlockObjectStoreError");
     // The variant evicts referenced rows too.
-    let mut live = RowStore::new(1, true);
-    live.put(&[h(1)], &[h(1)], &[]);
-    assert_eq!(live.put(&[h(2)], &[h(2)], &[]), vec![h(1)]);
+    let mut live = RowStore::new(1, true, true);
+    live.put(&[h(1)], &[h(1)], &[]).unwrap();
+    assert_eq!(live.put(&[h(2)], &[h(2)], &[]), Ok(vec![h(1)]));
+}
+
+/// 0.31/0.32's store (rule `aux_store_grows` false) fails the put that would leave more live
+/// objects than slots ("cannot retain the requested batch"), and still evicts an unreferenced
+/// one to make room.
+#[test]
+fn a_bounded_row_store_fails_rather_than_grow() {
+    let mut s = RowStore::new(2, false, false);
+    s.put(&[], &[h(1), h(2), h(3)], &[]).unwrap();
+    s.put(&[h(1), h(2)], &[], &[]).unwrap();
+    assert_eq!(s.put(&[h(3)], &[], &[]), Err(StoreFull { objects: 3, limit: 2 }));
+    let mut s = RowStore::new(1, false, false);
+    s.put(&[h(1)], &[h(1)], &[]).unwrap();
+    s.put(&[], &[], &[h(1)]).unwrap();
+    assert_eq!(s.put(&[h(2)], &[h(2)], &[]), Ok(vec![h(1)]));
 }
 
 /// Reuse on the eager path: (forward positions needed without any reuse, positions served

@@ -156,7 +156,13 @@ impl Engine {
                 // else 1)`, for any KV connector (OffloadingConnector, SimpleCPU, Mooncake store).
                 let with_connector = cfg.connector_kind() != super::config::ConnectorKind::None;
                 let capacity = cfg.num_gpu_blocks * if with_connector { 2 } else { 1 };
-                Box::new(AuxState::new(n, c.store_objects, capacity, rules.aux_store_evicts_live))
+                Box::new(AuxState::new(
+                    n,
+                    c.store_objects,
+                    capacity,
+                    rules.aux_store_evicts_live,
+                    rules.aux_store_grows,
+                ))
             }),
             reads: Side::default(),
             pd: None,

@@ -50,7 +50,12 @@ pub fn execute(
         e.conn.worker_before_forward(s, &mut cx)
     };
     if let (Some(a), Some(meta)) = (e.aux.as_mut(), scratch.aux.as_ref()) {
-        rows_sched::begin_step(a, meta, ctx.cfg.block_size);
+        if let Err(full) = rows_sched::begin_step(a, meta, ctx.cfg.block_size) {
+            a.dead = true;
+            e.ghost.breach(Breach::RowsMissing);
+            let detail = store_full(full, "retaining the step's keys");
+            ev.emit(|| Event::Violation { property: "rows-present", detail });
+        }
     }
     forward(e, ctx, out, &invalid, ev);
     let mut w = {
@@ -96,6 +101,7 @@ pub fn execute(
                         ctx.wl.label(key)
                     ),
                     Crash::Buffer(why) => format!("{name}: routed-experts buffer assertion ({why}): the engine dies"),
+                    Crash::StoreFull(full) => store_full(full, &format!("publishing {name}'s rows")),
                 };
                 ev.emit(|| Event::Violation { property: "rows-present", detail });
             }
@@ -105,6 +111,15 @@ pub fn execute(
     let mut cx = WorkerCtx { ctx, pool: &mut e.pool, ghost: &mut e.ghost, ev };
     e.conn.worker_end_step(s, &mut w, &mut cx);
     w
+}
+
+/// rows-present's detail when the 0.31/0.32 row store cannot make room.
+fn store_full(full: expert_rows::StoreFull, doing: &str) -> String {
+    format!(
+        "the row store cannot retain the requested batch while {doing}: {} objects, every one over its {} slots \
+         referenced by a live request: BlockObjectStoreError, the engine dies (0.33's store grows instead)",
+        full.objects, full.limit
+    )
 }
 
 /// The tag a block holds after request `spec` wrote its positions `[i*B, i*B+len)`.

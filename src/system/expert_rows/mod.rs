@@ -14,7 +14,7 @@ pub mod scheduler;
 pub mod worker;
 
 use crate::system::types::ReqId;
-pub use row_store::RowStore;
+pub use row_store::{RowStore, StoreFull};
 pub use scheduler::{AuxMeta, AuxSched};
 pub use worker::{Crash, Forwarded, RowsOutput, WorkerReq};
 
@@ -64,10 +64,10 @@ pub struct AuxState {
 }
 
 impl AuxState {
-    pub fn new(num_reqs: usize, store_objects: u32, capacity_blocks: u32, evicts_live: bool) -> Self {
+    pub fn new(num_reqs: usize, store_objects: u32, capacity_blocks: u32, evicts_live: bool, grows: bool) -> Self {
         AuxState {
             sched: AuxSched::new(num_reqs, capacity_blocks),
-            row_store: RowStore::new(store_objects, evicts_live),
+            row_store: RowStore::new(store_objects, evicts_live, grows),
             workers: vec![None; num_reqs],
             rows: vec![RowsRecord::default(); num_reqs],
             dead: false,

@@ -5,8 +5,10 @@
 //! Objects referenced by a live request (its keys were sent to the worker) or retained by the
 //! scheduler are never evicted; unreferenced objects sit in an LRU list and are evicted, oldest
 //! first, when a `put` leaves more objects than slots. When every object is referenced the
-//! store grows instead (vLLM logs a warning). A `get` of a missing key is
-//! `BlockObjectStoreError`: the engine step fails.
+//! 0.33 store grows instead (vLLM logs a warning); the 0.31/0.32 store (rule
+//! `aux_store_grows` false) raises `BlockObjectStoreError("cannot retain the requested
+//! batch")` from `_evict_to_fit`. A `get` of a missing key is `BlockObjectStoreError`: the
+//! engine step fails.
 
 use crate::system::types::BlockHash;
 use std::collections::BTreeMap;
@@ -23,11 +25,24 @@ pub struct RowStore {
     lru: Vec<BlockHash>,
     /// Variant store-evicts-live-rows: eviction ignores references.
     evicts_live: bool,
+    /// Rule `aux_store_grows`: with every object referenced, the store grows (0.33) rather
+    /// than fail.
+    grows: bool,
+}
+
+/// `put` could not make room: every object over the store's slots is referenced or new
+/// (0.31/0.32's `_evict_to_fit` raises `BlockObjectStoreError`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct StoreFull {
+    /// Objects the put would leave.
+    pub objects: u32,
+    /// The store's slots (`num_slots`).
+    pub limit: u32,
 }
 
 impl RowStore {
-    pub fn new(capacity: u32, evicts_live: bool) -> Self {
-        RowStore { capacity, objects: Vec::new(), refs: BTreeMap::new(), lru: Vec::new(), evicts_live }
+    pub fn new(capacity: u32, evicts_live: bool, grows: bool) -> Self {
+        RowStore { capacity, objects: Vec::new(), refs: BTreeMap::new(), lru: Vec::new(), evicts_live, grows }
     }
 
     pub fn contains(&self, k: &BlockHash) -> bool {
@@ -83,8 +98,16 @@ impl RowStore {
         }
     }
 
-    /// `put(objects, retain_keys, release_keys)`; returns the keys it evicted.
-    pub fn put(&mut self, objects: &[BlockHash], retain: &[BlockHash], release: &[BlockHash]) -> Vec<BlockHash> {
+    /// `put(objects, retain_keys, release_keys)`; returns the keys it evicted, or `StoreFull`
+    /// when it cannot make room and does not grow (the engine dies: the background writer's
+    /// error is raised by the next `put` or `get`, and every later put is dropped, so kvmc ends
+    /// the engine at this one).
+    pub fn put(
+        &mut self,
+        objects: &[BlockHash],
+        retain: &[BlockHash],
+        release: &[BlockHash],
+    ) -> Result<Vec<BlockHash>, StoreFull> {
         let mut unique: Vec<BlockHash> = Vec::new();
         for k in objects {
             if !unique.contains(k) {
@@ -144,6 +167,9 @@ impl RowStore {
                 .collect();
             victims.extend(more);
         }
+        if !self.grows && victims.len() < excess {
+            return Err(StoreFull { objects: self.objects.len() as u32, limit: self.capacity });
+        }
         for k in &victims {
             self.lru_remove(k);
             self.remove_object(k);
@@ -152,7 +178,7 @@ impl RowStore {
             // Everything left is referenced: the arena grows.
             self.capacity = (self.objects.len() as u32).max(2 * self.capacity);
         }
-        victims
+        Ok(victims)
     }
 
     /// `get_concatenated(keys)`: Err(first missing key) is BlockObjectStoreError; hits become

@@ -287,7 +287,8 @@ impl AuxSched {
 
 /// The worker's `begin_step`: new keys (retained), terminal events (keys released, state torn
 /// down), scheduler retains and releases, and publication of blocks that just got their key.
-pub fn begin_step(aux: &mut AuxState, meta: &AuxMeta, b: u32) {
+/// Err: the store could not make room (0.31/0.32), the engine dies.
+pub fn begin_step(aux: &mut AuxState, meta: &AuxMeta, b: u32) -> Result<(), super::StoreFull> {
     let mut retain = meta.retained.clone();
     let mut release = meta.released.clone();
     for &(r, e) in &meta.requests {
@@ -308,5 +309,5 @@ pub fn begin_step(aux: &mut AuxState, meta: &AuxMeta, b: u32) {
             release.extend(st.keys.iter().rev().copied());
         }
     }
-    aux.row_store.put(&publish, &retain, &release);
+    aux.row_store.put(&publish, &retain, &release).map(|_| ())
 }

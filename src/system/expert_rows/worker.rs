@@ -36,6 +36,9 @@ pub enum Crash {
     MissingRows { block: u32, key: BlockHash },
     /// `RoutedExpertsBuffer` asserts (capture not contiguous, range unavailable).
     Buffer(String),
+    /// `BlockObjectStoreError("cannot retain the requested batch")` (0.31/0.32): publishing
+    /// the step's blocks left more objects than slots, every one referenced or new.
+    StoreFull(super::StoreFull),
 }
 
 /// One request's rows in one step: positions `[start, end)` (end = the step's token end).
@@ -130,6 +133,7 @@ pub fn commit_output(
     let mut outputs = Vec::new();
     let mut materialize: Vec<(ReqId, u32, u32)> = Vec::new();
     let mut publish: Vec<BlockHash> = Vec::new();
+    let mut publisher: Option<ReqId> = None;
     for f in steps {
         let st = reqs[f.req as usize].as_mut().expect("the scheduler announced the request");
         let capture_start = f.token_start;
@@ -143,7 +147,11 @@ pub fn commit_output(
         let completed = st.capture(capture_start + skip, f.n - skip, b).map_err(|c| (f.req, c))?;
         let token_end = capture_start + f.n;
         st.capture_cursor = Some(token_end);
-        publish.extend(st.publishable(completed, b));
+        let ready = st.publishable(completed, b);
+        if !ready.is_empty() && publisher.is_none() {
+            publisher = Some(f.req);
+        }
+        publish.extend(ready);
         let emit_start = st.emit_cursor;
         if f.samples && emit_start <= token_end {
             if emit_start >= capture_start {
@@ -154,7 +162,10 @@ pub fn commit_output(
             }
         }
     }
-    store.put(&publish, &[], &[]);
+    if let Err(full) = store.put(&publish, &[], &[]) {
+        // The batch's publication failed: named after the first request that published a block.
+        return Err((publisher.unwrap_or(0), Crash::StoreFull(full)));
+    }
     for (r, emit_start, token_end) in materialize {
         let st = reqs[r as usize].as_mut().expect("scheduled");
         let stored_end = (token_end / b).min(st.keys.len() as u32) * b;

@@ -169,6 +169,7 @@ fn vllm_033() -> Rules {
         aux_clamp_exempts_resumed: false,
         aux_cut: None,
         aux_partial_skip: false,
+        aux_store_grows: true,
         aux_store_evicts_live: false,
         aux_emit_last_token: false,
         nixl_consumer_full_prompt: true,
@@ -210,7 +211,8 @@ fn vllm_main() -> Rules {
 }
 
 /// 0.32.0: no cursor reset at restart (#63010), `yield_req_data` without the full-table
-/// flag (#60810), the insert-rank LRU, no sync loads.
+/// flag (#60810), the insert-rank LRU, no sync loads; router replay's 0.31 emit start, no
+/// retention, and a row store that fails rather than grow when every object is referenced.
 fn vllm_032() -> Rules {
     Rules {
         cursor_reset_on_lookup: false,
@@ -219,12 +221,13 @@ fn vllm_032() -> Rules {
         sync_loads: false,
         aux_emit: EmitStart::V031,
         aux_retain: false,
+        aux_store_grows: false,
         ..vllm_033()
     }
 }
 
 /// prime-rl's patched engine (router replay with KV offload): vLLM ≈0.31's AuxOutput rows
-/// (no retention, the 0.31 emit start) plus the load clamp at `block_floor(s)`, the
+/// (no retention, the 0.31 emit start; a store that grows, as the domain notes say) plus the load clamp at `block_floor(s)`, the
 /// loaded-block cut and the partial-block skip; the engine rules of the closest release kvmc
 /// models (0.32).
 fn prime_rl() -> Rules {
@@ -237,6 +240,11 @@ fn prime_rl() -> Rules {
         aux_decode_exempt: true,
         pd_start_end_anchored: true,
         pd_router_merge: RouterMerge::ByStart,
+        // The domain notes' store (objects referenced by live requests are never evicted, the
+        // store grows), as the scopes that test prime-rl's fix assume. vLLM 0.31.0 and 0.32.0
+        // as published fail instead (`aux_store_grows` false); the vLLM build prime-rl's fix
+        // ran on could not be read (docs/findings.md, 32).
+        aux_store_grows: true,
         ..vllm_032()
     }
 }

@@ -325,6 +325,11 @@ rules_table! {
     pd_start_end_anchored: bool => "P/D: response start end-anchored (else the sampling start)", "prime-rl serving_tokens";
     /// P/D: how the router merges P's and D's rows.
     pd_router_merge: RouterMerge => "P/D: the router's row merge", "PrimeIntellect-ai/router routed_experts_merge.rs";
+    /// Router replay: a row store whose objects over its slots are all referenced grows its
+    /// arena (0.33+). vLLM 0.31 and 0.32's `BlockObjectStore._evict_to_fit` raises
+    /// `BlockObjectStoreError("cannot retain the requested batch")` instead: the engine dies.
+    aux_store_grows: bool
+        => "router replay: a row store with every object referenced grows (else BlockObjectStoreError)", "BlockObjectStore._evict_to_fit";
     /// Variant: the row store evicts referenced rows too.
     aux_store_evicts_live: bool => "row store evicts referenced rows", "(variant)";
     /// Mutation: the worker also emits the row of the last sampled token.
