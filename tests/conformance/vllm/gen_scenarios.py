@@ -20,7 +20,10 @@ come once the session parks or at fixed steps (queued while it still runs). Ever
 fits `max_model_len` and the pool (`kvmc` models a request that can never fit as vLLM does,
 but such scenarios only test the rejection path).
 
-`--kind` restricts the connector: offloading, simple-cpu, none or any (default).
+`--kind` restricts the connector: offloading, simple-cpu, none or any (default); `stress` draws
+any connector with 4 to 8 requests, a pool from one request's worth to two blocks more, async
+scheduling half the time, sessions with probability 0.3 (up to 3 inputs), more aborts, errors and
+failed loads (a load's first or second).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scenario import load_scenario  # noqa: E402
 
-NAMES = ["A", "B", "C", "D", "E", "F"]
+NAMES = ["A", "B", "C", "D", "E", "F", "G", "H"]
 
 
 def _toml_value(v) -> str:
@@ -64,15 +67,19 @@ def _seg_len(seg: str, longest: dict[str, int]) -> int:
 
 
 def gen(rng: random.Random, name: str, kind: str) -> str:
-    connector = kind if kind != "any" else rng.choice(["offloading", "offloading", "simple-cpu", "none"])
+    # `stress`: any connector, more requests, a tighter pool, more sessions, faults and async
+    # scheduling (the same draws as `any`, with other odds, plus a failed load's nth).
+    stress = kind == "stress"
+    connector = kind if kind not in ("any", "stress") else rng.choice(["offloading", "offloading", "simple-cpu", "none"])
     bs = rng.choice([4, 4, 8, 8, 16])
-    n = rng.randint(2, 6)
+    n = rng.randint(4, 8) if stress else rng.randint(2, 6)
     sys_len = rng.choice([0, bs, 2 * bs, bs + bs // 2])
     max_prompt = 6 * bs
     max_tokens_cap = 3 * bs
     # The pool: from barely one request's worth (preemption, evictions) to roomy.
-    one = (max_prompt + max_tokens_cap + 3 * bs) // bs + 1  # a session's inputs: 3 blocks
-    gpu_blocks = rng.randint(one + 1, one + 2 + 3 * n)
+    # a session's inputs: 3 blocks (stress: up to 3 inputs of 1.5 blocks)
+    one = (max_prompt + max_tokens_cap + (5 if stress else 3) * bs) // bs + 1
+    gpu_blocks = rng.randint(one + 1, one + 3) if stress else rng.randint(one + 1, one + 2 + 3 * n)
     eng = {
         "block_size": bs,
         "gpu_blocks": gpu_blocks,
@@ -84,7 +91,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     }
     if connector == "offloading":
         eng["load_failure_policy"] = rng.choice(["fail", "recompute"])
-    if rng.random() < 0.25:
+    if rng.random() < (0.5 if stress else 0.25):
         eng["async_scheduling"] = True
     if rng.random() < 0.15:
         eng["long_prefill_token_threshold"] = rng.choice([bs, 2 * bs])
@@ -122,7 +129,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
 
     names = NAMES[:n]
     # Streaming-input sessions: each request is one with probability 0.12.
-    sessions = {r for r in names if rng.random() < 0.12}
+    sessions = {r for r in names if rng.random() < (0.3 if stress else 0.12)}
     longest: dict[str, int] = {}  # a request's most tokens (prompt and outputs)
     sharing: set[str] = set()  # requests whose prompt starts with a shared segment
     for i, r in enumerate(names):
@@ -172,7 +179,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             # at fixed steps, taken at once if it is parked and queued if it is still running.
             fixed = "arrive" in req and rng.random() < 0.5
             at = req.get("arrive", 0)
-            for k in range(rng.randint(1, 2)):
+            for k in range(rng.randint(1, 3 if stress else 2)):
                 inp = {"prompt": [f"{r}{k + 2}:{rng.randint(1, bs)}"],
                        "max_tokens": rng.randint(1, max(1, bs // 2))}
                 if fixed:
@@ -190,9 +197,9 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         if r in sessions:
             continue
         x = rng.random()
-        if x < 0.12:
+        if x < (0.2 if stress else 0.12):
             _table(lines, "[[event]]", {"abort": r, "after_arrival": r, "delay": rng.randint(1, 6)})
-        elif x < 0.18:
+        elif x < (0.3 if stress else 0.18):
             _table(lines, "[[event]]", {"error": r, "after_arrival": r, "delay": rng.randint(1, 6)})
     if connector == "offloading":
         for r in names:
@@ -200,8 +207,9 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             # recording error).
             if r not in sharing or r in sessions:
                 continue  # (a session that a failed load finishes never takes its inputs)
-            if rng.random() < 0.3:
-                _table(lines, "[[load_failure]]", {"req": r, "nth": 1, "from_block": rng.randint(0, 2)})
+            if rng.random() < (0.5 if stress else 0.3):
+                nth = rng.randint(1, 2) if stress else 1
+                _table(lines, "[[load_failure]]", {"req": r, "nth": nth, "from_block": rng.randint(0, 2)})
             if rng.random() < 0.25:
                 _table(lines, "[[transfer_delay]]", {"req": r, "kind": rng.choice(["store", "load"]),
                                                       "nth": 1, "delay": rng.randint(2, 5)})
@@ -213,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none"], default="any")
+    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none", "stress"], default="any")
     args = ap.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -81,6 +81,18 @@ class GenScenarios(unittest.TestCase):
         self.assertEqual({s.load_failure_policy for s in scs if s.connector == "offloading"},
                          {"fail", "recompute"})
 
+    def test_stress_draws_larger_tighter_workloads_that_still_fit(self):
+        scs = []
+        for p in self.generate(4, 200, "stress"):
+            sc = load_scenario(p)
+            scs.append(sc)
+            self.assertTrue(4 <= len(sc.requests) <= 8, p.name)
+            for name, n in _longest(sc).items():
+                self.assertLessEqual(n, sc.max_model_len, f"{p.name}: {name}")
+        self.assertEqual({s.connector for s in scs}, {"offloading", "simple-cpu", "none"})
+        self.assertTrue(any(len(r.inputs) == 4 for s in scs for r in s.requests), "3 inputs and the end")
+        self.assertTrue(any(f.nth == 2 for s in scs for f in s.load_failures), "a second load fails")
+
     def test_kind_restricts_the_connector(self):
         for kind in ("offloading", "simple-cpu", "none"):
             self.assertEqual({load_scenario(p).connector for p in self.generate(2, 20, kind)}, {kind})
