@@ -125,7 +125,7 @@ proptest! {
         let at = pos % t.len();
         let end = (at + del).min(t.len());
         t.replace_range(at..end, &ins);
-        match kvmc::conform::log::parse(p, &t) {
+        match kvmc::conform::log::parse(p, &t, false) {
             Ok(_) => {}
             Err(e) => prop_assert!(e.to_string().starts_with("x.jsonl:"), "{}", e),
         }
@@ -147,7 +147,7 @@ proptest! {
         let end = (at + del).min(good.len());
         let mut t = good.clone();
         t.replace_range(at..end, &ins);
-        match kvmc::conform::log::parse(p, &t) {
+        match kvmc::conform::log::parse(p, &t, false) {
             Ok(_) => {}
             Err(e) => prop_assert!(e.to_string().starts_with("x.jsonl:"), "{}", e),
         }

@@ -363,8 +363,11 @@ fn reason_str(r: FinishReason) -> &'static str {
 }
 
 /// The ARC part of a `host` line, the same text for the log and the model: T1, T2, B1, B2 (key
-/// labels, LRU first) and `target_t1_size`.
+/// labels, LRU first) and `target_t1_size`: `int(target)` exactly (what eviction reads), the
+/// float to 9 decimals. vLLM adds and subtracts the ghost-hit deltas in the order it walks a
+/// step's keys, which can follow a set's (hash-seed) order, and float addition is not
+/// associative: the same deltas in another order differ in the last bits.
 fn arc_text(lists: [&Vec<String>; 4], target: f64) -> String {
     let [t1, t2, b1, b2] = lists;
-    format!(" arc: t1={t1:?} t2={t2:?} b1={b1:?} b2={b2:?} target={target:?}")
+    format!(" arc: t1={t1:?} t2={t2:?} b1={b1:?} b2={b2:?} target={target:.9} (int {})", target.trunc() as i64)
 }

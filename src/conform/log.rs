@@ -366,8 +366,9 @@ pub struct Line {
 /// Parse a whole log; the first line must be the header, steps never decrease, and every
 /// request is named by an arrival before it is used. Only a session (`"resumable": true`)
 /// gets further inputs, none after its end-of-session sentinel, and every session gets at
-/// least one (kvmc models a session by its inputs).
-pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
+/// least one (kvmc models a session by its inputs), unless the log is `partial`: a run the
+/// recorder stopped (an engine that hung or died) may end before a session's next input.
+pub fn parse(path: &Path, text: &str, partial: bool) -> Result<(Header, Vec<Line>)> {
     let mut lines = Vec::new();
     let mut header = None;
     let mut last_step = 0;
@@ -543,7 +544,7 @@ pub fn parse(path: &Path, text: &str) -> Result<(Header, Vec<Line>)> {
         lines.push(Line { no, text: raw.to_string(), ev });
     }
     let header = header.ok_or_else(|| KvmcError::input(path, 1, "empty log: no header"))?;
-    if let Some((req, no, _, _)) = sessions.iter().find(|s| s.2 == 0) {
+    if let Some((req, no, _, _)) = sessions.iter().find(|s| s.2 == 0).filter(|_| !partial) {
         return Err(KvmcError::input(
             path,
             *no,

@@ -82,6 +82,11 @@ pub struct Report {
     pub search_bound: Option<String>,
 }
 
+/// The token of the input that stands for one a partial log never sent (`scope_of`); never
+/// sampled or sent, so its value only has to be a valid token id (0.34's `TokenBuffer`: below
+/// 2^31).
+const UNSENT_TOKEN: u32 = 0x7fff_fff0;
+
 /// Build the engine scope a log describes: its configuration and its requests, whose tokens
 /// are the prompt followed by every token the log says the request sampled.
 /// `dropped` are the log lines of `sampled` events whose token the implementation discarded
@@ -101,6 +106,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
     let mut specs: Vec<RequestSpec> = Vec::new();
     let mut sessions: Vec<Vec<RequestSpec>> = Vec::new();
     let mut later: Vec<Vec<LaterInput>> = Vec::new();
+    let unsent: Vec<u32> = vec![UNSENT_TOKEN];
     for l in lines {
         if let Ev::Arrive { req, prompt, max_tokens, eos_token_id, resumable, .. } = &l.ev {
             let out: Vec<u32> = lines
@@ -128,11 +134,17 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
                     _ => None,
                 })
                 .collect();
-            let inputs: Vec<_> = if input_max_tokens {
+            let mut inputs: Vec<_> = if input_max_tokens {
                 inputs
             } else {
                 inputs.into_iter().map(|(p, _, e)| (p, *max_tokens, e)).collect()
             };
+            if inputs.is_empty() {
+                // A partial log that ends before the session's next input (`log::parse` refuses
+                // it in a whole log): the session parks, holding its blocks, and waits for an
+                // input the log never sends; this one stands for it and is never sent.
+                inputs.push((&unsent, *max_tokens, *eos_token_id));
+            }
             if stale_layouts {
                 let (first, inputs) =
                     stale_session(req, (prompt, *max_tokens, *eos_token_id), &inputs, lines, dropped, h);
@@ -382,7 +394,7 @@ pub fn check(path: &Path, profile: &str, variant: Option<&str>, window: usize) -
 /// `store` line leaves its job's report orphaned; the divergence at the deleted line comes first).
 pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>, window: usize) -> Result<Report> {
     let (text, partial) = validate::split_partial(path, text)?;
-    let (h, lines) = log::parse(path, text)?;
+    let (h, lines) = log::parse(path, text, partial.is_some())?;
     if let (Some(p), Some(l)) = (&partial, lines.last()) {
         if p.step < l.ev.step() {
             return Err(KvmcError::input(

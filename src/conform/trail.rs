@@ -34,8 +34,8 @@ pub struct Trail {
 /// model's states.
 pub fn trail(path: &Path, text: &str, profile: &str, variant: Option<&str>, window: usize) -> Result<Trail> {
     let report = check_text(path, text, profile, variant, window)?;
-    let (body, _) = validate::split_partial(path, text)?;
-    let (h, lines) = log::parse(path, body)?;
+    let (body, partial) = validate::split_partial(path, text)?;
+    let (h, lines) = log::parse(path, body, partial.is_some())?;
     let bad = validate::bad_transfer(&lines, h.connector == "simple-cpu");
     // The sampled lines the implementation dropped, as `check_text` finds them.
     let mut dropped: Vec<usize> = Vec::new();

@@ -341,4 +341,6 @@ pub struct StepScratch {
     pub(crate) aux: Option<crate::system::expert_rows::AuxMeta>,
     /// NIXL host-buffer mode: this step's `reqs_to_save` (request, block ids to copy).
     pub(crate) nixl_save: Vec<(ReqId, Vec<BlockId>)>,
+    /// SimpleCPU: the requests whose loads this step prepared, in the order it prepared them.
+    pub(crate) load_order: Vec<ReqId>,
 }

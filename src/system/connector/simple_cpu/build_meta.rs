@@ -35,7 +35,13 @@ struct Selection {
 impl SimpleCpuState {
     /// `build_connector_meta`: this step's store event (eager selection plus the finish-time
     /// stores queued since the last step) and load event.
-    pub(super) fn build_connector_meta(&mut self, out: &SchedOut, reqs: &[ReqState], cx: &mut HookCtx) {
+    pub(super) fn build_connector_meta(
+        &mut self,
+        out: &SchedOut,
+        reqs: &[ReqState],
+        load_order: &[ReqId],
+        cx: &mut HookCtx,
+    ) {
         let (c, pool, ghost, ev) = (&cx.c, &mut *cx.pool, &mut *cx.ghost, &mut *cx.ev);
         let wl = c.wl;
         let b = c.block_size;
@@ -137,10 +143,11 @@ impl SimpleCpuState {
             });
             self.stores.push(StoreEvent { id, parts, reqs: event_reqs, phase: Phase::Built, snapshot: Vec::new() });
         }
-        // Loads prepared this step form one load event.
-        let new: Vec<ReqId> = (0..self.reqs.len() as ReqId)
-            .filter(|&r| self.reqs[r as usize].load.as_ref().is_some_and(|l| l.event.is_none()))
-            .collect();
+        // Loads prepared this step form one load event, in the order they were prepared
+        // (`_reqs_to_load` is a dict); any other unsent load after them, by request id.
+        let unsent = |r: ReqId| self.reqs[r as usize].load.as_ref().is_some_and(|l| l.event.is_none());
+        let mut new: Vec<ReqId> = load_order.iter().copied().filter(|&r| unsent(r)).collect();
+        new.extend((0..self.reqs.len() as ReqId).filter(|&r| unsent(r) && !load_order.contains(&r)));
         if !new.is_empty() {
             let id = self.next_load;
             self.next_load += 1;

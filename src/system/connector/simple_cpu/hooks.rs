@@ -30,19 +30,20 @@ impl KvConnector for SimpleCpuState {
         &mut self,
         q: RequestRef,
         num_external: u32,
-        _scratch: &mut StepScratch,
+        scratch: &mut StepScratch,
         cx: &mut HookCtx,
     ) {
-        self.update_state_after_alloc(q, num_external, cx)
+        let r = q.id;
+        self.update_state_after_alloc(q, num_external, cx);
+        // `_reqs_to_load` is a dict: the step's load event lists requests in the order their
+        // loads were prepared (admission order), not by request id.
+        let prepared = self.reqs[r as usize].load.as_ref().is_some_and(|l| l.event.is_none());
+        if prepared && !scratch.load_order.contains(&r) {
+            scratch.load_order.push(r);
+        }
     }
-    fn build_connector_meta(
-        &mut self,
-        out: &SchedOut,
-        reqs: &[ReqState],
-        _scratch: &mut StepScratch,
-        cx: &mut HookCtx,
-    ) {
-        self.build_connector_meta(out, reqs, cx)
+    fn build_connector_meta(&mut self, out: &SchedOut, reqs: &[ReqState], scratch: &mut StepScratch, cx: &mut HookCtx) {
+        self.build_connector_meta(out, reqs, &scratch.load_order, cx)
     }
     fn request_finished(&mut self, q: RequestRef, cx: &mut HookCtx) -> bool {
         self.request_finished(q, cx);
