@@ -293,3 +293,70 @@ fn finding_31_a_request_that_cannot_fit_starves_a_loaded_one_on_0_24() {
     let r = conform::check(&log, "vllm-0.33", None, 8).unwrap();
     assert!(r.divergence.is_none(), "{:?}", r.divergence);
 }
+
+/// Finding 33 on real vLLM (tests/conformance/findings/sessions-hold-pool.toml, found by
+/// `gen_scenarios.py --kind stress`): two streaming sessions hold all of G1 between their
+/// inputs; both take their next input in step 2 and each needs one more block. Nothing runs, so
+/// nothing is preempted, and every release schedules nothing from step 2 on until the recorder
+/// gives up; every recorded step conforms. The checker finds the same hang
+/// (`models/stream-sessions-hold-pool.toml`, requests-finish, every profile).
+#[test]
+fn finding_33_streaming_sessions_that_hold_the_pool_hang_every_release() {
+    let dir = root().join("tests/conformance/findings");
+    for release in ["vllm-0.24", "vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/sessions-hold-pool.jsonl.partial"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.lines().last().unwrap().contains("did not finish in 30 steps"), "{release}");
+        for s in ["A", "B"] {
+            let start =
+                format!(r#""ev":"turn_start","step":2,"req":"{s}","turn":2,"num_computed":3,"num_prompt_tokens":5"#);
+            assert!(text.contains(&start), "{release}: {s} takes its next input in step 2");
+        }
+        let schedules: Vec<&str> = text.lines().filter(|l| l.contains(r#""ev":"schedule""#)).collect();
+        assert_eq!(schedules.len(), 30, "{release}");
+        assert!(schedules[1..].iter().all(|l| l.contains(r#""scheduled":[]"#)), "{release}: nothing from step 2");
+        let r = conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_some(), "{release}: {:?}", r.divergence);
+    }
+}
+
+/// Finding 34 on real vLLM (tests/conformance/findings/session-lost-history.toml, from
+/// `gen_scenarios.py --kind stress`, seed 519): under async scheduling session F is preempted
+/// while its last decode is in flight, and that output ends its first input. On 0.24.0 and
+/// 0.32.0 `_update_request_as_session` keeps the tokens up to `num_computed_tokens` (0): F's
+/// next input starts with 27 prompt tokens counted (24 + the 3 new) but only the 3 new tokens
+/// held, its prompt and its 7 kept outputs gone. 0.24 computes 3 tokens for it and later dies;
+/// 0.32 never schedules it again. 0.33.0 and 0.34.0 keep everything but the last sampled token
+/// (34 prompt tokens) and conform to the end. kvmc does not model the loss: its 0.24 and 0.32
+/// models diverge at that `turn_start`, as docs/conformance.md says.
+#[test]
+fn finding_34_a_preempted_session_loses_its_tokens_on_0_24_and_0_32() {
+    let dir = root().join("tests/conformance/findings");
+    let start =
+        |n: u32| format!(r#""ev":"turn_start","step":13,"req":"F","turn":2,"num_computed":0,"num_prompt_tokens":{n}"#);
+    for release in ["vllm-0.24", "vllm-0.32"] {
+        let log = dir.join(format!("{release}/session-lost-history.jsonl.partial"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let line = text.lines().position(|l| l.contains(&start(27))).expect("F's next input keeps nothing") + 1;
+        let r = conform::check(&log, release, None, 8).unwrap();
+        let d = r.divergence.expect("kvmc keeps F's tokens");
+        assert_eq!((d.step, d.line), (13, line), "{release}: {}", d.what);
+        assert!(d.what.starts_with("turn_start"), "{release}: {}", d.what);
+    }
+    let v024 = std::fs::read_to_string(dir.join("vllm-0.24/session-lost-history.jsonl.partial")).unwrap();
+    assert!(v024.contains(r#"["F",3]"#), "0.24 computes F's 3 new tokens alone");
+    let v032 = std::fs::read_to_string(dir.join("vllm-0.32/session-lost-history.jsonl.partial")).unwrap();
+    assert!(v032.lines().last().unwrap().contains("did not finish in 400 steps"));
+    let after_13 =
+        v032.lines().filter(|l| l.contains(r#""ev":"schedule""#)).skip_while(|l| !l.contains(r#""step":13,"#));
+    assert!(
+        after_13.clone().count() > 0 && after_13.clone().all(|l| !l.contains(r#"["F","#)),
+        "0.32 never schedules F again"
+    );
+    for release in ["vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/session-lost-history.jsonl"));
+        assert!(std::fs::read_to_string(&log).unwrap().contains(&start(34)), "{release}");
+        let r = conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
+    }
+}

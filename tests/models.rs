@@ -74,6 +74,7 @@ const PINNED: &[(&str, usize)] = &[
     ("stream-stale-crash", 31),
     ("stream-finished-crash", 332),
     ("stream-park-count", 216),
+    ("stream-sessions-hold-pool", 47),
     ("sync-load-failure-fail", 630),
     ("sync-load-failure", 8377),
 ];

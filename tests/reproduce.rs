@@ -123,8 +123,11 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     assert!(out.contains("scpu-lazy__vllm-0.33__requests-finish") && out.contains("lazy-mode"), "{out}");
     // 48 since kvmc refuses Mooncake and router-replay scopes under vllm-0.24 (mooncake-a,
     // mooncake-load-retry and rows-offload had a 0.24 row each); 49 with rows-live-store's 0.32
-    // row (the bounded row store, rule aux_store_grows), listed: the recorder has no router replay.
-    assert_eq!(listed, 49, "{out}");
+    // row (the bounded row store, rule aux_store_grows), listed: the recorder has no router replay;
+    // 52 with stream-sessions-hold-pool's three (finding 33, a liveness property: recorded by
+    // hand, tests/conformance/findings/sessions-hold-pool.toml).
+    assert!(out.contains("stream-sessions-hold-pool__vllm-0.33__requests-finish"), "{out}");
+    assert_eq!(listed, 52, "{out}");
 }
 
 #[test]

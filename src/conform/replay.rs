@@ -16,8 +16,9 @@ use crate::system::engine::StepInput;
 use crate::system::{Engine, Events};
 use std::path::Path;
 
-/// Resolutions of one step's choice points tried from one state (7! orders of one set).
-pub const MAX_RESOLUTIONS: u32 = 5040;
+/// Resolutions of one step's choice points tried from one state (8! orders of one set: the
+/// recorder's scenarios have up to 8 requests).
+pub const MAX_RESOLUTIONS: u32 = 40_320;
 /// Model states kept consistent with the log at once.
 pub const MAX_STATES: usize = 64;
 
