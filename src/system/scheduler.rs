@@ -522,6 +522,30 @@ fn schedule_waiting(
         if kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev).is_none() {
             let free = e.pool.num_free();
             ev.emit(|| Event::NoRoom { req: r, free });
+            let stuck = e.running.is_empty() && !load_async && e.aux.is_none() && holds_kv_blocks(e, r);
+            if ctx.rules.free_stuck_kv_holder && stuck {
+                // Variant fix-session-hold (finding 33): nothing runs, so nothing else can
+                // free a block; the stuck holder gives its blocks back and recomputes later.
+                if from_kv {
+                    e.kv_holding.remove(0);
+                } else {
+                    e.waiting.remove(0);
+                }
+                free_request_blocks(e, &ctx, r);
+                let q = &mut e.reqs[r as usize];
+                q.inflight_prefill = false;
+                q.status = Status::Preempted;
+                q.num_computed = 0;
+                q.preempted = true;
+                e.waiting.push(r);
+                e.ghost.mark(Mark::Preemption);
+                ev.stat(|s| {
+                    s.preemptions += 1;
+                    s.req(r).preemptions += 1;
+                });
+                ev.emit(|| Event::Preempted { req: r });
+                continue;
+            }
             break;
         }
         e.conn.update_state_after_alloc(

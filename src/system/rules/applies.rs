@@ -31,7 +31,8 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         | "parked_holds_slot"
         | "session_requeue_kv_holding"
         | "session_rehash"
-        | "preempt_oldest" => true,
+        | "preempt_oldest"
+        | "free_stuck_kv_holder" => true,
         // Asynchronous loads: every connector that loads into G1.
         "delay_cache_async_loads" | "reserve_for_async_loads" | "reserve_excludes_self" => {
             matches!(kind, ConnectorKind::Offloading | ConnectorKind::SimpleCpu | ConnectorKind::Mooncake)

@@ -122,6 +122,7 @@ fn vllm_033() -> Rules {
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,
+        free_stuck_kv_holder: false,
         failed_load_requeue: false,
         failed_load_request_level: false,
         full_table_resets_mirror: true,

@@ -194,6 +194,11 @@ rules_table! {
     /// (`reserved_blocks = _inflight_prefill_reserved_blocks()`).
     reserve_for_async_loads: bool
         => "async loads leave room for in-flight prefills", "Scheduler._inflight_prefill_reserved_blocks";
+    /// Not in vLLM (finding 33): when nothing runs and the head of the KV-holding queue cannot
+    /// allocate, the scheduler frees that request's blocks as a preemption would (its KV is
+    /// recomputed) and goes on with the queue, so sessions that hold G1 between their inputs
+    /// cannot deadlock.
+    free_stuck_kv_holder: bool => "a KV-holding waiting request that cannot allocate while nothing runs is preempted", "(proposed)";
     /// The reservation leaves out the request being admitted (not in vLLM: a request whose
     /// async load failed from its first block stays in `_inflight_prefills` and reserves its
     /// own remaining blocks when it is admitted again).

@@ -124,6 +124,12 @@ pub const VARIANTS: &[Variant] = &[
         apply: |r| r.reserve_excludes_self = true,
     },
     Variant {
+        name: "fix-session-hold",
+        summary: "when nothing runs and the head of kv_holding_waiting cannot allocate, its blocks are freed as in a preemption (finding 33: sessions holding G1 between inputs deadlock)",
+        upstream: "(proposed)",
+        apply: |r| r.free_stuck_kv_holder = true,
+    },
+    Variant {
         name: "fix-load-retry",
         summary: "a request whose async load failed from its first block leaves _inflight_prefills and the KV-holding queue when promoted (the requests behind it are promoted first)",
         upstream: "(proposed)",
