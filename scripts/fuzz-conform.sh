@@ -14,7 +14,8 @@
 # A scenario whose fault never applied as written (a load failure or a slow load on a request
 # that never loaded, an abort after its request finished) is recorded whole but ends with the
 # recorder's error: its log is kept as NAME.jsonl.partial (every step before the end check) and
-# checked up to that point ("partial" below). Prints one summary line and, for each log that
+# checked up to that point ("partial" below, with why the recorder stopped: a fault that never
+# applied, a hang, an engine idle with requests left, or vLLM raising). Prints one summary line and, for each log that
 # diverges (or that kvmc refuses as bad input), where. Exit 0 when every log conforms, 10 when
 # one does not, 2 on a usage or setup error.
 # KVMC names the kvmc binary (default: target/release/kvmc, built if missing).
@@ -113,11 +114,32 @@ rep = json.load(open(path))
 logs = rep.get("logs", [])
 verdicts = [l.get("verdict") for l in logs]
 bad = [l for l in logs if l.get("verdict") not in ("conforms", "partial")]
+
+
+def why_partial(logs):
+    """Why the recorder stopped, counted: a fault that never applied, a run that never ended
+    (the engine kept stepping: a hang), an engine that went idle with requests left, or vLLM
+    raising."""
+    kinds = {"a fault never applied": 0, "a hang": 0, "idle with requests left": 0, "vLLM raised": 0}
+    for l in logs:
+        if l.get("verdict") != "partial":
+            continue
+        e = (l.get("partial") or {}).get("error", "")
+        if "never applied" in e:
+            kinds["a fault never applied"] += 1
+        elif "did not finish in" in e:
+            kinds["a hang"] += 1
+        elif "went idle" in e:
+            kinds["idle with requests left"] += 1
+        else:
+            kinds["vLLM raised"] += 1
+    parts = [f"{n} {k}" for k, n in kinds.items() if n]
+    return ": " + ", ".join(parts) if parts else ""
 failed = int(count) - len(logs) - len(unread) - int(skipped)
 print(f"vLLM {version}, seed {seed}, hash seed {hseed}: {count} scenarios, {len(logs) + len(unread)} logs "
       f"({skipped} skipped by the release, {failed} the recorder could not run: see record.txt): "
       f"{verdicts.count('conforms')} conform, "
-      f"{verdicts.count('partial')} partial (a fault never applied; the steps recorded conform), "
+      f"{verdicts.count('partial')} partial (the steps recorded conform{why_partial(logs)}), "
       f"{len(bad)} diverge" + (f", {len(unread)} refused by kvmc" if unread else ""))
 for u in unread:
     print(f"  kvmc refuses it as bad input: {u}")
