@@ -81,16 +81,24 @@ fn preempt(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
         let reset = ctx.rules.aux_decode_floor == crate::system::rules::DecodeFloor::ResetOnPreempt;
         a.sched.request_finished(r, spec, q, &e.pool, ctx.rules.aux_retain, ctx.cfg.block_size, reset);
     }
+    let kv_delivery = e.conn.requires_kv_delivery();
+    let q = &mut e.reqs[r as usize];
+    q.drop_stale = kv_delivery || (q.drop_stale && q.stale > 0);
+    q.stale = q.in_flight;
+    q.placeholders = 0;
+    release_blocks(e, ctx, r, ev);
+    e.waiting.insert(0, r);
+}
+
+/// What every preemption does: free the blocks, back to token 0, counted and reported. The
+/// caller queues the request.
+fn release_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId, ev: &mut Events) {
     free_request_blocks(e, ctx, r);
     let q = &mut e.reqs[r as usize];
     q.inflight_prefill = false;
     q.status = Status::Preempted;
     q.num_computed = 0;
-    q.drop_stale = e.conn.requires_kv_delivery() || (q.drop_stale && q.stale > 0);
-    q.stale = q.in_flight;
-    q.placeholders = 0;
     q.preempted = true;
-    e.waiting.insert(0, r);
     e.ghost.mark(Mark::Preemption);
     ev.stat(|s| {
         s.preemptions += 1;
@@ -531,19 +539,8 @@ fn schedule_waiting(
                 } else {
                     e.waiting.remove(0);
                 }
-                free_request_blocks(e, &ctx, r);
-                let q = &mut e.reqs[r as usize];
-                q.inflight_prefill = false;
-                q.status = Status::Preempted;
-                q.num_computed = 0;
-                q.preempted = true;
+                release_blocks(e, &ctx, r, ev);
                 e.waiting.push(r);
-                e.ghost.mark(Mark::Preemption);
-                ev.stat(|s| {
-                    s.preemptions += 1;
-                    s.req(r).preemptions += 1;
-                });
-                ev.emit(|| Event::Preempted { req: r });
                 continue;
             }
             break;
