@@ -360,3 +360,23 @@ fn finding_34_a_preempted_session_loses_its_tokens_on_0_24_and_0_32() {
         assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
     }
 }
+
+/// A session's other layouts name no block of the run (tests/conformance/findings/
+/// session-layout-label.toml, `--kind stress` seed 523 on 0.24.0): A's first input stops while
+/// a decode is in flight, that output joins the parked input and the next input cuts it off;
+/// E's prompt later holds A's second input's tokens. The model named E's block 1 after A's
+/// layout where the output came first (never taken in this run), `A@2.1`; the recorder names it
+/// `E.1`, and so does the model now. The log conforms up to step 39, where finding 34 (a
+/// preempted session losing its tokens, not modelled) makes it diverge.
+#[test]
+fn a_session_layout_that_never_ran_names_no_block() {
+    let log = root().join("tests/conformance/findings/vllm-0.24/session-layout-label.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""ev":"store","step":22,"job":3,"req":"E","keys":["E.1"]"#));
+    let r = conform::check(&log, "vllm-0.24", None, 8).unwrap();
+    let d = r.divergence.expect("finding 34 at step 39");
+    assert_eq!(d.step, 39, "{}", d.what);
+    assert_eq!(d.what, "turn_start");
+    assert!(d.logged.contains("D turn=2 num_computed=0 num_prompt_tokens=43"), "{}", d.logged);
+    assert!(d.model.contains("num_prompt_tokens=54"), "{}", d.model);
+}

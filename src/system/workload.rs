@@ -301,7 +301,15 @@ impl Workload {
         // (in that order) whose keys produce it. Keys of every input first, then (0.24's
         // unrehashed sessions) the content their blocks hold: a hash that is only content for
         // one input but a key of another is named after the key, as the recorder names it.
-        let inputs = || requests.iter().zip(&turns).flat_map(|(r, ts)| std::iter::once(r).chain(ts));
+        // A session's chain of inputs (turns 1, 2, ... in order) comes before the other layouts
+        // of its inputs (`with_stale_layouts`), which a conformance run never takes: a key of
+        // a layout that did not happen must not name a block that a later request's key
+        // names in the run.
+        let chain = |ts: &[RequestSpec]| ts.iter().enumerate().take_while(|(i, t)| t.turn as usize == i + 1).count();
+        let primary =
+            || requests.iter().zip(&turns).flat_map(move |(r, ts)| std::iter::once(r).chain(&ts[..chain(ts)]));
+        let others = || turns.iter().flat_map(move |ts| &ts[chain(ts)..]);
+        let inputs = || primary().chain(others());
         let keys = inputs().flat_map(|r| r.hashes.iter().enumerate().map(move |(i, h)| (r, i, *h, r.parent(i))));
         let content =
             inputs().flat_map(|r| r.content.iter().enumerate().map(move |(i, h)| (r, i, *h, r.content_parent(i))));
