@@ -19,6 +19,7 @@ pub mod kv_manager;
 pub mod layouts;
 pub mod model_runner;
 pub mod pd;
+pub mod preemption;
 pub mod request;
 pub mod rules;
 pub mod scheduler;
