@@ -4,6 +4,7 @@
 //! tests/conformance/fuzz/vllm-X.Y/), and the scenario generator's own tests.
 
 use crate::common::*;
+use kvmc::check::Verdict;
 use kvmc::conform;
 use std::collections::BTreeSet;
 
@@ -317,6 +318,41 @@ fn finding_33_streaming_sessions_that_hold_the_pool_hang_every_release() {
         assert!(schedules[1..].iter().all(|l| l.contains(r#""scheduled":[]"#)), "{release}: nothing from step 2");
         let r = conform::check(&log, release, None, 8).unwrap();
         assert!(r.divergence.is_none() && r.partial.is_some(), "{release}: {:?}", r.divergence);
+    }
+}
+
+/// Finding 35 on real vLLM (tests/conformance/findings/fence-keyerror.toml, the checker's
+/// counterexample on `models/stream-resume-fence.toml` written as a scenario): session S takes
+/// its next input; before 0.33 the connector appends S's full table to its mirror, so the
+/// store of S's first two-block chunk reads blocks [1, 1]. S ends while that copy runs, and
+/// the copy's completion meets block 1's fence a second time: vLLM 0.24.0 and 0.32.0 raise
+/// `KeyError: 1` in `_remove_pending_job`. 0.33.0 and 0.34.0 store [1, 2] and finish. Every
+/// recorded step conforms, and the checker finds the crash on the same workload
+/// (connector-assert under vllm-0.24 and vllm-0.32, 6 actions; it holds on 0.33 and 0.34).
+#[test]
+fn finding_35_a_store_listing_a_block_twice_kills_0_24_and_0_32() {
+    let dir = root().join("tests/conformance/findings");
+    for release in ["vllm-0.24", "vllm-0.32"] {
+        let log = dir.join(format!("{release}/fence-keyerror.jsonl.partial"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains(r#""ev":"store","step":2,"job":0,"req":"S","keys":["S@2.1"],"blocks":[1,1]"#), "{release}");
+        assert!(text.contains(r#""ev":"finish","step":3,"req":"S""#), "{release}: S ends with its store in flight");
+        assert!(text.lines().last().unwrap().contains("KeyError: 1"), "{release}");
+        let r = conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_some(), "{release}: {:?}", r.divergence);
+        let c = check("stream-resume-fence", Some(release), None);
+        assert_eq!(c.verdict("connector-assert"), Verdict::Violated, "{release}: the checker finds the crash");
+        let path = c.outcome("connector-assert").unwrap().path.clone().unwrap();
+        assert_eq!(path.len(), 6, "{release}");
+    }
+    for release in ["vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/fence-keyerror.jsonl"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains(r#""blocks":[1,2]"#), "{release}: the mirror does not repeat");
+        let r = conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
+        let c = check("stream-resume-fence", Some(release), None);
+        assert_eq!(c.verdict("connector-assert"), Verdict::Holds, "{release}");
     }
 }
 

@@ -49,22 +49,29 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
             assert!(want.split_whitespace().any(|p| p == row_prop), "{name}");
         }
     }
-    // A counterexample that kills the engine (queue-sound: vLLM raises in `schedule()`) is
+    // A counterexample that kills the engine (queue-sound: vLLM raises in `schedule()`;
+    // connector-assert: the OffloadingConnector raises in `update_connector_output`) is
     // recorded as far as the engine got: the recorder's partial log ends with vLLM's error.
     let crashes = files("tests/conformance/fixtures/reproduced", "partial");
     for log in &crashes {
         let name = log.file_name().unwrap().to_string_lossy().trim_end_matches(".jsonl.partial").to_string();
         let sc = std::fs::read_to_string(root().join(format!("tests/conformance/reproduced/{name}.toml"))).unwrap();
-        assert_eq!(header(&sc, "expect-violated").split_whitespace().last(), Some("queue-sound"), "{name}");
+        let version = header(&sc, "vllm-version");
+        let profile = format!("vllm-{}", version.rsplit_once('.').unwrap().0);
+        let error = match header(&sc, "expect-violated").split_whitespace().last() {
+            Some("queue-sound") => "Invalid request status: ",
+            Some("connector-assert") => "KeyError: ",
+            other => panic!("{name}: {other:?} does not kill the engine"),
+        };
         let text = std::fs::read_to_string(log).unwrap();
         let last = text.lines().last().unwrap();
-        assert!(last.contains(r#""ev":"partial""#) && last.contains("Invalid request status: "), "{name}: {last}");
+        assert!(last.contains(r#""ev":"partial""#) && last.contains(error), "{name}: {last}");
         // Every step before the one that died conforms (finding 28's log ends before the
         // session's next input: the engine died in the step that would have sent it).
-        let r = conform::check(log, "vllm-0.24", None, 8).unwrap();
+        let r = conform::check(log, &profile, None, 8).unwrap();
         assert!(r.divergence.is_none() && r.partial.is_some(), "{name}: {:?}", r.divergence);
     }
-    assert_eq!(crashes.len(), 2, "findings 28 and 29");
+    assert_eq!(crashes.len(), 4, "findings 28 and 29 (0.24), 35 (0.24 and 0.32)");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
     // observe.py splits `_prepare_eager_store_specs`'s store event per request.
     for sc in files("tests/conformance/reproduced", "toml")
@@ -127,7 +134,10 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     // 52 with stream-sessions-hold-pool's three (finding 33, a liveness property: recorded by
     // hand, tests/conformance/findings/sessions-hold-pool.toml).
     assert!(out.contains("stream-sessions-hold-pool__vllm-0.33__requests-finish"), "{out}");
-    assert_eq!(listed, 52, "{out}");
+    // 54 with stream-resume-fence's two (finding 35, connector-assert under vllm-0.24 and
+    // vllm-0.32): written, and recorded on vLLM 0.32.0 it raises the same KeyError.
+    assert!(dir.join("stream-resume-fence__vllm-0.32__connector-assert.toml").exists(), "{out}");
+    assert_eq!(listed, 54, "{out}");
 }
 
 #[test]

@@ -67,6 +67,13 @@ pub fn engine_arc_ghost_hit(e: &Engine) -> bool {
     engine_arc(e).is_some_and(|a| a.target.get() != 0.0)
 }
 
+/// Guard `reach-fenced-store`: a finished request's store job is still in flight, its
+/// source blocks fenced (`_block_id_to_pending_jobs` non-empty), so its completion runs
+/// `_remove_pending_job` (connector-assert, finding 35).
+pub fn engine_fenced_store(e: &Engine) -> bool {
+    e.conn.offloading().is_some_and(|oc| !oc.fences.is_empty())
+}
+
 /// The ARC lists of an engine whose OffloadingConnector runs `eviction_policy = "arc"`.
 fn engine_arc(e: &Engine) -> Option<&ArcLists> {
     e.conn.offloading().and_then(|oc| oc.host.arc.as_deref())

@@ -310,7 +310,7 @@ registry! {
     flag!(RowsExact, "rows-exact", [Breach::RowsInexact], ROWS, "a finished request's rows are exactly its response's");
     flag!(StartAnchored, "start-anchored", [Breach::StartNotAnchored], ROWS, "the response start is the first row's position");
     flag!(QueueSound, "queue-sound", [Breach::QueueRaised], ANY, "the scheduler never meets a scheduled or finished request in its waiting queues");
-    flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[MC]), "the Mooncake store's external-token assertion never fires");
+    flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[OC, MC]), "the connector's scheduler side never raises (Mooncake's external-token assertion, the OffloadingConnector's fence bookkeeping)");
     flag!(HandoffIntegrity, "handoff-integrity", [Breach::PdStaleSend], only(&[NX]), "a P/D consumer reads only final KV from the producer");
     state!(RequestsFinish, "requests-finish", progress::requests_finish, run: progress::idle_bounded, ANY, "no deadlock and no livelock: every request can finish");
     mark!(ReachG1Hit, "reach-g1-hit", Mark::G1Hit, ANY, "a G1 prefix-cache hit");
@@ -332,6 +332,7 @@ registry! {
     mark!(ReachStreamResume, "reach-stream-resume", Mark::SessionResumed, ANY, "a streaming session resumed");
     mark!(ReachStaleSessionOutput, "reach-stale-session-output", Mark::StaleSessionOutput, ANY, "a stopped session's in-flight output reaching it parked");
     mark!(ReachReadmitFullTable, "reach-readmit-full-table", Mark::ReadmitFullTable, only(&[OC, SC]), "a resumed request readmitted with its full table");
+    guard!(ReachFencedStore, "reach-fenced-store", host::engine_fenced_store, only(&[OC]), "a finished request's store still in flight, its blocks fenced");
     mark!(ReachPdHandoff, "reach-pd-handoff", Mark::PdHandoff, only(&[NX]), "a P/D handoff");
     mark!(ReachPdPartialSave, "reach-pd-partial-save", Mark::PdPartialSave, only(&[NX]), "a P/D save of a half-written block");
     guard!(ReachArcT2, "reach-arc-t2", host::engine_arc_t2, only(&[OC]).arc_only(), "ARC's T2 holds a key");

@@ -125,6 +125,9 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
     ev.order(Point::FinishedSending, &mut w.finished_sending);
     let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
     e.conn.update_connector_output(&w, &e.reqs, &mut cx);
+    if e.is_dead() {
+        return; // the connector raised (connector-assert): the engine is gone
+    }
     for &r in &w.finished_recving {
         if e.reqs[r as usize].status == Status::WaitingForRemoteKvs {
             if !e.finished_recving.contains(&r) {

@@ -490,12 +490,30 @@ impl OffloadingState {
                 }
             }
             ev.emit(|| Event::JobCompleted { job: id });
-            if reqs[job.req as usize].status.is_finished() && job.is_store() {
-                for b in &job.blocks {
-                    if let Some(v) = self.fences.get_mut(b) {
-                        v.retain(|&x| x != id);
-                        if v.is_empty() {
-                            self.fences.remove(b);
+            // `_remove_pending_job(job_id, deferred_fence_block_ids)`, for a finished request's
+            // store while any fence is registered: each listed block's set must hold the job.
+            // A block listed twice (a mirror duplicated by #60810) is gone the second time:
+            // KeyError in the scheduler, the engine dies (finding 35, connector-assert).
+            if reqs[job.req as usize].status.is_finished() && job.is_store() && !self.fences.is_empty() {
+                for (i, b) in job.blocks.iter().enumerate() {
+                    match self.fences.get_mut(b) {
+                        Some(v) if v.contains(&id) => {
+                            v.retain(|&x| x != id);
+                            if v.is_empty() {
+                                self.fences.remove(b);
+                            }
+                        }
+                        _ => {
+                            ghost.breach(Breach::ConnectorAssert);
+                            let listed = job.blocks.iter().take(i).any(|x| x == b);
+                            ev.emit(|| Event::Violation {
+                                property: "connector-assert",
+                                detail: format!(
+                                    "store job {id} of a finished request completes; _remove_pending_job finds block {b} no longer fenced for it{}: KeyError in the scheduler, the engine dies",
+                                    if listed { " (the job lists it twice)" } else { "" }
+                                ),
+                            });
+                            return;
                         }
                     }
                 }
