@@ -436,6 +436,24 @@ pub struct ConformPartial {
     pub line: u64,
     pub step: u64,
     pub error: String,
+    /// When the implementation raised (not a fault that never applied, a hang or an idle
+    /// engine): whether the model dies in its next step from the last recorded state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_death: Option<ConformDeath>,
+}
+
+/// The model's own death after a partial log's last step (`kvmc conform`, src/conform/death.rs).
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformDeath {
+    /// Model states tried.
+    pub states: u64,
+    /// The property whose violation kills the engine; null when the model does not die
+    /// within the search (the log lacks the inputs of the step that raised, so no verdict).
+    pub property: Option<String>,
+    pub detail: Option<String>,
+    /// The inputs that got there, the engine step last.
+    pub inputs: Vec<String>,
 }
 
 #[derive(Serialize, JsonSchema)]

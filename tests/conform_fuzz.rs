@@ -318,6 +318,7 @@ fn finding_33_streaming_sessions_that_hold_the_pool_hang_every_release() {
         assert!(schedules[1..].iter().all(|l| l.contains(r#""scheduled":[]"#)), "{release}: nothing from step 2");
         let r = conform::check(&log, release, None, 8).unwrap();
         assert!(r.divergence.is_none() && r.partial.is_some(), "{release}: {:?}", r.divergence);
+        assert!(r.death.is_none(), "{release}: a hang is not the implementation raising");
     }
 }
 
@@ -340,6 +341,15 @@ fn finding_35_a_store_listing_a_block_twice_kills_0_24_and_0_32() {
         assert!(text.lines().last().unwrap().contains("KeyError: 1"), "{release}");
         let r = conform::check(&log, release, None, 8).unwrap();
         assert!(r.divergence.is_none() && r.partial.is_some(), "{release}: {:?}", r.divergence);
+        // From the last recorded state the model dies in the next step, the same way.
+        let (prop, detail, inputs) = r.death.unwrap().found.expect("the model dies too");
+        assert_eq!(prop, "connector-assert", "{release}");
+        assert!(detail.contains("block 1 ") && detail.contains("KeyError"), "{release}: {detail}");
+        assert_eq!(inputs.last().map(String::as_str), Some("step (copies finish within it)"), "{release}");
+        let o = kvmc(&["conform", "--format", "json", "--profile", release, log.to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let d = &v["logs"][0]["partial"]["model_death"];
+        assert_eq!(d["property"], "connector-assert", "{release}: {v}");
         let c = check("stream-resume-fence", Some(release), None);
         assert_eq!(c.verdict("connector-assert"), Verdict::Violated, "{release}: the checker finds the crash");
         let path = c.outcome("connector-assert").unwrap().path.clone().unwrap();

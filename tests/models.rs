@@ -72,9 +72,9 @@ const PINNED: &[(&str, usize)] = &[
     ("stream-resume-fence", 114),
     ("stream-resume-reader", 246),
     ("stream-stale-key", 186),
-    ("stream-stale-crash", 31),
+    ("stream-stale-crash", 36),
     ("stream-finished-crash", 332),
-    ("stream-park-count", 216),
+    ("stream-park-count", 232),
     ("stream-sessions-hold-pool", 47),
     ("sync-load-failure-fail", 630),
     ("sync-load-failure", 8377),
@@ -290,4 +290,22 @@ fn simple_cpu_findings() {
     // The pins cost capacity: with them a finishing request's last blocks find no free CPU block.
     assert_eq!(check("scpu-pressure", None, None).verdict("final-store-kept"), Verdict::Violated);
     assert_eq!(pressure.verdict("final-store-kept"), Verdict::Holds);
+}
+
+/// vLLM 0.24 keeps a session's first `max_tokens` for its later inputs (rule
+/// `session_max_tokens` false): stream-stale-crash's second input says 1 token (`z`), but under
+/// vllm-0.24 it runs to 3 (`z` and two placeholder tokens); 0.32+ stop it after `z`. The next
+/// input's kept prefix follows the first input's real output either way.
+#[test]
+fn a_0_24_session_keeps_its_first_max_tokens_in_check_mode() {
+    let s = scope("stream-stale-crash");
+    let first = |p: &str| s.system(Some(p), None).unwrap().workload.requests[0].max_tokens;
+    let second = |p: &str| s.system(Some(p), None).unwrap().workload.turns[0][0].max_tokens;
+    assert_eq!((first("vllm-0.24"), second("vllm-0.24")), (3, 3));
+    for p in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        assert_eq!((first(p), second(p)), (3, 1), "{p}");
+    }
+    let t = &s.system(Some("vllm-0.24"), None).unwrap().workload.turns[0][0];
+    let (p, z) = (t.prompt_len as usize, 'z' as u32);
+    assert_eq!(t.tokens[p], z, "the scripted output comes first");
 }

@@ -70,6 +70,10 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
         // session's next input: the engine died in the step that would have sent it).
         let r = conform::check(log, &profile, None, 8).unwrap();
         assert!(r.divergence.is_none() && r.partial.is_some(), "{name}: {:?}", r.divergence);
+        // And from its last recorded state the model dies in the next step, naming the row's
+        // property (finding 28's next input is the placeholder of an input the log never sent).
+        let found = r.death.and_then(|d| d.found).unwrap_or_else(|| panic!("{name}: the model does not die"));
+        assert_eq!(Some(found.0.as_str()), name.rsplit_once("__").map(|x| x.1), "{name}: {found:?}");
     }
     assert_eq!(crashes.len(), 4, "findings 28 and 29 (0.24), 35 (0.24 and 0.32)");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since

@@ -201,6 +201,22 @@ fn text(o: &Outcome) -> String {
             p.step,
             if p.error.is_empty() { "no reason given" } else { &p.error }
         );
+        match r.death.as_ref().map(|d| (&d.found, d.states)) {
+            Some((Some((prop, detail, inputs)), _)) => {
+                let _ = writeln!(
+                    s,
+                    "  the model dies there too: {prop}, after {}: {detail}",
+                    inputs.join(", ")
+                );
+            }
+            Some((None, n)) => {
+                let _ = writeln!(
+                    s,
+                    "  the model does not die in its next step ({n} states tried; that step's inputs, such as a session's end or an abort, are not in the log)"
+                );
+            }
+            None => {}
+        }
     }
     for c in &r.choices {
         let _ = writeln!(s, "  {}", choice_text(c));
@@ -266,6 +282,12 @@ fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32
                     line: p.line as u64,
                     step: u64::from(p.step),
                     error: p.error.clone(),
+                    model_death: r.death.as_ref().map(|d| schema::ConformDeath {
+                        states: d.states as u64,
+                        property: d.found.as_ref().map(|f| f.0.clone()),
+                        detail: d.found.as_ref().map(|f| f.1.clone()),
+                        inputs: d.found.as_ref().map(|f| f.2.clone()).unwrap_or_default(),
+                    }),
                 }),
                 findings: r
                     .findings

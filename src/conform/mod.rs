@@ -3,6 +3,7 @@
 //! when) and compare every decision it logged, step by step (docs/conformance.md).
 
 mod compare;
+pub mod death;
 pub mod kv_events;
 pub mod log;
 mod replay;
@@ -80,6 +81,9 @@ pub struct Report {
     /// The search over vLLM's orders was cut (too many orders or matching states): a
     /// divergence is then "no order found within the bound", not a verdict.
     pub search_bound: Option<String>,
+    /// A partial log that ends with the implementation raising and conforms up to there:
+    /// whether the model dies in its next step too ([`death::after`]).
+    pub death: Option<death::DeathCheck>,
 }
 
 /// The token of the input that stands for one a partial log never sent (`scope_of`); never
@@ -412,8 +416,14 @@ pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>,
         }
     }
     let mut dropped: Vec<usize> = Vec::new();
+    // The recorder stopped because the implementation raised (not a fault that never applied,
+    // a hang or an idle engine): look for the model's own death after the last step.
+    let raised = partial.as_ref().is_some_and(|p| {
+        !p.error.is_empty() && !["never applied", "did not finish in", "went idle"].iter().any(|k| p.error.contains(k))
+    });
     loop {
-        let (mut report, newly) = replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref())?;
+        let (mut report, newly) =
+            replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref(), raised)?;
         if newly.is_empty() {
             report.partial = partial;
             return Ok(report);

@@ -48,6 +48,7 @@ pub(super) fn replay(
     variant: Option<&str>,
     window: usize,
     bad: Option<&BadTransfer>,
+    raised: bool,
 ) -> Result<(Report, Vec<usize>)> {
     let rules = crate::system::rules::resolve(profile, variant).map_err(KvmcError::Usage)?;
     let mut scope = scope_of(path, h, lines, dropped, &rules)?;
@@ -98,6 +99,7 @@ pub(super) fn replay(
         partial: None,
         choices: b.choices.clone(),
         search_bound: bounded.clone(),
+        death: None,
     };
     for step in 1..=last {
         let this: Vec<&Line> = lines.iter().filter(|l| l.ev.step() == step && !dropped.contains(&l.no)).collect();
@@ -241,7 +243,12 @@ pub(super) fn replay(
         }
         frontier = next;
     }
-    Ok((report(decisions, last, &frontier[0], None, &bounded), Vec::new()))
+    let mut r = report(decisions, last, &frontier[0], None, &bounded);
+    if raised {
+        let starts: Vec<&Engine> = frontier.iter().map(|b| &b.engine).collect();
+        r.death = Some(super::death::after(&sys, &starts));
+    }
+    Ok((r, Vec::new()))
 }
 
 /// Apply a step's inputs to `engine` and run the step (if vLLM's engine steps); returns the

@@ -40,7 +40,7 @@ pub fn trail(path: &Path, text: &str, profile: &str, variant: Option<&str>, wind
     // The sampled lines the implementation dropped, as `check_text` finds them.
     let mut dropped: Vec<usize> = Vec::new();
     loop {
-        let (_, newly) = replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref())?;
+        let (_, newly) = replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref(), false)?;
         if newly.is_empty() {
             break;
         }

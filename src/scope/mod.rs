@@ -303,6 +303,12 @@ impl Scope {
         // vLLM 0.24 under async scheduling: a stopped turn's in-flight output stays, and the run
         // decides how the next input is laid out (a conformance log's scope has its own).
         let mut workload = self.workload.clone();
+        // vLLM 0.24: a session's later inputs stop at its first input's max_tokens.
+        if !rules.session_max_tokens {
+            if let Some(w) = workload.with_first_max_tokens(self.cfg.max_model_len)? {
+                workload = w;
+            }
+        }
         if !rules.session_stop_drops_in_flight && self.cfg.async_scheduling && !workload.has_layouts() {
             let max = crate::system::workload::MAX_LAYOUT_INPUTS;
             if let Some(r) = (0..workload.requests.len() as u16).find(|&r| workload.num_turns(r) as usize > max) {

@@ -189,4 +189,52 @@ impl Workload {
             })
             .collect()
     }
+
+    /// vLLM 0.24 (rule `session_max_tokens` false): `_update_request_as_session` leaves
+    /// `max_tokens` alone, so every later input of a session stops at its first input's
+    /// `max_tokens` (or an earlier EOS), whatever the input says. The chain of specs rebuilt
+    /// that way: outputs cut to that count, or run past their scripted tokens (the placeholder
+    /// tokens of [`RequestSpec::with_limits`]), and each next input kept over the output its
+    /// previous one really had. `Ok(None)`: nothing changes (every input already has the
+    /// first's `max_tokens`, as in a conformance log's scope, or the run decides the layouts);
+    /// an input that would then grow past `max_model_len` is an error message.
+    pub fn with_first_max_tokens(&self, max_model_len: u32) -> Result<Option<Workload>, String> {
+        let n = self.requests.len() as u16;
+        let differs = (0..n).any(|r| self.chain(r).iter().any(|s| s.max_tokens != self.requests[r as usize].max_tokens));
+        if !differs || self.has_layouts() {
+            return Ok(None);
+        }
+        let b = self.block_size;
+        let later = self.later_inputs(max_model_len);
+        let mut turns = Vec::with_capacity(later.len());
+        for (r, inputs) in later.iter().enumerate() {
+            let first = &self.requests[r];
+            let m = first.max_tokens;
+            let mut prev = first.clone();
+            let mut specs = Vec::with_capacity(inputs.len());
+            for (i, inp) in inputs.iter().enumerate() {
+                let o = stop_outputs(&prev, max_model_len);
+                let mut prompt = prev.tokens[..(prev.prompt_len + o).saturating_sub(1) as usize].to_vec();
+                prompt.extend_from_slice(&inp.input);
+                if prompt.len() as u32 > max_model_len {
+                    return Err(format!(
+                        "session {}: its later inputs keep the first input's max_tokens ({m}) under this profile (vLLM 0.24), and input {} then grows it past max_model_len {max_model_len}",
+                        first.name,
+                        i + 2
+                    ));
+                }
+                let mut out = inp.outputs.clone();
+                out.truncate(m as usize);
+                let mut spec =
+                    RequestSpec::with_limits(&first.name, prompt, out, m, inp.eos_at.filter(|&e| e < m), b);
+                spec.turn = (i + 1) as u8;
+                spec.rows_start = self.turns[r][i].rows_start;
+                spec.unrehashed = unrehashed_keys(&prev, o, &spec, b);
+                specs.push(spec.clone());
+                prev = spec;
+            }
+            turns.push(specs);
+        }
+        Ok(Some(Self::with_sessions(b, self.requests.clone(), turns)))
+    }
 }
