@@ -69,6 +69,7 @@ const PINNED: &[(&str, usize)] = &[
     ("rows-bridge", 204),
     ("shared-prefix", 59),
     ("stream-resume", 937),
+    ("stream-preempt-lost", 117),
     ("stream-resume-fence", 114),
     ("stream-resume-reader", 246),
     ("stream-stale-key", 186),

@@ -54,6 +54,7 @@ pub fn why_not(p: &props::PropDef, scope: &Scope) -> String {
         Some(N::NoConnector) => format!("model '{m}' has no offload connector"),
         Some(N::NotArc) => format!("it speaks about the host tier's ARC policy and model '{m}' has none"),
         Some(N::Arc) => format!("model '{m}' evicts by ARC, for which {} has no reference", p.name),
+        Some(N::Sync) => format!("it speaks about async scheduling and model '{m}' schedules synchronously"),
         Some(N::Connector) | None => {
             format!("model '{m}' runs connector = \"{}\", which it does not speak about", connector_name(cfg))
         }

@@ -77,6 +77,11 @@ fn find_cx(
             "--property {property}: only safety properties (checked after every step by conform) are reproduced"
         )));
     }
+    if p.id == props::PropId::SessionHistory {
+        return Err(KvmcError::Usage(format!(
+            "--property {property}: kvmc flags a session's lost history and goes on as vLLM 0.33 does (it does not model the lost tokens), so a recorded log diverges at that input's turn_start (finding 34; tests/conformance/findings/session-preempt-lost.toml records it)"
+        )));
+    }
     let prof = profile.unwrap_or(&scope.profile);
     if vllm_version(prof).is_none() {
         return Err(KvmcError::Usage(format!(

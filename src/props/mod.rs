@@ -71,16 +71,20 @@ pub struct Applies {
     /// Only with router replay on (`[router_replay]`).
     pub rows: bool,
     pub policy: Policy,
+    /// Only under async scheduling (`async_scheduling = true`).
+    pub async_only: bool,
 }
 
 /// Every model.
-const ANY: Applies = Applies { connectors: Connectors::Any, rows: false, policy: Policy::Any };
+const ANY: Applies = Applies { connectors: Connectors::Any, rows: false, policy: Policy::Any, async_only: false };
 /// Models with any offload connector.
 const OFFLOAD: Applies = Applies { connectors: Connectors::Offload, ..ANY };
 /// Models with router replay.
 const ROWS: Applies = Applies { rows: true, ..ANY };
 /// P/D pairs with router replay (connector = "nixl" and `[router_replay]`).
-const PD: Applies = Applies { connectors: Connectors::Only(&[NX]), rows: true, policy: Policy::Any };
+const PD: Applies = Applies { connectors: Connectors::Only(&[NX]), rows: true, ..ANY };
+/// Models under async scheduling.
+const ASYNC: Applies = Applies { async_only: true, ..ANY };
 /// Models with one of these connectors.
 const fn only(c: &'static [ConnectorKind]) -> Applies {
     Applies { connectors: Connectors::Only(c), ..ANY }
@@ -105,6 +109,9 @@ impl Applies {
         let arc = cfg.offload().is_some_and(|o| o.eviction_policy == EvictionPolicy::Arc);
         if self.rows && cfg.router_replay.is_none() {
             return Some(NotApplicable::NoRows);
+        }
+        if self.async_only && !cfg.async_scheduling {
+            return Some(NotApplicable::Sync);
         }
         match self.connectors {
             Connectors::Any => {}
@@ -138,6 +145,8 @@ pub enum NotApplicable {
     NotArc,
     /// It has no reference under ARC.
     Arc,
+    /// It speaks about async scheduling and the model schedules synchronously.
+    Sync,
 }
 
 /// Where a property's verdict comes from: the one place that ties a ghost flag or mark to its
@@ -310,6 +319,7 @@ registry! {
     flag!(RowsExact, "rows-exact", [Breach::RowsInexact], ROWS, "a finished request's rows are exactly its response's");
     flag!(StartAnchored, "start-anchored", [Breach::StartNotAnchored], ROWS, "the response start is the first row's position");
     flag!(QueueSound, "queue-sound", [Breach::QueueRaised], ANY, "the scheduler never meets a scheduled or finished request in its waiting queues");
+    flag!(SessionHistory, "session-history", [Breach::SessionHistoryLost], ASYNC, "a streaming session's next input keeps the session's earlier tokens");
     flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[OC, MC]), "the connector's scheduler side never raises (Mooncake's external-token assertion, the OffloadingConnector's fence bookkeeping)");
     flag!(HandoffIntegrity, "handoff-integrity", [Breach::PdStaleSend], only(&[NX]), "a P/D consumer reads only final KV from the producer");
     state!(RequestsFinish, "requests-finish", progress::requests_finish, run: progress::idle_bounded, ANY, "no deadlock and no livelock: every request can finish");

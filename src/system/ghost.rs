@@ -58,6 +58,11 @@ pub enum Breach {
     /// from another entry or one that had finished: vLLM raises `RuntimeError("Invalid request
     /// status")` and the engine dies (queue-sound).
     QueueRaised = 1 << 16,
+    /// A streaming session took its next input with `num_computed_tokens` below what the
+    /// model keeps (every token but the last sampled one): vLLM 0.24 and 0.32 keep only the
+    /// computed tokens, so a session preempted while its last output was in flight loses its
+    /// prompt and outputs (session-history, finding 34).
+    SessionHistoryLost = 1 << 17,
 }
 
 /// What a transition did, for reachability guards.

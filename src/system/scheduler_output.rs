@@ -103,15 +103,34 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
     // Stopped running requests leave `running`; stopped preempted ones (stale output) leave
     // the waiting queues; sessions that continue are enqueued again, in output order. (Most
     // steps stop nothing: the queues are walked only when something stopped.)
-    if !stopped.is_empty() {
-        e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-        e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-        if ctx.rules.session_stop_drops_in_flight {
-            e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+    if ctx.rules.stop_requeue_first {
+        // 0.24/0.32: `_handle_stopped_request` enqueued each continuing session in the loop;
+        // then a request stopped while RUNNING leaves `running` only (a stale second entry in
+        // a waiting queue stays), and one stopped while not running leaves the waiting queues,
+        // its fresh entry too: such a session is in no queue and is never scheduled again.
+        for &r in &continuing {
+            enqueue_waiting(e, ctx, r);
         }
-    }
-    for r in continuing {
-        enqueue_waiting(e, ctx, r);
+        let was_running = |r: &ReqId| stopped.iter().any(|(x, st)| x == r && *st == Status::Running);
+        let was_not = |r: &ReqId| stopped.iter().any(|(x, st)| x == r && *st != Status::Running);
+        if !stopped.is_empty() {
+            e.running.retain(|r| !was_running(r));
+            e.waiting.retain(|r| !was_not(r));
+            if ctx.rules.session_stop_drops_in_flight {
+                e.kv_holding.retain(|r| !was_not(r));
+            }
+        }
+    } else {
+        if !stopped.is_empty() {
+            e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+            e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+            if ctx.rules.session_stop_drops_in_flight {
+                e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
+            }
+        }
+        for r in continuing {
+            enqueue_waiting(e, ctx, r);
+        }
     }
     if !failed.is_empty() && ctx.cfg.load_failure_policy == LoadFailurePolicy::Fail {
         e.ghost.mark(Mark::ErrorFinish);
@@ -386,6 +405,18 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
         _ => spec.prompt_len + stop,
     };
     assert!(keep_end >= q.num_computed, "a session resumes from its materialized frontier");
+    if ctx.rules.session_keeps_computed_only && q.num_computed < keep_end {
+        // 0.24/0.32: `_all_token_ids[:num_computed_tokens]` is kept and the prompt is not cut:
+        // a preempted session loses its history. The model flags it and goes on as 0.33.
+        let (n, name) = (q.num_computed, &spec.name);
+        e.ghost.breach(Breach::SessionHistoryLost);
+        ev.emit(|| Event::Violation {
+            property: "session-history",
+            detail: format!(
+                "{name} takes its next input with num_computed_tokens {n} below its {keep_end} kept tokens: _update_request_as_session keeps _all_token_ids[:{n}] while the prompt keeps its old length, so the session's prompt and outputs are lost"
+            ),
+        });
+    }
     // vLLM keeps offload keys it already derived; none may cover the dropped token, unless the
     // session keeps that token's block hash too (0.24, `session_rehash = false`).
     assert!(

@@ -59,9 +59,12 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         }
         // Only a step in flight at a session's stop (async scheduling) has output to drop.
         "session_stop_drops_in_flight" => cfg.async_scheduling,
-        // Read where conform derives a session's inputs from a log (`scope_of`); a checker
-        // scope's inputs list their outputs explicitly.
-        "session_max_tokens" => false,
+        // A request stopped while not running, or one with a stale second queue entry, needs
+        // an output in flight past a preemption or a stop: async scheduling.
+        "stop_requeue_first" | "session_keeps_computed_only" => cfg.async_scheduling,
+        // Read where a session's later inputs are built: a checker scope's
+        // (`Workload::with_first_max_tokens`) and a log's (`scope_of`).
+        "session_max_tokens" => true,
         "mc_save_pins" => kind == ConnectorKind::Mooncake,
         "mc_store_032" => cfg.mooncake().is_some(),
         "aux_row_store" => cfg.router_replay.is_some(),

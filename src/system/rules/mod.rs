@@ -119,6 +119,8 @@ fn vllm_033() -> Rules {
         session_rehash: true,
         session_max_tokens: true,
         session_stop_drops_in_flight: true,
+        stop_requeue_first: false,
+        session_keeps_computed_only: false,
         evict_invalid_on_recompute: false,
         reserve_for_async_loads: true,
         reserve_excludes_self: false,
@@ -223,6 +225,8 @@ fn vllm_032() -> Rules {
         aux_emit: EmitStart::V031,
         aux_retain: false,
         aux_store_grows: false,
+        stop_requeue_first: true,
+        session_keeps_computed_only: true,
         ..vllm_033()
     }
 }

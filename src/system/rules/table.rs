@@ -183,6 +183,22 @@ rules_table! {
     /// the queue of blocked requests (`skipped_waiting`) that holds a parked session.
     session_stop_drops_in_flight: bool
         => "a stopped streaming session drops its in-flight output", "Scheduler._handle_stopped_request (drop_stale_output)";
+    /// 0.24 and 0.32's `_update_request_as_session` keeps `_all_token_ids[:num_computed_tokens]`
+    /// (and the prompt whole): a session whose `num_computed_tokens` is below every token but
+    /// its last sampled one (preempted while its last output was in flight) loses its history
+    /// (finding 34; the model flags it, session-history, and keeps the tokens as 0.33 does).
+    /// 0.33 keeps `num_tokens - 1`: false.
+    session_keeps_computed_only: bool
+        => "a session's next input keeps only its computed tokens", "Scheduler._update_request_as_session (keep_end = num_tokens - 1, 0.33)";
+    /// 0.24 and 0.32's `update_from_output`: `_handle_stopped_request` enqueues a continuing
+    /// session inside the output loop, and only then do stopped requests leave their queues by
+    /// their status before the stop: a request stopped while RUNNING leaves `running` (a stale
+    /// second entry in a waiting queue stays, finding 28's), one stopped while not running
+    /// (a preempted session whose in-flight output ended its input) leaves the waiting queues
+    /// with its fresh entry, so it is in no queue and never scheduled again. 0.33 removes
+    /// first and then enqueues the continuing ones (`continuing_reqs`): false.
+    stop_requeue_first: bool
+        => "stopped requests leave their queues after a continuing session was enqueued", "Scheduler.update_from_output (continuing_reqs, 0.33)";
     /// `SchedulerConfig.cache_aware_admission_window` exists (0.34+): with the window on, prefix
     /// caching on and the KV cache at least `cache_aware_admission_threshold` used, the plain
     /// waiting requests (status WAITING, nothing computed) among the first N of `waiting` are
