@@ -16,9 +16,9 @@ use crate::system::engine::StepInput;
 use crate::system::{Engine, Events};
 use std::path::Path;
 
-/// Resolutions of one step's choice points tried from one state (8! orders of one set: the
-/// recorder's scenarios have up to 8 requests).
-pub const MAX_RESOLUTIONS: u32 = 40_320;
+/// Resolutions of one step's choice points tried from one state (9!: the orders of one set of
+/// up to 9 ids, or of two of 0.24's key sets of 6 and 5 keys, 86,400; about 10 s at worst).
+pub const MAX_RESOLUTIONS: u32 = 362_880;
 /// Model states kept consistent with the log at once.
 pub const MAX_STATES: usize = 64;
 
