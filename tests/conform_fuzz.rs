@@ -336,7 +336,10 @@ fn finding_35_a_store_listing_a_block_twice_kills_0_24_and_0_32() {
     for release in ["vllm-0.24", "vllm-0.32"] {
         let log = dir.join(format!("{release}/fence-keyerror.jsonl.partial"));
         let text = std::fs::read_to_string(&log).unwrap();
-        assert!(text.contains(r#""ev":"store","step":2,"job":0,"req":"S","keys":["S@2.1"],"blocks":[1,1]"#), "{release}");
+        assert!(
+            text.contains(r#""ev":"store","step":2,"job":0,"req":"S","keys":["S@2.1"],"blocks":[1,1]"#),
+            "{release}"
+        );
         assert!(text.contains(r#""ev":"finish","step":3,"req":"S""#), "{release}: S ends with its store in flight");
         assert!(text.lines().last().unwrap().contains("KeyError: 1"), "{release}");
         let r = conform::check(&log, release, None, 8).unwrap();

@@ -203,11 +203,7 @@ fn text(o: &Outcome) -> String {
         );
         match r.death.as_ref().map(|d| (&d.found, d.states)) {
             Some((Some((prop, detail, inputs)), _)) => {
-                let _ = writeln!(
-                    s,
-                    "  the model dies there too: {prop}, after {}: {detail}",
-                    inputs.join(", ")
-                );
+                let _ = writeln!(s, "  the model dies there too: {prop}, after {}: {detail}", inputs.join(", "));
             }
             Some((None, n)) => {
                 let _ = writeln!(

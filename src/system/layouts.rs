@@ -200,7 +200,8 @@ impl Workload {
     /// an input that would then grow past `max_model_len` is an error message.
     pub fn with_first_max_tokens(&self, max_model_len: u32) -> Result<Option<Workload>, String> {
         let n = self.requests.len() as u16;
-        let differs = (0..n).any(|r| self.chain(r).iter().any(|s| s.max_tokens != self.requests[r as usize].max_tokens));
+        let differs =
+            (0..n).any(|r| self.chain(r).iter().any(|s| s.max_tokens != self.requests[r as usize].max_tokens));
         if !differs || self.has_layouts() {
             return Ok(None);
         }
@@ -225,8 +226,7 @@ impl Workload {
                 }
                 let mut out = inp.outputs.clone();
                 out.truncate(m as usize);
-                let mut spec =
-                    RequestSpec::with_limits(&first.name, prompt, out, m, inp.eos_at.filter(|&e| e < m), b);
+                let mut spec = RequestSpec::with_limits(&first.name, prompt, out, m, inp.eos_at.filter(|&e| e < m), b);
                 spec.turn = (i + 1) as u8;
                 spec.rows_start = self.turns[r][i].rows_start;
                 spec.unrehashed = unrehashed_keys(&prev, o, &spec, b);
