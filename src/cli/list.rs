@@ -118,7 +118,12 @@ pub fn run(a: ListArgs) -> Result<i32> {
     println!("properties:");
     for p in REGISTRY.iter().filter(|p| p.kind == Kind::Always) {
         let sum = specs.iter().find(|s| s.property == p.name).map_or("(no spec)".to_string(), |s| s.summary.clone());
-        println!("  {:<20} {}{}", p.name, sum, if p.on.needs_connector() { "  [offload]" } else { "" });
+        let on = match (p.on.needs_connector(), p.on.async_only) {
+            (true, _) => "  [offload]",
+            (false, true) => "  [async scheduling]",
+            _ => "",
+        };
+        println!("  {:<20} {}{}", p.name, sum, on);
     }
     println!("reachability guards:");
     for p in REGISTRY.iter().filter(|p| p.kind == Kind::Sometimes) {

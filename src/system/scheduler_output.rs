@@ -100,35 +100,30 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
             }
         }
     }
-    // Stopped running requests leave `running`; stopped preempted ones (stale output) leave
-    // the waiting queues; sessions that continue are enqueued again, in output order. (Most
-    // steps stop nothing: the queues are walked only when something stopped.)
+    // Stopped requests leave their queues by their status before the stop: one stopped while
+    // RUNNING leaves `running` only (a stale second entry in a waiting queue stays, finding
+    // 28's), one stopped while not running (stale output) leaves the waiting queues. vLLM 0.33
+    // then enqueues the sessions that continue, in output order (`continuing_reqs`); 0.24 and
+    // 0.32 (rule `stop_requeue_first`) enqueued them before, inside the output loop
+    // (`_handle_stopped_request`), so a session stopped while not running loses its fresh
+    // entry too: it is in no queue and never scheduled again (finding 36). (Most steps stop
+    // nothing: the queues are walked only when something stopped.)
     if ctx.rules.stop_requeue_first {
-        // 0.24/0.32: `_handle_stopped_request` enqueued each continuing session in the loop;
-        // then a request stopped while RUNNING leaves `running` only (a stale second entry in
-        // a waiting queue stays), and one stopped while not running leaves the waiting queues,
-        // its fresh entry too: such a session is in no queue and is never scheduled again.
         for &r in &continuing {
             enqueue_waiting(e, ctx, r);
         }
-        let was_running = |r: &ReqId| stopped.iter().any(|(x, st)| x == r && *st == Status::Running);
-        let was_not = |r: &ReqId| stopped.iter().any(|(x, st)| x == r && *st != Status::Running);
-        if !stopped.is_empty() {
-            e.running.retain(|r| !was_running(r));
-            e.waiting.retain(|r| !was_not(r));
-            if ctx.rules.session_stop_drops_in_flight {
-                e.kv_holding.retain(|r| !was_not(r));
-            }
+    }
+    if !stopped.is_empty() {
+        let left =
+            |r: &ReqId, running: bool| stopped.iter().any(|(x, st)| x == r && (*st == Status::Running) == running);
+        e.running.retain(|r| !left(r, true));
+        e.waiting.retain(|r| !left(r, false));
+        if ctx.rules.session_stop_drops_in_flight {
+            e.kv_holding.retain(|r| !left(r, false));
         }
-    } else {
-        if !stopped.is_empty() {
-            e.running.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-            e.waiting.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-            if ctx.rules.session_stop_drops_in_flight {
-                e.kv_holding.retain(|r| !stopped.iter().any(|(x, _)| x == r));
-            }
-        }
-        for r in continuing {
+    }
+    if !ctx.rules.stop_requeue_first {
+        for &r in &continuing {
             enqueue_waiting(e, ctx, r);
         }
     }
