@@ -448,6 +448,8 @@ pub struct ConformPartial {
 pub struct ConformDeath {
     /// Model states tried.
     pub states: u64,
+    /// The search stopped at its bound of states: a null property is then no answer at all.
+    pub bounded: bool,
     /// The property whose violation kills the engine; null when the model does not die
     /// within the search (the log lacks the inputs of the step that raised, so no verdict).
     pub property: Option<String>,

@@ -369,6 +369,19 @@ fn finding_35_a_store_listing_a_block_twice_kills_0_24_and_0_32() {
     }
 }
 
+/// The death search of a partial log is bounded, and a search cut by its bound says so: no
+/// death found within the bound is not "the model does not die".
+#[test]
+fn a_death_search_cut_by_its_bound_says_so() {
+    let s = scope("stream-resume-fence");
+    let sys = s.system(Some("vllm-0.32"), None).unwrap();
+    let e = sys.init();
+    let cut = conform::death::after_within(&sys, &[&e], 1);
+    assert!(cut.bounded && cut.found.is_none() && cut.states == 1, "{cut:?}");
+    let whole = conform::death::after(&sys, &[&e]);
+    assert!(!whole.bounded && whole.found.is_none(), "nothing dies from the initial state: {whole:?}");
+}
+
 /// Finding 36 on real vLLM (tests/conformance/findings/session-preempt-lost*.toml): under
 /// async scheduling session S is preempted while the decode that ends its first input is in
 /// flight. 0.24 and 0.32 enqueue the session and then take it out of the waiting queues with

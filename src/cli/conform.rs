@@ -202,6 +202,12 @@ fn text(o: &Outcome) -> String {
             if p.error.is_empty() { "no reason given" } else { &p.error }
         );
         match r.death.as_ref().map(|d| (&d.found, d.states)) {
+            Some((None, n)) if r.death.as_ref().is_some_and(|d| d.bounded) => {
+                let _ = writeln!(
+                    s,
+                    "  whether the model dies in its next step is not known: the search stopped at its bound of {n} states"
+                );
+            }
             Some((Some((prop, detail, inputs)), _)) => {
                 let _ = writeln!(s, "  the model dies there too: {prop}, after {}: {detail}", inputs.join(", "));
             }
@@ -280,6 +286,7 @@ fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32
                     error: p.error.clone(),
                     model_death: r.death.as_ref().map(|d| schema::ConformDeath {
                         states: d.states as u64,
+                        bounded: d.bounded,
                         property: d.found.as_ref().map(|f| f.0.clone()),
                         detail: d.found.as_ref().map(|f| f.1.clone()),
                         inputs: d.found.as_ref().map(|f| f.2.clone()).unwrap_or_default(),

@@ -25,11 +25,19 @@ pub struct DeathCheck {
     pub found: Option<(String, String, Vec<String>)>,
     /// Model states tried.
     pub states: usize,
+    /// The search stopped at [`MAX_STATES`] before it had tried every path: no death found is
+    /// then not even the search's answer.
+    pub bounded: bool,
 }
 
 /// Search from `starts` (the replay's final model states) for an engine that dies in its next
 /// step.
 pub fn after(sys: &System, starts: &[&Engine]) -> DeathCheck {
+    after_within(sys, starts, MAX_STATES)
+}
+
+/// [`after`] trying at most `max_states` model states.
+pub fn after_within(sys: &System, starts: &[&Engine], max_states: usize) -> DeathCheck {
     let mut level: Vec<(Engine, Vec<Input>)> = starts.iter().map(|e| ((*e).clone(), Vec::new())).collect();
     let mut states = 0;
     let mut inputs = Vec::new();
@@ -43,8 +51,8 @@ pub fn after(sys: &System, starts: &[&Engine]) -> DeathCheck {
                 if !a.is_step() && depth == MAX_INPUTS {
                     continue;
                 }
-                if states == MAX_STATES {
-                    return DeathCheck { found: None, states };
+                if states == max_states {
+                    return DeathCheck { found: None, states, bounded: true };
                 }
                 states += 1;
                 let mut ev = Events::on();
@@ -64,7 +72,7 @@ pub fn after(sys: &System, starts: &[&Engine]) -> DeathCheck {
                         })
                         .unwrap_or_else(|| ("(engine gone)".into(), String::new()));
                     let labels = p.iter().map(|a| action_label(sys, a)).collect();
-                    return DeathCheck { found: Some((property, detail, labels)), states };
+                    return DeathCheck { found: Some((property, detail, labels)), states, bounded: false };
                 }
                 if !a.is_step() && next.iter().all(|(x, _): &(Engine, Vec<Input>)| *x != s) {
                     next.push((s, p));
@@ -73,5 +81,5 @@ pub fn after(sys: &System, starts: &[&Engine]) -> DeathCheck {
         }
         level = next;
     }
-    DeathCheck { found: None, states }
+    DeathCheck { found: None, states, bounded: false }
 }
