@@ -372,6 +372,8 @@ pub struct ConformReport {
     pub kvmc_version: String,
     pub ok: bool,
     pub exit_code: i32,
+    /// `--profile`, or the default (vllm-0.33) for logs whose header names no release kvmc
+    /// models; each log's own is its `profile`.
     pub profile: String,
     pub variant: Option<String>,
     pub strict: bool,
@@ -386,6 +388,14 @@ pub struct ConformLog {
     /// "conforms", "diverges", "partial" or "incomplete" (the choice search hit its bound).
     pub verdict: String,
     pub ok: bool,
+    /// The profile this log was checked under.
+    pub profile: String,
+    /// Where that profile came from: "flag" (`--profile`), "header" (the release the log's
+    /// header names) or "default" (neither: vllm-0.33).
+    pub profile_from: String,
+    /// Set when the header and the profile disagree, or the header names a release kvmc has
+    /// no profile for.
+    pub profile_note: Option<String>,
     pub steps: u64,
     pub decisions: u64,
     pub divergence: Option<ConformDivergence>,

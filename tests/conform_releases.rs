@@ -318,3 +318,30 @@ fn the_024_simple_cpu_recordings_show_no_finish_store_and_gpu_labelled_cpu_event
         }
     }
 }
+
+/// Without `--profile` a log is checked under the release its header names: every per-release
+/// fixture conforms with no flag, and the report says where its profile came from; a flag that
+/// names another release wins, with a note (docs/conformance.md, "Which rules").
+#[test]
+fn a_log_is_checked_under_the_release_its_header_names() {
+    for (dir, profile) in release_dirs() {
+        let f = logs(&dir).into_iter().next().unwrap();
+        let o = kvmc(&["conform", "--format", "json", f.to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let log = &v["logs"][0];
+        assert_eq!((log["profile"].as_str(), log["profile_from"].as_str()), (Some(profile.as_str()), Some("header")));
+        assert_eq!((log["verdict"].as_str(), o.status.code()), (Some("conforms"), Some(0)), "{}", f.display());
+        assert!(log["profile_note"].is_null());
+    }
+    // A 0.24 log that diverges under 0.33's rules (0.24 keeps the dropped token's block hash)
+    // conforms under its own, and the flag that asks for 0.33 gets what it asks, with a note.
+    let f = fixture("vllm-0.24", "stream-queued");
+    let f = f.to_str().unwrap();
+    let o = kvmc(&["conform", f]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("checked under vllm-0.24 (the release the log's header names)"), "{}", stdout(&o));
+    let o = kvmc(&["conform", "--profile", "vllm-0.33", f]);
+    assert_eq!(o.status.code(), Some(10), "{}", stdout(&o));
+    assert!(stdout(&o)
+        .contains("note: recorded from vllm 0.24.0 (profile vllm-0.24); checked under --profile vllm-0.33 as asked"));
+}

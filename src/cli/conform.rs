@@ -1,6 +1,7 @@
 //! `kvmc conform LOG`: text, JSON or JUnit reports (`--format`, as `kvmc check`).
 
 use super::check::Format;
+use crate::conform::profile::{self as choose, ProfileChoice, DEFAULT_PROFILE};
 use crate::conform::{self, Report, StepChoice};
 use crate::error::{exit, KvmcError, Result};
 use crate::explorer::conform::ConformTarget;
@@ -18,9 +19,10 @@ pub struct ConformArgs {
     /// run (and FILE.steps.json naming each batch's step), also against the model.
     #[arg(long)]
     pub kv_events: Option<PathBuf>,
-    /// The rule set the implementation is expected to follow.
-    #[arg(long, default_value = "vllm-0.33")]
-    pub profile: String,
+    /// The rule set the implementation is expected to follow [default: the release the log's
+    /// header names (vllm 0.24.0 is vllm-0.24), else vllm-0.33].
+    #[arg(long)]
+    pub profile: Option<String>,
     /// Apply a bug variant on top of the profile (see `kvmc list`).
     #[arg(long)]
     pub variant: Option<String>,
@@ -38,6 +40,8 @@ pub struct ConformArgs {
 /// One log's outcome, and its exit code on its own.
 struct Outcome {
     path: PathBuf,
+    /// The profile the log was checked under, and where it came from.
+    profile: ProfileChoice,
     report: Report,
     code: i32,
     /// What opens a divergence in the explorer (same log, profile and variant).
@@ -53,13 +57,16 @@ struct KvOutcome {
 }
 
 pub fn run(a: ConformArgs) -> Result<i32> {
-    crate::system::rules::resolve(&a.profile, a.variant.as_deref()).map_err(KvmcError::Usage)?;
+    let given = a.profile.as_deref();
+    crate::system::rules::resolve(given.unwrap_or(DEFAULT_PROFILE), a.variant.as_deref()).map_err(KvmcError::Usage)?;
     if a.kv_events.is_some() && a.logs.len() > 1 {
         return Err(KvmcError::Usage("--kv-events goes with at most one LOG (the same run)".into()));
     }
     let mut outcomes = Vec::new();
     for path in &a.logs {
-        let report = conform::check(path, &a.profile, a.variant.as_deref(), a.window)?;
+        let log_text = crate::error::read_text(path)?;
+        let profile = choose::choose(&log_text, given);
+        let report = conform::check_text(path, &log_text, &profile.profile, a.variant.as_deref(), a.window)?;
         let code = match &report.divergence {
             // No order of vLLM's sets matched within the search bound: no verdict.
             Some(_) if report.search_bound.is_some() => exit::INCOMPLETE,
@@ -71,10 +78,10 @@ pub fn run(a: ConformArgs) -> Result<i32> {
         };
         let explore = report.divergence.as_ref().map(|_| ConformTarget {
             log: path.display().to_string(),
-            profile: a.profile.clone(),
+            profile: profile.profile.clone(),
             variant: a.variant.clone(),
         });
-        let o = Outcome { path: path.clone(), report, code, explore };
+        let o = Outcome { path: path.clone(), profile, report, code, explore };
         if matches!(a.format, Format::Text) {
             print!("{}", text(&o));
         }
@@ -193,6 +200,17 @@ fn text(o: &Outcome) -> String {
             }
         }
     }
+    // Under the verdict's line: which rule set, when the log's header chose one other than the
+    // default, and any disagreement between the header and --profile.
+    let mut prof = String::new();
+    if o.profile.from == choose::ProfileFrom::Header && o.profile.profile != DEFAULT_PROFILE {
+        let _ = writeln!(prof, "  checked under {} (the release the log's header names)", o.profile.profile);
+    }
+    if let Some(n) = &o.profile.note {
+        let _ = writeln!(prof, "  note: {n}");
+    }
+    let first = s.find('\n').map_or(s.len(), |i| i + 1);
+    s.insert_str(first, &prof);
     if let Some(p) = &r.partial {
         let _ = writeln!(
             s,
@@ -260,6 +278,9 @@ fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32
                 log: o.path.display().to_string(),
                 verdict: verdict(o).to_string(),
                 ok: o.code == exit::OK,
+                profile: o.profile.profile.clone(),
+                profile_from: o.profile.from.as_str().to_string(),
+                profile_note: o.profile.note.clone(),
                 steps: u64::from(r.steps),
                 decisions: r.decisions as u64,
                 divergence: r.divergence.as_ref().map(|d| schema::ConformDivergence {
@@ -307,7 +328,7 @@ fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32
         kvmc_version: env!("CARGO_PKG_VERSION").to_string(),
         ok: code == exit::OK,
         exit_code: code,
-        profile: a.profile.clone(),
+        profile: a.profile.clone().unwrap_or_else(|| DEFAULT_PROFILE.to_string()),
         variant: a.variant.clone(),
         strict: a.strict,
         logs,

@@ -35,7 +35,7 @@ pub struct ExploreArgs {
     #[arg(long)]
     pub path: Option<String>,
     /// Open a `kvmc conform` run instead of a model: the event log beside the model, step by
-    /// step up to the first divergence (checked under --profile, default vllm-0.33, and
+    /// step up to the first divergence (checked under --profile, default the log's release, and
     /// --variant, as `kvmc conform` does).
     #[arg(long, value_name = "LOG", conflicts_with_all = ["model", "path", "property"])]
     pub conform: Option<PathBuf>,
@@ -179,10 +179,15 @@ fn bind_addr(bind: &str, root: &Path) -> Result<std::net::SocketAddr> {
 /// `kvmc explore --conform LOG`: check the log as `kvmc conform` does (bad input exits 2 here,
 /// not in the page), then serve it, or with --dry-run print the URL and the verdict.
 fn run_conform(a: &ExploreArgs, log: &Path) -> Result<i32> {
-    use crate::explorer::conform::{ConformTarget, DEFAULT_PROFILE};
-    let profile = a.profile.clone().unwrap_or_else(|| DEFAULT_PROFILE.to_string());
+    use crate::explorer::conform::ConformTarget;
+    let text = crate::error::read_text(log)?;
+    let choice = crate::conform::profile::choose(&text, a.profile.as_deref());
+    if let Some(n) = &choice.note {
+        eprintln!("note: {n}");
+    }
+    let profile = choice.profile;
     crate::system::rules::resolve(&profile, a.variant.as_deref()).map_err(KvmcError::Usage)?;
-    let report = crate::conform::check(log, &profile, a.variant.as_deref(), 8)?;
+    let report = crate::conform::check_text(log, &text, &profile, a.variant.as_deref(), 8)?;
     let (root, name) = root_and_name(log);
     let t = ConformTarget { log: name, profile, variant: a.variant.clone() };
     let addr = bind_addr(&a.bind, &root)?;

@@ -6,6 +6,7 @@ mod compare;
 pub mod death;
 pub mod kv_events;
 pub mod log;
+pub mod profile;
 mod replay;
 pub mod trail;
 pub mod validate;

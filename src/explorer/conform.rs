@@ -12,14 +12,12 @@ use crate::system::display;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
-/// The profile `kvmc conform` checks against by default.
-pub const DEFAULT_PROFILE: &str = "vllm-0.33";
-
 /// What the explorer opens for a conformance run: a log file (relative to the directory the
 /// explorer serves), checked under a profile and variant.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConformTarget {
     pub log: String,
+    /// Empty: the log's own release ([`crate::conform::profile::choose`]).
     pub profile: String,
     pub variant: Option<String>,
 }
@@ -53,7 +51,7 @@ impl ConformTarget {
 
     /// Read a URL query (`conform=LOG&profile=P&variant=V&at=K`); unknown keys are refused.
     pub fn from_query(q: &str) -> Result<ConformTarget, String> {
-        let mut t = ConformTarget { profile: DEFAULT_PROFILE.into(), ..Default::default() };
+        let mut t = ConformTarget::default();
         for pair in q.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             let v = decode(v).ok_or_else(|| format!("query parameter {k}: not valid percent-encoded UTF-8"))?;
@@ -92,7 +90,9 @@ pub fn log_file(root: &Path, log: &str) -> Result<PathBuf, String> {
 /// diverging step, else the last) and before it, and the divergence.
 pub fn conform_view(file: &Path, t: &ConformTarget, at: Option<usize>) -> crate::error::Result<Value> {
     let text = crate::error::read_text(file)?;
-    let tr = crate::conform::trail::trail(file, &text, &t.profile, t.variant.as_deref(), 8)?;
+    let given = Some(t.profile.as_str()).filter(|p| !p.is_empty());
+    let profile = crate::conform::profile::choose(&text, given).profile;
+    let tr = crate::conform::trail::trail(file, &text, &profile, t.variant.as_deref(), 8)?;
     let (sys, r, h) = (&tr.sys, &tr.report, &tr.header);
     let d = r.divergence.as_ref();
     let mut steps = vec![json!({"index": 0, "action": "init", "story": "the model's initial state", "changes": "",
@@ -132,7 +132,7 @@ pub fn conform_view(file: &Path, t: &ConformTarget, at: Option<usize>) -> crate:
         "header": {
             "model": t.log,
             "scope": h.scenario,
-            "profile": t.profile,
+            "profile": profile,
             "variant": t.variant.clone().unwrap_or_else(|| "fixed".into()),
             "property": format!("conformance of {} {}", h.implementation, h.version),
             "connector": crate::system::rules::connector_name(&sys.cfg),
