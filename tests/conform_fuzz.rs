@@ -65,6 +65,7 @@ fn the_fuzzing_regressions_conform_on_every_release_with_only_vllms_own_findings
         "async-stream-idle",
         "async-stream-parked",
         "async-stream-stale",
+        "large-key-set",
         "lone-prefill-threshold",
         "report-order",
         "scpu-full-scan",
@@ -110,6 +111,39 @@ fn the_worker_s_report_order_is_the_log_s() {
     let div = r.divergence.expect("the other report order diverges");
     assert!(div.what.starts_with("host"), "{}", div.what);
     assert!(conform::check(&log, "vllm-0.24", None, 8).unwrap().divergence.is_none());
+}
+
+#[test]
+fn a_set_too_large_to_search_is_tried_in_the_log_s_order_and_is_no_verdict_otherwise() {
+    // large-key-set on 0.24.0: A's store job of ten keys completes in step 2, and 0.24's
+    // `TransferJobStatus.keys` set gives the release-order LRU its order. Ten items are more
+    // than kvmc permutes (8): the model's order and the one the host line shows are tried.
+    let log = root().join("tests/conformance/fuzz/vllm-0.24/large-key-set.jsonl");
+    let r = conform::check(&log, "vllm-0.24", None, 8).expect("the log parses");
+    assert!(r.divergence.is_none() && r.search_bound.is_none(), "{:?}", r.divergence);
+    let big = r.choices.iter().find(|c| c.step == 2 && c.point == "TransferJobStatus.keys").expect("step 2's set");
+    assert_eq!((big.chosen.len(), big.orders), (10, 2));
+    assert_ne!(big.chosen, big.canonical, "the hash seed's order is not the model's");
+    // A slot changed in that host line matches no order kvmc tried, but it did not try them
+    // all: incomplete (exit 13), not a divergence.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let step2 = r#"{"ev":"host","step":2,"#;
+    let edit = |f: &dyn Fn(&str) -> String| -> String {
+        text.lines().map(|l| if l.starts_with(step2) { f(l) } else { l.to_string() } + "\n").collect()
+    };
+    let moved = edit(&|l: &str| l.replacen(r#""slot":0,"#, r#""slot":31,"#, 1));
+    assert_ne!(moved, text);
+    let bad = tempdir("large-key-set").join("moved-slot.jsonl");
+    std::fs::write(&bad, moved).unwrap();
+    let r = conform::check(&bad, "vllm-0.24", None, 8).expect("the log parses");
+    assert!(r.divergence.is_some_and(|d| d.step == 2 && d.what.starts_with("host")));
+    assert!(
+        r.search_bound.as_deref().is_some_and(|b| b.contains("TransferJobStatus.keys has 10 items")),
+        "{:?}",
+        r.search_bound
+    );
+    let o = kvmc(&["conform", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(13), "{}", stdout(&o));
 }
 
 #[test]

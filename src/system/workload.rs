@@ -468,6 +468,12 @@ impl Workload {
     }
 
     /// A readable name for a block hash ("A.1"), or its hex digest if unknown.
+    /// The block hashes a label names (the inverse of [`Workload::label`]; a label can name
+    /// several, e.g. a 0.24 session block keyed by its unrehashed hash).
+    pub fn keys_by_label<'a>(&'a self, label: &'a str) -> impl Iterator<Item = BlockHash> + 'a {
+        self.registry.iter().filter(move |(_, i)| i.label == label).map(|(h, _)| *h)
+    }
+
     pub fn label(&self, h: BlockHash) -> String {
         self.registry.get(&h).map_or_else(|| format!("{h:?}"), |i| i.label.clone())
     }
