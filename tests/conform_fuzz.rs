@@ -484,6 +484,27 @@ fn finding_34_a_preempted_session_loses_its_tokens_on_0_24_and_0_32() {
         after_13.clone().count() > 0 && after_13.clone().all(|l| !l.contains(r#"["F","#)),
         "0.32 never schedules F again"
     );
+    // 0.24 keeps a lost session's block hashes (tests/conformance/findings/session-lost-old-kv.toml):
+    // S holds its 3 new tokens alone, but its block 0 key is still the prefix it shared with B,
+    // and 0.24.0 hands it B's cached block 1 (a 2-token prefix hit; kvmc: kv-read-integrity).
+    let old = dir.join("vllm-0.24/session-lost-old-kv.jsonl");
+    let text = std::fs::read_to_string(&old).unwrap();
+    assert!(text.contains(r#""ev":"turn_start","step":4,"req":"S","turn":2,"num_computed":0,"num_prompt_tokens":5"#));
+    assert!(text.contains(
+        r#""scheduled":[["S",1]],"new":["S"],"resumed":[],"preempted":[],"finished":["B"],"tables":{"S":[1,3]}"#
+    ));
+    let r = conform::check(&old, "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_none(), "{:?}", r.divergence.map(|d| d.what));
+    assert!(r.findings.iter().any(|(p, s)| p == "kv-read-integrity" && *s == 5), "{:?}", r.findings);
+    for (release, log) in [
+        ("vllm-0.32", "vllm-0.32/session-lost-old-kv.jsonl.partial"),
+        ("vllm-0.33", "vllm-0.33/session-lost-old-kv.jsonl"),
+        ("vllm-0.34", "vllm-0.34/session-lost-old-kv.jsonl"),
+    ] {
+        let r = conform::check(&dir.join(log), release, None, 8).unwrap();
+        assert!(r.divergence.is_none(), "{log}: {:?}", r.divergence.map(|d| d.what));
+        assert!(!r.findings.iter().any(|(p, _)| p == "kv-read-integrity"), "{log}: {:?}", r.findings);
+    }
     for release in ["vllm-0.33", "vllm-0.34"] {
         let log = dir.join(format!("{release}/session-lost-history.jsonl"));
         assert!(std::fs::read_to_string(&log).unwrap().contains(&start(34)), "{release}");
