@@ -567,3 +567,44 @@ fn a_session_layout_that_never_ran_names_no_block() {
     let (prop, _, _) = r.death.unwrap().found.expect("the model dies too");
     assert_eq!(prop, "queue-sound");
 }
+
+/// Finding 37 on real vLLM (tests/conformance/findings/session-outgrows-len.toml, seed 523
+/// scenario 387): 0.24 keeps session C's first `max_tokens`, C grows past `max_model_len` (60),
+/// and the step after its last prefill schedules it -4 tokens (logged as such); the next
+/// `update_from_output` asserts. Every recorded step conforms and the model dies there
+/// (tokens-positive). 0.32+ honour each input's `max_tokens` and conform to the end; with three
+/// more inputs C outgrows it there too (session-outgrows-clamped), and the cap is clamped at 0.
+#[test]
+fn finding_37_a_session_past_max_model_len_is_scheduled_negative_tokens_and_0_24_dies() {
+    let dir = root().join("tests/conformance/findings");
+    let log = dir.join("vllm-0.24/session-outgrows-len.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""ev":"turn_start","step":51,"req":"C","turn":4,"num_computed":59,"num_prompt_tokens":63"#));
+    assert!(text.contains(r#""ev":"schedule","step":52,"scheduled":[["C",-4]]"#));
+    assert!(text.lines().last().unwrap().contains(r#""ev":"partial","step":53,"error":"AssertionError"#));
+    let r = conform::check(&log, "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_some(), "{:?}", r.divergence);
+    let (prop, detail, inputs) = r.death.unwrap().found.expect("the model dies too");
+    assert_eq!(prop, "tokens-positive");
+    assert!(detail.contains("C was scheduled -4 tokens"), "{detail}");
+    assert_eq!(inputs.len(), 1, "{inputs:?}: the next step");
+    // A negative count only in a schedule line's counts: an arrival's max_tokens stays a u32.
+    let bad = text.replacen(r#""max_tokens":6"#, r#""max_tokens":-6"#, 1);
+    assert!(conform::log::parse(&log, &bad, true).is_err());
+    // Seed 540 scenario 24: session E, 66 prompt tokens over 64, the OffloadingConnector.
+    let log = dir.join("vllm-0.24/session-outgrows-offload.jsonl.partial");
+    assert!(std::fs::read_to_string(&log).unwrap().contains(r#""scheduled":[["E",-3]]"#));
+    let r = conform::check(&log, "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_some(), "{:?}", r.divergence);
+    assert_eq!(r.death.unwrap().found.expect("the model dies too").0, "tokens-positive");
+    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        for name in ["session-outgrows-len", "session-outgrows-clamped"] {
+            let log = dir.join(format!("{release}/{name}.jsonl"));
+            let r = conform::check(&log, release, None, 8).unwrap();
+            assert!(r.divergence.is_none() && r.partial.is_none(), "{release} {name}: {:?}", r.divergence);
+        }
+        let text = std::fs::read_to_string(dir.join(format!("{release}/session-outgrows-clamped.jsonl"))).unwrap();
+        assert!(text.contains(r#""req":"C","turn":7,"num_computed":59,"num_prompt_tokens":63"#), "{release}");
+        assert!(!text.contains(",-"), "{release}: no negative count");
+    }
+}

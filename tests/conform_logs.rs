@@ -188,6 +188,7 @@ fn scheduled_new_reqs_order_is_a_rule_per_release() {
         full_table,
         samples: false,
         resumed,
+        negative: 0,
     };
     // Running X, then admitted: B (resumed after a preemption), C (new).
     let mut out =

@@ -228,7 +228,7 @@ pub fn step(
             Event::HostEvicted { key } => push_model("evict", label(key)),
             Event::JobsToFlush { jobs } => push_model("flush", format!("{jobs:?}")),
             Event::StepScheduled { scheduled, new, resumed, preempted, finished, tables } => {
-                let sched: Vec<(String, u32)> = scheduled.iter().map(|(r, n)| (name(r), *n)).collect();
+                let sched: Vec<(String, i64)> = scheduled.iter().map(|(r, n)| (name(r), *n)).collect();
                 let tables: BTreeMap<String, Vec<u32>> = tables.iter().map(|(r, t)| (name(r), t.clone())).collect();
                 push_model(
                     "schedule",

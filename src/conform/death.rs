@@ -3,7 +3,7 @@
 //! into its next engine step under every input the scope allows before it (copies finishing,
 //! a session's next input, ...; not more than [`MAX_INPUTS`] before the step), and the first
 //! path (breadth first, in the inputs' fixed order) on which the engine dies names the
-//! property that says so (queue-sound, connector-assert, rows-present). The log does not hold
+//! property that says so (queue-sound, connector-assert, rows-present, tokens-positive). The log does not hold
 //! the inputs of the step that raised (an abort, a session's end), so "does not die" is no
 //! verdict: the model may need an input only the implementation's client sent.
 
@@ -13,7 +13,7 @@ use crate::system::{Engine, Event, Events, Input, System};
 /// Inputs (other than the engine step) tried before the step that raised.
 pub const MAX_INPUTS: usize = 3;
 /// The properties whose violation kills the engine.
-pub const KILLS: [&str; 3] = ["queue-sound", "connector-assert", "rows-present"];
+pub const KILLS: [&str; 4] = ["queue-sound", "connector-assert", "rows-present", "tokens-positive"];
 /// Model states tried at most.
 pub const MAX_STATES: usize = 20_000;
 

@@ -203,7 +203,9 @@ pub enum Ev {
     },
     Schedule {
         step: u32,
-        scheduled: Vec<(String, u32)>,
+        /// Negative when vLLM scheduled a request past `max_model_len` (0.24's sessions that
+        /// outgrow it: the next `update_from_output` asserts, the log ends `partial`).
+        scheduled: Vec<(String, i64)>,
         new: Vec<String>,
         resumed: Vec<String>,
         preempted: Vec<String>,

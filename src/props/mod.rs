@@ -319,6 +319,7 @@ registry! {
     flag!(RowsExact, "rows-exact", [Breach::RowsInexact], ROWS, "a finished request's rows are exactly its response's");
     flag!(StartAnchored, "start-anchored", [Breach::StartNotAnchored], ROWS, "the response start is the first row's position");
     flag!(QueueSound, "queue-sound", [Breach::QueueRaised], ANY, "the scheduler never meets a scheduled or finished request in its waiting queues");
+    flag!(TokensPositive, "tokens-positive", [Breach::TokensNonPositive], ANY, "the scheduler never schedules a request a negative token count (a session grown past max_model_len: vLLM asserts and the engine dies)");
     flag!(SessionHistory, "session-history", [Breach::SessionHistoryLost], ASYNC, "a streaming session's next input keeps the session's earlier tokens");
     flag!(ConnectorAssert, "connector-assert", [Breach::ConnectorAssert], only(&[OC, MC]), "the connector's scheduler side never raises (Mooncake's external-token assertion, the OffloadingConnector's fence bookkeeping)");
     flag!(HandoffIntegrity, "handoff-integrity", [Breach::PdStaleSend], only(&[NX]), "a P/D consumer reads only final KV from the producer");

@@ -224,6 +224,7 @@ fn flags(bits: u32) -> Vec<String> {
         (B::PdStaleSend, "PdStaleSend"),
         (B::PdNotColocated, "PdNotColocated"),
         (B::QueueRaised, "QueueRaised"),
+        (B::TokensNonPositive, "TokensNonPositive"),
         (B::SessionHistoryLost, "SessionHistoryLost"),
     ];
     all.iter().filter(|(f, _)| bits & (*f as u32) != 0).map(|(_, n)| n.to_string()).collect()

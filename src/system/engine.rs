@@ -332,12 +332,14 @@ impl Engine {
     }
 
     /// The engine is gone: the rows worker raised (rows-present), the scheduler's connector
-    /// asserted (connector-assert) or the scheduler raised on a queue entry (queue-sound).
+    /// asserted (connector-assert), the scheduler raised on a queue entry (queue-sound) or
+    /// asserted on a negative scheduled count (tokens-positive).
     /// Nothing moves any more.
     pub fn is_dead(&self) -> bool {
         self.aux.as_ref().is_some_and(|a| a.dead)
             || self.ghost.has(Breach::ConnectorAssert)
             || self.ghost.has(Breach::QueueRaised)
+            || self.ghost.has(Breach::TokensNonPositive)
             || self.pd.as_ref().is_some_and(|x| x.d.is_dead())
     }
 

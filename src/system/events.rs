@@ -39,7 +39,8 @@ pub enum Event {
     /// What `schedule()` returned: tokens per request in `num_scheduled_tokens` order, new and
     /// resumed admissions, `preempted_req_ids`, `finished_req_ids`, and every block table.
     StepScheduled {
-        scheduled: Vec<(ReqId, u32)>,
+        /// Negative for a request vLLM scheduled past `max_model_len` ([`super::Scheduled`]).
+        scheduled: Vec<(ReqId, i64)>,
         new: Vec<ReqId>,
         resumed: Vec<ReqId>,
         preempted: Vec<ReqId>,

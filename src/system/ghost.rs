@@ -63,6 +63,11 @@ pub enum Breach {
     /// computed tokens, so a session preempted while its last output was in flight loses its
     /// prompt and outputs (session-history, finding 34).
     SessionHistoryLost = 1 << 17,
+    /// The scheduler scheduled a running request a negative token count: a streaming session
+    /// whose inputs grew it past `max_model_len` (vLLM checks each input alone). vLLM's
+    /// `update_from_output` asserts `num_tokens_scheduled > 0` and the engine dies
+    /// (tokens-positive).
+    TokensNonPositive = 1 << 18,
 }
 
 /// What a transition did, for reachability guards.

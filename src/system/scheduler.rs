@@ -113,6 +113,28 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             idx += 1;
             continue;
         }
+        if q.num_computed >= cfg.max_model_len && !ctx.rules.running_cap_clamped {
+            // Past `max_model_len` (a streaming session whose inputs outgrew it: vLLM checks
+            // each input's length alone): the cap `max_model_len - num_computed_tokens - 1` is
+            // negative, and 0.24's `schedule()` schedules that count (`allocate_slots` needs no
+            // block, the budget grows by it, `num_computed_tokens` goes back by it).
+            // `update_from_output` then asserts `num_tokens_scheduled > 0` (tokens-positive).
+            // 0.32+ clamp it at 0 (`_reserve_prefill_lookahead`): skipped below.
+            let negative = q.num_computed + 1 - cfg.max_model_len;
+            out.scheduled.push(Scheduled {
+                req: r,
+                start: q.num_computed,
+                tokens: 0,
+                blocks: Vec::new(),
+                full_table: false,
+                samples: false,
+                resumed: false,
+                negative,
+            });
+            budget += negative;
+            idx += 1;
+            continue;
+        }
         let mut n = (q.num_tokens(k.spec) + u32::from(q.placeholders)).saturating_sub(q.num_computed);
         if long_prefill_threshold > 0 && long_prefill_threshold < n {
             n = long_prefill_threshold;
@@ -172,6 +194,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             full_table: false,
             samples: false,
             resumed: false,
+            negative: 0,
         });
         budget -= n;
         idx += 1;
@@ -200,7 +223,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         e.sched_seq += 1;
     }
     ev.emit(|| Event::StepScheduled {
-        scheduled: out.scheduled.iter().map(|s| (s.req, s.tokens)).collect(),
+        scheduled: out.scheduled.iter().map(|s| (s.req, i64::from(s.tokens) - i64::from(s.negative))).collect(),
         // Model Runner V2 (0.33's default) reports requests resumed after preemption as new,
         // in `yield_req_data` order (`scheduled_new_reqs`: up to 0.33 resumed ones last).
         new: out.yield_order().filter(|s| s.full_table).map(|s| s.req).collect(),
@@ -218,7 +241,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
     // _update_after_schedule (+ AsyncScheduler's placeholders)
     for s in &mut out.scheduled {
         let q = &mut e.reqs[s.req as usize];
-        q.num_computed += s.tokens;
+        q.num_computed = q.num_computed + s.tokens - s.negative;
         q.in_flight += s.tokens as u16;
         if ctx.cfg.defer_block_free() {
             q.last_sched_seq = e.sched_seq;
@@ -541,6 +564,7 @@ fn schedule_waiting(
             full_table: true,
             samples: false,
             resumed,
+            negative: 0,
         });
         *budget -= n;
     }

@@ -38,6 +38,17 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
     let mut continuing: Vec<ReqId> = Vec::new();
     for s in &out.scheduled {
         let r = s.req;
+        if s.negative > 0 {
+            // `assert num_tokens_scheduled > 0`: the AssertionError kills the engine.
+            e.ghost.breach(Breach::TokensNonPositive);
+            let name = ctx.wl.spec(r, e.reqs[r as usize].turn).name.clone();
+            let n = s.negative;
+            ev.emit(|| Event::Violation {
+                property: "tokens-positive",
+                detail: format!("{name} was scheduled -{n} tokens past max_model_len: vLLM's assertion fails"),
+            });
+            return;
+        }
         let q = &mut e.reqs[r as usize];
         let spec = ctx.wl.spec(r, q.turn);
         if q.status.is_finished() {

@@ -296,9 +296,12 @@ pub struct Scheduled {
     pub samples: bool,
     /// Admitted after a preemption (`scheduled_resumed_reqs`), not new.
     pub resumed: bool,
+    /// vLLM scheduled `-negative` tokens (`tokens` is then 0): a running request already past
+    /// `max_model_len` (see `scheduler::schedule`). 0 otherwise.
+    pub negative: u32,
 }
 
-clone_fields!(Scheduled { req, start, tokens, blocks, full_table, samples, resumed });
+clone_fields!(Scheduled { req, start, tokens, blocks, full_table, samples, resumed, negative });
 
 /// The parts of `SchedulerOutput` the connector and the worker read.
 #[derive(Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

@@ -65,6 +65,8 @@ pub fn switch_read_by(row: &str, cfg: &EngineConfig, load_failure: bool) -> Opti
         // Read where a session's later inputs are built: a checker scope's
         // (`Workload::with_first_max_tokens`) and a log's (`scope_of`).
         "session_max_tokens" => true,
+        // Only a session that outgrows max_model_len (a log's scope) meets the cap.
+        "running_cap_clamped" => true,
         "mc_save_pins" => kind == ConnectorKind::Mooncake,
         "mc_store_032" => cfg.mooncake().is_some(),
         "aux_row_store" => cfg.router_replay.is_some(),

@@ -174,6 +174,12 @@ rules_table! {
     /// session keeps its first input's `max_tokens` for every input.
     session_max_tokens: bool
         => "a streaming session's next input sets its max_tokens", "Scheduler._update_request_as_session (session.max_tokens = update.max_tokens)";
+    /// A running request already at `max_model_len` or past it (a streaming session whose
+    /// inputs outgrew it) is scheduled no token: its negative cap is clamped at 0 (0.32+);
+    /// false (0.24): `schedule()` schedules the negative count and `update_from_output`'s
+    /// assertion kills the engine (tokens-positive, finding 37).
+    running_cap_clamped: bool
+        => "a running request past max_model_len is scheduled no token, not a negative count", "Scheduler.schedule (_reserve_prefill_lookahead: max(num_new_tokens, 0))";
     /// A streaming session whose turn stops drops its in-flight work (0.32+: the output
     /// placeholders leave `num_computed_tokens`, the in-flight output is stale and dropped);
     /// false (0.24): neither. Under async scheduling the in-flight position then stays computed
