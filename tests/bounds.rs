@@ -226,7 +226,7 @@ fn ctrl_c_on_check_prints_the_partial_report_and_exits_130() {
     assert_eq!(o.status.code(), Some(130), "{}{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("interrupt (Ctrl-C)") && out.contains("incomplete"), "{out}");
-    assert!(out.contains("14 results:"), "every row is reported: {out}");
+    assert!(out.contains("15 results:"), "every row is reported: {out}");
 }
 
 /// Item 6: the same for a trace replay: the figures reached, marked incomplete, exit 130.
@@ -296,7 +296,7 @@ fn the_watchdog_ends_an_exploration_that_does_not_stop() {
     assert_eq!(o.status.code(), Some(13), "{}{}", stdout(&o), stderr(&o));
     let v = json(&o);
     let rows = v["results"].as_array().unwrap();
-    assert_eq!(rows.len(), 14, "every property is reported");
+    assert_eq!(rows.len(), 15, "every property is reported");
     for r in rows {
         assert_eq!(r["verdict"], "incomplete");
         assert!(r["stopped_by"]
