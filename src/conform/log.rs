@@ -47,6 +47,18 @@ pub struct Header {
     /// `cache_aware_admission_threshold` (absent = vLLM's default 0.5).
     #[serde(default = "half")]
     pub cache_aware_admission_threshold: f64,
+    /// MooncakeStoreConnector (`"connector": "mooncake"`): the pool's contents at start.
+    #[serde(default)]
+    pub mooncake: Option<MooncakeHeader>,
+}
+
+/// The `mooncake` object of a Mooncake log's header.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MooncakeHeader {
+    /// Token sequences whose full blocks another instance put into the pool before step 1.
+    #[serde(default)]
+    pub preload: Vec<Vec<u32>>,
 }
 
 fn half() -> f64 {
@@ -251,6 +263,13 @@ pub enum Ev {
         refs: BTreeMap<String, u32>,
         pins: BTreeMap<String, Vec<u32>>,
     },
+    /// Mooncake, end of step: the pool's keys (labels, sorted) and the save jobs' GPU block
+    /// references (`_pinned_saves`: job id, a string, -> block ids).
+    Mooncake {
+        step: u32,
+        pool: Vec<String>,
+        pinned: BTreeMap<String, Vec<u32>>,
+    },
 }
 
 impl Ev {
@@ -280,7 +299,8 @@ impl Ev {
             | Ev::Host { step, .. }
             | Ev::StoreCompleted { step, .. }
             | Ev::LoadCompleted { step, .. }
-            | Ev::Cpu { step, .. } => *step,
+            | Ev::Cpu { step, .. }
+            | Ev::Mooncake { step, .. } => *step,
         }
     }
 
@@ -306,13 +326,19 @@ impl Ev {
 /// of these.
 fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
     let scpu = h.connector == "simple-cpu";
+    let mc = h.connector == "mooncake";
     match ev {
-        Ev::TransferDone { kind: None, .. } if scpu => {
-            Some("a SimpleCPU transfer_done names its stream (\"kind\": \"store\" or \"load\")".into())
-        }
-        Ev::TransferDone { kind: Some(k), .. } if !scpu || !["store", "load"].contains(&k.as_str()) => {
-            Some(format!("transfer_done kind {k:?}: only SimpleCPU logs name a stream (\"store\" or \"load\")"))
-        }
+        Ev::TransferDone { kind: None, .. } if scpu || mc => Some(format!(
+            "a {} transfer_done names its stream (\"kind\": \"store\" or \"load\")",
+            if mc { "Mooncake" } else { "SimpleCPU" }
+        )),
+        Ev::TransferDone { kind: Some(k), .. } if !(scpu || mc) || !["store", "load"].contains(&k.as_str()) => Some(
+            format!("transfer_done kind {k:?}: only SimpleCPU and Mooncake logs name a stream (\"store\" or \"load\")"),
+        ),
+        Ev::Mooncake { .. } if !mc => Some("mooncake lines go with the mooncake connector".into()),
+        Ev::Host { .. } | Ev::StoreRefused { .. } | Ev::Flush { .. } | Ev::Evict { .. } if mc => Some(
+            "host, store_refused, flush and evict lines are the OffloadingConnector's (this log is mooncake)".into(),
+        ),
         Ev::TransferFailed { .. } if scpu => Some("SimpleCPU never reports a failed load".into()),
         Ev::Lookup { pins: None, .. } if scpu => {
             Some("a SimpleCPU lookup lists the CPU blocks it pinned (\"pins\")".into())
@@ -326,6 +352,26 @@ fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// A Mooncake header kvmc cannot replay: the model runs the store with synchronous scheduling
+/// only, and a `mooncake` object goes with that connector. Preloaded sequences are bounded
+/// like a model file's prompts.
+fn mooncake_header_error(h: &Header) -> Option<String> {
+    let mc = h.connector == "mooncake";
+    if !mc {
+        return h.mooncake.is_some().then(|| "a \"mooncake\" object goes with \"connector\": \"mooncake\"".into());
+    }
+    if h.async_scheduling {
+        return Some("the mooncake connector is modelled with synchronous scheduling only".into());
+    }
+    let pre = h.mooncake.as_ref().map_or(&[][..], |m| m.preload.as_slice());
+    if pre.len() > 64 || pre.iter().any(|p| p.len() > 4096) {
+        return Some("mooncake.preload: at most 64 sequences of at most 4096 tokens".into());
+    }
+    pre.iter()
+        .position(|p| (p.len() as u32) < h.block_size)
+        .map(|i| format!("mooncake.preload[{i}] has no full block (block_size {})", h.block_size))
 }
 
 /// A header size beyond what kvmc allocates: the same limits as a model file's
@@ -391,12 +437,15 @@ pub fn parse(path: &Path, text: &str, partial: bool) -> Result<(Header, Vec<Line
                         format!("unsupported log format {} (kvmc reads format 1)", h.format),
                     ));
                 }
-                if !["offloading", "none", "simple-cpu"].contains(&h.connector.as_str()) {
+                if !["offloading", "none", "simple-cpu", "mooncake"].contains(&h.connector.as_str()) {
                     return Err(KvmcError::input(
                         path,
                         no,
-                        format!("connector {:?} is not modelled (offloading, simple-cpu, none)", h.connector),
+                        format!("connector {:?} is not modelled (offloading, simple-cpu, mooncake, none)", h.connector),
                     ));
+                }
+                if let Some(why) = mooncake_header_error(h) {
+                    return Err(KvmcError::input(path, no, why));
                 }
                 if h.connector == "simple-cpu" && !h.enable_prefix_caching {
                     return Err(KvmcError::input(
@@ -531,6 +580,11 @@ pub fn parse(path: &Path, text: &str, partial: bool) -> Result<(Header, Vec<Line
                     Ev::Cpu { refs, .. } => {
                         if let Some(k) = refs.keys().find(|k| k.parse::<u32>().is_err()) {
                             return Err(KvmcError::input(path, no, format!("refs key {k:?} is not a block id")));
+                        }
+                    }
+                    Ev::Mooncake { pinned, .. } => {
+                        if let Some(k) = pinned.keys().find(|k| k.parse::<u32>().is_err()) {
+                            return Err(KvmcError::input(path, no, format!("pinned key {k:?} is not a save job id")));
                         }
                     }
                     _ => {}

@@ -60,9 +60,11 @@ pub struct BadTransfer {
 
 /// The first `transfer_done` / `transfer_failed` line that names a job no earlier `load` or
 /// `store` line created, or one that an earlier line already reported finished. SimpleCPU's
-/// store and load events are counted apart (`kind`); the OffloadingConnector has one job
+/// store and load events, and Mooncake's save and load jobs, are counted apart (`tagged`:
+/// `kind`; a Mooncake `transfer_failed` is a load's); the OffloadingConnector has one job
 /// counter. A worker reports each job once (`get_finished` drops what it reported).
-pub fn bad_transfer(lines: &[Line], scpu: bool) -> Option<BadTransfer> {
+pub fn bad_transfer(lines: &[Line], tagged: bool) -> Option<BadTransfer> {
+    let scpu = tagged;
     // (stream, job) -> the line that created it, and the line that reported it finished.
     let mut created: BTreeMap<(&str, u32), usize> = BTreeMap::new();
     let mut reported: BTreeMap<(&str, u32), usize> = BTreeMap::new();
@@ -82,7 +84,7 @@ pub fn bad_transfer(lines: &[Line], scpu: bool) -> Option<BadTransfer> {
                 continue;
             }
             Ev::TransferDone { job, kind, .. } => (kind.as_deref().unwrap_or(""), *job, "transfer_done"),
-            Ev::TransferFailed { job, .. } => ("", *job, "transfer_failed"),
+            Ev::TransferFailed { job, .. } => (if tagged { "load" } else { "" }, *job, "transfer_failed"),
             _ => continue,
         };
         let why = if !created.contains_key(&(stream, job)) {

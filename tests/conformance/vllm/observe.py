@@ -113,6 +113,8 @@ class Recorder:
             "eviction_policy": sc.eviction_policy,
             "sync_load_budget_tokens": sc.sync_load_budget_tokens,
         }
+        if sc.connector == "mooncake":
+            hdr["mooncake"] = {"preload": self.eng.mc_preload}
         if sc.connector == "simple-cpu":
             hdr["cpu_blocks"] = sc.cpu_blocks
             if sc.lazy_offload:
@@ -144,6 +146,8 @@ class Recorder:
             for t, hashes in enumerate([*self.turn_hashes.get(rid, []), req.block_hashes]):
                 for i, h in enumerate(hashes):
                     labels.setdefault(bytes(h), f"{rid}.{i}" if t == 0 else f"{rid}@{t + 1}.{i}")
+        for raw, lab in getattr(self.eng, "mc_labels", {}).items():   # Mooncake preload
+            labels.setdefault(raw, lab)
         return labels
 
     def flush_step(self) -> None:
@@ -260,6 +264,9 @@ class Recorder:
         if scpu is not None:
             self._install_scpu(scpu)
             return
+        if self.sc.connector == "mooncake":
+            import mcstore
+            return mcstore.install(self)
         if self.eng.manager is None:
             raise RuntimeError(
                 f"connector {type(conn).__module__}:{type(conn).__name__} is not vLLM's "
@@ -554,6 +561,9 @@ class Recorder:
         if scpu is not None:
             self._cpu_snapshot(scpu, labels)
             return
+        if self.sc.connector == "mooncake":
+            import mcstore
+            return mcstore.snapshot(self)
         mgr = self.eng.manager
         if mgr is None:
             return
