@@ -44,7 +44,10 @@ class FakeStore:
 
 
 def pool_key(h) -> str:
-    from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.data import PoolKey
+    try:   # 0.34 moved it to layout.py
+        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.layout import PoolKey
+    except ImportError:
+        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.data import PoolKey
 
     return PoolKey.build_key_string(PREFIX, bytes(h).hex())
 
@@ -62,8 +65,11 @@ class FakeLookupClient:
         w.coord = sched._store_coord
         w.hash_block_size = sched._hash_block_size
         w._kv_cache_groups = sched.kv_cache_config.kv_cache_groups
-        w.token_dbs = [SimpleNamespace(block_size=g.kv_cache_spec.block_size)
+        # 0.34: a store chunk per block (kvmc models no smaller chunks), no selective lease.
+        w.token_dbs = [SimpleNamespace(block_size=g.kv_cache_spec.block_size,
+                                       chunk_size=g.kv_cache_spec.block_size)
                        for g in w._kv_cache_groups]
+        w._selective_lease = None
         w._lookup_key_prefixes = [(PREFIX,) for _ in w._kv_cache_groups]
         w.store = store
         w._kv_connector_stats_lock = threading.Lock()
