@@ -154,3 +154,9 @@ fn bad_mooncake_lines_exit_2_naming_file_and_line() {
 fn read_main() -> String {
     read("main")
 }
+
+#[test]
+fn the_mooncake_recorder_parts_pass_their_own_tests() {
+    // The [mooncake] table and the fake worker's rules, without vLLM.
+    python_unittest("tests/conformance/vllm/test_mcstore.py", 4);
+}
