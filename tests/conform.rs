@@ -586,7 +586,7 @@ fn bad_simple_cpu_lines_exit_2_naming_file_and_line() {
         ),
         (
             vec![oc_head.clone(), r#"{"ev":"transfer_done","step":2,"job":0,"kind":"store"}"#.into()],
-            "log.jsonl:2: transfer_done kind \"store\": only SimpleCPU logs",
+            "log.jsonl:2: transfer_done kind \"store\": only SimpleCPU and Mooncake logs",
         ),
         (
             vec![

@@ -30,11 +30,12 @@ fn mooncake_on_real_vllm_loads_pins_and_puts() {
             r#""connector":"mooncake""#,
             // The preloaded prefix: A's lookup hits two blocks, loaded asynchronously.
             r#"{"ev":"lookup","step":1,"req":"A","local":0,"external":8,"async":true}"#,
-            r#"{"ev":"load","step":1,"job":0,"req":"A","keys":["A.0","A.1"],"blocks":[1,2],"slots":[],"sync":false}"#,
+            r#"{"ev":"load","step":1,"job":0,"req":"A","keys":["pool1.0","pool1.1"],"blocks":[1,2],"slots":[],"sync":false}"#,
             // The first prefill chunk's save pins A's whole table until the worker reports it.
             r#""pinned":{"0":[1,2,3,4]}"#,
-            // B finds no G1 hit (C evicted A's blocks) and loads A's puts from the pool.
-            r#""req":"B","keys":["A.0","A.1","A.2","A.3"]"#,
+            // B finds no G1 hit (C evicted A's blocks) and loads the preloaded blocks and A's
+            // puts from the pool.
+            r#""req":"B","keys":["pool1.0","pool1.1","A.2","A.3"]"#,
         ],
     );
     let pre = read("mooncake-preempt");
@@ -56,7 +57,7 @@ fn mooncake_on_real_vllm_loads_pins_and_puts() {
             r#"{"ev":"abort","step":2,"req":"A"}"#,
             // The aborted A keeps its blocks until its load is reported.
             r#""finished":["A"],"tables":{"A":[1,2],"#,
-            r#"{"ev":"mooncake","step":3,"pool":["A.0","A.1","B.0","B.1"],"pinned":{"1":[3,4,5,6]}}"#,
+            r#"{"ev":"mooncake","step":3,"pool":["B.0","B.1","pool1.0","pool1.1"],"pinned":{"1":[3,4,5,6]}}"#,
         ],
     );
     has(&read("mooncake-load-fail"), &[r#"{"ev":"transfer_failed","step":2,"job":0,"invalid_blocks":[2,3]}"#]);

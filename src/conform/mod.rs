@@ -218,12 +218,14 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
     } else {
         Workload::with_sessions(h.block_size, specs, sessions)
     };
-    // Another instance's puts: the full blocks of each preloaded sequence, labelled after the
-    // request that produces them, else `poolN.i` (as the recorder labels them).
+    // Another instance's puts: the full blocks of each preloaded sequence, labelled `poolN.i`
+    // (the first sequence that has the block), also where a request produces them, as the
+    // recorder labels them: the log may name them before any request arrives.
     let mut cfg = cfg;
     if let ConnectorConfig::Mooncake(m) = &mut cfg.connector {
         for (i, toks) in h.mooncake.iter().flat_map(|x| &x.preload).enumerate() {
-            for k in workload.register_extra(&format!("pool{}", i + 1), toks) {
+            let keep = m.preload.clone();
+            for k in workload.register_extra_named(&format!("pool{}", i + 1), toks, &keep) {
                 if !m.preload.contains(&k) {
                     m.preload.push(k);
                 }

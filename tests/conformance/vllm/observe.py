@@ -140,14 +140,14 @@ class Recorder:
     def _labels(self) -> dict[bytes, str]:
         """Arrival order; a session's inputs in order: "S.i" for its first input's block
         hashes, "S@k.i" for those of input k that no earlier one has."""
-        labels: dict[bytes, str] = {}
+        # Mooncake: a preloaded block is named after its sequence ("poolN.i"), also where a
+        # request produces it (the pool's snapshot names it before any request arrives).
+        labels: dict[bytes, str] = dict(getattr(self.eng, "mc_labels", {}))
         for req in self.arrivals:
             rid = req.request_id
             for t, hashes in enumerate([*self.turn_hashes.get(rid, []), req.block_hashes]):
                 for i, h in enumerate(hashes):
                     labels.setdefault(bytes(h), f"{rid}.{i}" if t == 0 else f"{rid}@{t + 1}.{i}")
-        for raw, lab in getattr(self.eng, "mc_labels", {}).items():   # Mooncake preload
-            labels.setdefault(raw, lab)
         return labels
 
     def flush_step(self) -> None:
