@@ -161,3 +161,34 @@ fn the_mooncake_recorder_parts_pass_their_own_tests() {
     // The [mooncake] table and the fake worker's rules, without vLLM.
     python_unittest("tests/conformance/vllm/test_mcstore.py", 4);
 }
+
+/// Finding 20 with the MooncakeStoreConnector on real vLLM
+/// (tests/conformance/findings/mooncake-load-retry.toml, the recorder scenario of
+/// models/mooncake-load-retry.toml): A's async load from the pool fails from its first block
+/// under `recompute`; every later step A's lookup finds the block again and A is never
+/// admitted (its admission reserves its own blocks, `_inflight_prefills`), so the engine steps
+/// until the recorder's 40-step bound, on 0.32.0, 0.33.0 and 0.34.0 alike. Every recorded step
+/// conforms; under `fix-self-reservation` the model admits A with a new load at step 3.
+#[test]
+fn finding_20_a_failed_pool_load_never_admits_its_request_again_on_real_vllm() {
+    let dir = root().join("tests/conformance/findings");
+    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/mooncake-load-retry.jsonl.partial"));
+        let r = conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none(), "{release}: {:?}", r.divergence);
+        assert_eq!(r.steps, 40, "{release}: every step up to the recorder's bound conforms");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("did not finish in 40 steps"), "{release}");
+        assert!(text.contains(r#"{"ev":"transfer_failed","step":2,"job":0,"invalid_blocks":[1]}"#), "{release}");
+        for step in 3..=40 {
+            let lookup = format!(r#"{{"ev":"lookup","step":{step},"req":"A","local":0,"external":2,"async":true}}"#);
+            assert!(text.contains(&lookup), "{release} step {step}: A's lookup finds the block again");
+            let sched = format!(
+                r#"{{"ev":"schedule","step":{step},"scheduled":[],"new":[],"resumed":[],"preempted":[],"finished":[],"tables":{{}}}}"#
+            );
+            assert!(text.contains(&sched), "{release} step {step}: nothing is scheduled, A holds no block");
+        }
+        let d = conform::check(&log, release, Some("fix-self-reservation"), 8).unwrap().divergence.expect("fixed");
+        assert_eq!((d.step, d.what.as_str()), (3, "load"), "{release}: {d:?}");
+    }
+}
