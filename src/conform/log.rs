@@ -321,59 +321,6 @@ impl Ev {
     }
 }
 
-/// A line that does not fit the header's connector: SimpleCPU logs name each completion's
-/// stream and the pins of every lookup, and have `cpu` snapshots; the other connectors none
-/// of these.
-fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
-    let scpu = h.connector == "simple-cpu";
-    let mc = h.connector == "mooncake";
-    match ev {
-        Ev::TransferDone { kind: None, .. } if scpu || mc => Some(format!(
-            "a {} transfer_done names its stream (\"kind\": \"store\" or \"load\")",
-            if mc { "Mooncake" } else { "SimpleCPU" }
-        )),
-        Ev::TransferDone { kind: Some(k), .. } if !(scpu || mc) || !["store", "load"].contains(&k.as_str()) => Some(
-            format!("transfer_done kind {k:?}: only SimpleCPU and Mooncake logs name a stream (\"store\" or \"load\")"),
-        ),
-        Ev::Mooncake { .. } if !mc => Some("mooncake lines go with the mooncake connector".into()),
-        Ev::Host { .. } | Ev::StoreRefused { .. } | Ev::Flush { .. } | Ev::Evict { .. } if mc => Some(
-            "host, store_refused, flush and evict lines are the OffloadingConnector's (this log is mooncake)".into(),
-        ),
-        Ev::TransferFailed { .. } if scpu => Some("SimpleCPU never reports a failed load".into()),
-        Ev::Lookup { pins: None, .. } if scpu => {
-            Some("a SimpleCPU lookup lists the CPU blocks it pinned (\"pins\")".into())
-        }
-        Ev::Lookup { pins: Some(_), .. } if !scpu => Some("\"pins\" goes with the simple-cpu connector".into()),
-        Ev::StoreCompleted { .. } | Ev::LoadCompleted { .. } | Ev::Cpu { .. } if !scpu => {
-            Some("store_completed, load_completed and cpu lines go with the simple-cpu connector".into())
-        }
-        Ev::Host { .. } | Ev::StoreRefused { .. } | Ev::Flush { .. } if scpu => {
-            Some("host, store_refused and flush lines are the OffloadingConnector's (this log is simple-cpu)".into())
-        }
-        _ => None,
-    }
-}
-
-/// A Mooncake header kvmc cannot replay: the model runs the store with synchronous scheduling
-/// only, and a `mooncake` object goes with that connector. Preloaded sequences are bounded
-/// like a model file's prompts.
-fn mooncake_header_error(h: &Header) -> Option<String> {
-    let mc = h.connector == "mooncake";
-    if !mc {
-        return h.mooncake.is_some().then(|| "a \"mooncake\" object goes with \"connector\": \"mooncake\"".into());
-    }
-    if h.async_scheduling {
-        return Some("the mooncake connector is modelled with synchronous scheduling only".into());
-    }
-    let pre = h.mooncake.as_ref().map_or(&[][..], |m| m.preload.as_slice());
-    if pre.len() > 64 || pre.iter().any(|p| p.len() > 4096) {
-        return Some("mooncake.preload: at most 64 sequences of at most 4096 tokens".into());
-    }
-    pre.iter()
-        .position(|p| (p.len() as u32) < h.block_size)
-        .map(|i| format!("mooncake.preload[{i}] has no full block (block_size {})", h.block_size))
-}
-
 /// A header size beyond what kvmc allocates: the same limits as a model file's
 /// (docs/models.md, "Limits"), so that a typo cannot abort the process for lack of memory.
 /// Names the key and the largest accepted value. (`sync_load_budget_tokens`, which allocates
@@ -444,7 +391,7 @@ pub fn parse(path: &Path, text: &str, partial: bool) -> Result<(Header, Vec<Line
                         format!("connector {:?} is not modelled (offloading, simple-cpu, mooncake, none)", h.connector),
                     ));
                 }
-                if let Some(why) = mooncake_header_error(h) {
+                if let Some(why) = super::validate::mooncake_header_error(h) {
                     return Err(KvmcError::input(path, no, why));
                 }
                 if h.connector == "simple-cpu" && !h.enable_prefix_caching {
@@ -590,7 +537,7 @@ pub fn parse(path: &Path, text: &str, partial: bool) -> Result<(Header, Vec<Line
                     _ => {}
                 }
                 let h = header.as_ref().expect("checked");
-                if let Some(why) = connector_mismatch(h, ev) {
+                if let Some(why) = super::validate::connector_mismatch(h, ev) {
                     return Err(KvmcError::input(path, no, why));
                 }
             }
