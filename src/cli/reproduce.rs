@@ -79,7 +79,7 @@ fn find_cx(
     }
     if p.id == props::PropId::SessionHistory {
         return Err(KvmcError::Usage(format!(
-            "--property {property}: kvmc flags a session's lost history and goes on as vLLM 0.33 does (it does not model the lost tokens), so a recorded log diverges at that input's turn_start (finding 34; tests/conformance/findings/session-preempt-lost.toml records it)"
+            "--property {property}: a session's lost history (layout Lost) is not written as a scenario: the scenario writer lays every input over the previous one's kept tokens (finding 34; tests/conformance/findings/session-preempt-lost.toml records it by hand)"
         )));
     }
     let prof = profile.unwrap_or(&scope.profile);

@@ -264,7 +264,7 @@ pub fn step(
                     "{} turn={} num_computed={num_computed} num_prompt_tokens={}",
                     name(req),
                     turn + 1,
-                    wl.spec(*req, *turn).prompt_len
+                    wl.spec(*req, *turn).num_prompt_tokens()
                 ),
             ),
             _ => {}

@@ -14,7 +14,7 @@ pub mod validate;
 use crate::error::{KvmcError, Result};
 use crate::scope::{Arrivals, Faults, Scope};
 use crate::system::rules::Rules;
-use crate::system::workload::{next_turn_spec, unrehashed_keys, EndKind, LaterInput, Layout, TurnInput};
+use crate::system::workload::{next_turn_spec, unrehashed_keys, EndKind, LaterInput, Layout, Offered, TurnInput};
 use crate::system::{
     ConnectorConfig, EngineConfig, KvRole, LoadFailurePolicy, MooncakeConfig, OffloadConfig, RequestSpec,
     SimpleCpuConfig, Workload,
@@ -103,12 +103,16 @@ const UNSENT_TOKEN: u32 = 0x7fff_fff0;
 /// `max_model_len`), and each later input's prompt is the previous one's tokens but the last
 /// sampled one, followed by the `stream_input` tokens (`_update_request_as_session`).
 /// Rule `session_max_tokens`: each input stops at its own `max_tokens`; false (0.24): at the
-/// session's first input's. Rule `session_stop_drops_in_flight` false under async scheduling
-/// (0.24): how each input is laid out over the previous one is read from the log too
-/// ([`stale_session`]), and the workload gets every other layout the model may take.
+/// session's first input's. Rule `session_stop_drops_in_flight` false (0.24) or
+/// `session_keeps_computed_only` (0.24, 0.32) under async scheduling: how each input is laid
+/// out over the previous one is read from the log too ([`stale_session`]), and the workload
+/// gets every other layout the model may take.
 pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rules: &Rules) -> Result<Scope> {
     let input_max_tokens = rules.session_max_tokens;
-    let stale_layouts = !rules.session_stop_drops_in_flight && h.async_scheduling;
+    let offered = Offered {
+        stale: !rules.session_stop_drops_in_flight && h.async_scheduling,
+        lost: rules.session_keeps_computed_only && h.async_scheduling,
+    };
     let mut specs: Vec<RequestSpec> = Vec::new();
     let mut sessions: Vec<Vec<RequestSpec>> = Vec::new();
     let mut later: Vec<Vec<LaterInput>> = Vec::new();
@@ -151,9 +155,9 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
                 // input the log never sends; this one stands for it and is never sent.
                 inputs.push((&unsent, *max_tokens, *eos_token_id));
             }
-            if stale_layouts {
+            if offered.stale || offered.lost {
                 let (first, inputs) =
-                    stale_session(req, (prompt, *max_tokens, *eos_token_id), &inputs, lines, dropped, h);
+                    stale_session(req, (prompt, *max_tokens, *eos_token_id), &inputs, lines, dropped, h, offered);
                 specs.push(first);
                 sessions.push(Vec::new());
                 later.push(inputs);
@@ -214,7 +218,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
     };
     let n = specs.len();
     let mut workload = if later.iter().any(|l| !l.is_empty()) {
-        Workload::with_sessions(h.block_size, specs, sessions).with_stale_layouts(&later, h.max_model_len, false)
+        Workload::with_sessions(h.block_size, specs, sessions).with_layouts(&later, h.max_model_len, false, offered)
     } else {
         Workload::with_sessions(h.block_size, specs, sessions)
     };
@@ -306,12 +310,15 @@ fn until_stop(sampled: &[u32], prompt_len: u32, max_tokens: u32, eos: Option<u32
     n
 }
 
-/// [`session_specs`] for vLLM 0.24 under async scheduling: a stopped input's in-flight output
-/// is not dropped, so the log says how each input follows the previous one ([`Layout`]):
-/// - a token sampled after the stop and before the next `turn_start` went to the parked
-///   session (`Kept`; it stays in the previous input's tokens, past its stop);
-/// - else a `turn_start` whose prompt keeps every sampled token takes the in-flight output,
-///   the session's next sampled token, as its first output (`KeptStale`);
+/// [`session_specs`] for vLLM 0.24 and 0.32 under async scheduling, where the log says how each
+/// input follows the previous one ([`Layout`]):
+/// - a `turn_start` with no computed token (`Lost`, rule `session_keeps_computed_only`: the
+///   session was preempted and keeps nothing; its counted prompt still grows);
+/// - (0.24, a stopped input's in-flight output is not dropped) a token sampled after the stop
+///   and before the next `turn_start` went to the parked session (`Kept`; it stays in the
+///   previous input's tokens, past its stop);
+/// - else (0.24) a `turn_start` whose prompt keeps every sampled token takes the in-flight
+///   output, the session's next sampled token, as its first output (`KeptStale`);
 /// - else every sampled token but the last is kept (`Dropped`).
 ///
 /// Returns the first input's spec and the later inputs.
@@ -322,17 +329,19 @@ fn stale_session(
     lines: &[Line],
     dropped: &[usize],
     h: &Header,
+    offered: Offered,
 ) -> (RequestSpec, Vec<LaterInput>) {
-    // The session's sampled tokens, cut at each `turn_start` line.
+    // The session's sampled tokens, cut at each `turn_start` line (its counted prompt and
+    // computed tokens).
     let mut segs: Vec<Vec<u32>> = vec![Vec::new()];
-    let mut starts: Vec<u32> = Vec::new();
+    let mut starts: Vec<(u32, u32)> = Vec::new();
     for l in lines {
         match &l.ev {
             Ev::Sampled { req, token, .. } if req == name && !dropped.contains(&l.no) => {
                 segs.last_mut().expect("a segment").push(*token);
             }
-            Ev::TurnStart { req, num_prompt_tokens, .. } if req == name => {
-                starts.push(*num_prompt_tokens);
+            Ev::TurnStart { req, num_prompt_tokens, num_computed, .. } if req == name => {
+                starts.push((*num_prompt_tokens, *num_computed));
                 segs.push(Vec::new());
             }
             _ => {}
@@ -355,7 +364,8 @@ fn stale_session(
     let mut outs: Vec<Vec<u32>> = Vec::new();
     let mut extra: Vec<Vec<u32>> = Vec::new();
     let mut layouts: Vec<Layout> = vec![Layout::Dropped];
-    let mut prompt_len = p.len() as u32;
+    // The prompt the session holds and the one vLLM counts (`num_prompt_tokens`).
+    let (mut prompt_len, mut counted) = (p.len() as u32, p.len() as u32);
     let (mut max_tokens, mut eos) = (m, e);
     for j in 0..=inputs.len() {
         let s = seg(j);
@@ -364,15 +374,23 @@ fn stale_session(
         extra.push(s[n..].to_vec());
         let Some(&(input, mi, ei)) = inputs.get(j) else { break };
         let o = n as u32;
-        let layout = if n < s.len() {
+        let start = starts.get(j).copied();
+        let layout = if offered.lost && start.is_some_and(|(_, c)| c == 0) {
+            Layout::Lost
+        } else if offered.stale && n < s.len() {
             Layout::Kept
-        } else if starts.get(j) == Some(&(prompt_len + o + input.len() as u32)) {
+        } else if offered.stale && start.map(|(p, _)| p) == Some(counted.max(prompt_len + o) + input.len() as u32) {
             Layout::KeptStale
         } else {
             Layout::Dropped
         };
-        let kept = if layout == Layout::Dropped { o.saturating_sub(1) } else { o };
-        prompt_len += kept + input.len() as u32;
+        let held = match layout {
+            Layout::Lost => 0,
+            Layout::Dropped => prompt_len + o.saturating_sub(1),
+            Layout::Kept | Layout::KeptStale => prompt_len + o,
+        };
+        counted = counted.max(held) + input.len() as u32;
+        prompt_len = held + input.len() as u32;
         layouts.push(layout);
         (max_tokens, eos) = (mi, ei);
     }

@@ -10,7 +10,7 @@ use super::validate::BadTransfer;
 use super::{kv_events, model_counts, scope_of, Divergence, Report, StepChoice};
 use crate::error::{KvmcError, Result};
 use crate::props::{self, Kind};
-use crate::system::choice::{Choices, Item};
+use crate::system::choice::{Choices, Item, Point, MAX_PERMUTED};
 use crate::system::connector::simple_cpu::worker::LOAD_EVENT;
 use crate::system::engine::StepInput;
 use crate::system::{Engine, Events};
@@ -111,6 +111,10 @@ pub(super) fn replay(
         let mut best: Option<(Divergence, Vec<StepChoice>, u32)> = None;
         let mut drop_first: Option<Vec<usize>> = None;
         let mut tried_total = 0;
+        let hints = step_hints(&scope.workload, &this);
+        // A set of this step too large to search every order of (a divergence here is then
+        // no verdict).
+        let mut unsearched: Option<String> = None;
         for b in &frontier {
             let mut plan = Some(Vec::new());
             let mut matched: Vec<(Branch, Vec<StepChoice>)> = Vec::new();
@@ -125,10 +129,19 @@ pub(super) fn replay(
                 tried += 1;
                 let mut engine = b.engine.clone();
                 let mut ev = Events::on();
-                ev.choices = Some(Box::new(Choices::with_plan(p)));
+                ev.choices = Some(Box::new(Choices::with_hints(p, hints.clone())));
                 let (queued, processed) = apply_step(&mut engine, ctx, &this, &idx, &mut ev);
                 let taken = ev.choices.take().map(|c| *c).unwrap_or_default();
                 plan = taken.next_plan();
+                if let Some(c) = taken.taken.iter().find(|c| !c.exhaustive) {
+                    unsearched.get_or_insert_with(|| {
+                        format!(
+                            "step {step}: {} has {} items, more than kvmc searches every order of ({MAX_PERMUTED}); only the model's order and the log's were tried",
+                            c.point.as_str(),
+                            c.canonical.len()
+                        )
+                    });
+                }
                 let here: Vec<StepChoice> = taken
                     .taken
                     .iter()
@@ -226,6 +239,9 @@ pub(super) fn replay(
             return Err(KvmcError::input(path, b.line, b.why.clone()));
         }
         if next.is_empty() {
+            if let Some(u) = unsearched {
+                bounded.get_or_insert(u);
+            }
             let (mut d, under, _) = best.expect("a step that matches nothing has a divergence");
             let first = d.line;
             d.window = lines
@@ -250,6 +266,19 @@ pub(super) fn replay(
         r.death = Some(super::death::after(&sys, &starts));
     }
     Ok((r, Vec::new()))
+}
+
+/// The orders this step's log lines show for a choice point: vLLM 0.24's host-tier LRU order
+/// after the step (the last `host` line's `order`), for `TransferJobStatus.keys`, whose walk
+/// appends the keys it releases to that order.
+pub(super) fn step_hints(wl: &crate::system::Workload, this: &[&Line]) -> Vec<(Point, Vec<Item>)> {
+    let order = this.iter().rev().find_map(|l| match &l.ev {
+        Ev::Host { order, .. } => Some(order),
+        _ => None,
+    });
+    order.map_or_else(Vec::new, |o| {
+        vec![(Point::TransferJobKeys, o.iter().flat_map(|k| wl.keys_by_label(k)).map(Item::Key).collect())]
+    })
 }
 
 /// Apply a step's inputs to `engine` and run the step (if vLLM's engine steps); returns the

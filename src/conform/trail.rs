@@ -66,13 +66,14 @@ pub fn trail(path: &Path, text: &str, profile: &str, variant: Option<&str>, wind
             Some(d) if d.step == step => d.under.iter().map(|c| (c.point, c.chosen.clone())).collect(),
             _ => report.choices.iter().filter(|c| c.step == step).map(|c| (c.point, c.chosen.clone())).collect(),
         };
+        let hints = replay::step_hints(&sys.workload, &this);
         let mut plan = Some(Vec::new());
         let mut first: Option<(Engine, Vec<Event>)> = None;
         let mut found = None;
         while let Some(p) = plan.take() {
             let mut e = engine.clone();
             let mut ev = Events::on();
-            ev.choices = Some(Box::new(Choices::with_plan(p)));
+            ev.choices = Some(Box::new(Choices::with_hints(p, hints.clone())));
             replay::apply_step(&mut e, ctx, &this, &idx, &mut ev);
             let taken = ev.choices.take().map(|c| *c).unwrap_or_default();
             plan = taken.next_plan();

@@ -309,17 +309,24 @@ impl Scope {
                 workload = w;
             }
         }
-        if !rules.session_stop_drops_in_flight && self.cfg.async_scheduling && !workload.has_layouts() {
-            let max = crate::system::workload::MAX_LAYOUT_INPUTS;
+        // vLLM 0.24 and 0.32 under async scheduling: a session preempted while the output that
+        // ends its input is in flight loses what it held (layout `Lost`).
+        let offered = crate::system::workload::Offered {
+            stale: !rules.session_stop_drops_in_flight && self.cfg.async_scheduling,
+            lost: rules.session_keeps_computed_only && self.cfg.async_scheduling,
+        };
+        let sessions = (0..workload.requests.len() as u16).any(|r| workload.is_session(r));
+        if (offered.stale || offered.lost) && sessions && !workload.has_layouts() {
+            let max = offered.max_inputs();
             if let Some(r) = (0..workload.requests.len() as u16).find(|&r| workload.num_turns(r) as usize > max) {
                 return Err(format!(
-                    "session {} has {} inputs: under profile {profile} with async scheduling the checker explores every way each input follows the previous one (vLLM 0.24 keeps a stopped input's in-flight output), for at most {max} inputs",
+                    "session {} has {} inputs: under profile {profile} with async scheduling the checker explores every way each input follows the previous one (vLLM 0.24 keeps a stopped input's in-flight output, 0.24 and 0.32 lose a preempted session's history), for at most {max} inputs",
                     workload.requests[r as usize].name,
                     workload.num_turns(r)
                 ));
             }
             let mml = self.cfg.max_model_len;
-            workload = workload.with_stale_layouts(&workload.later_inputs(mml), mml, true);
+            workload = workload.with_layouts(&workload.later_inputs(mml), mml, true, offered);
         }
         // vLLM 0.24 keys a session's later inputs by the hashes it did not truncate.
         if !rules.session_rehash {

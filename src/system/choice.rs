@@ -82,9 +82,13 @@ pub struct Choice {
     /// Index of `chosen` among the orders (0 = canonical), and how many orders there are.
     pub index: u32,
     pub count: u32,
+    /// Every order of the set is among the `count` (false: a set of more than
+    /// [`MAX_PERMUTED`] items, tried in the model's order and the log's only).
+    pub exhaustive: bool,
 }
 
-/// Orders of more ids than this are not searched beyond the canonical one (8! = 40,320).
+/// Orders of more ids than this are not all searched (8! = 40,320): such a set is tried in the
+/// model's order and in the order the log shows for it ([`Choices::hints`]), if any.
 pub const MAX_PERMUTED: usize = 8;
 
 /// A plan (the order index of each choice point, in the order the engine reaches them;
@@ -93,20 +97,49 @@ pub const MAX_PERMUTED: usize = 8;
 pub struct Choices {
     pub plan: Vec<u32>,
     pub taken: Vec<Choice>,
+    /// Orders a conformance log shows for a point (vLLM 0.24's host-tier LRU order after the
+    /// step, for `TransferJobStatus.keys`): a set too large to search is also tried sorted by
+    /// them, items the log does not list first (they left the order: evicted or pinned again).
+    pub hints: Vec<(Point, Vec<Item>)>,
 }
 
 impl Choices {
     pub fn with_plan(plan: Vec<u32>) -> Self {
-        Choices { plan, taken: Vec::new() }
+        Choices { plan, taken: Vec::new(), hints: Vec::new() }
+    }
+
+    /// As [`Choices::with_plan`], with the orders the log shows.
+    pub fn with_hints(plan: Vec<u32>, hints: Vec<(Point, Vec<Item>)>) -> Self {
+        Choices { plan, taken: Vec::new(), hints }
     }
 
     /// Reorder `items` as the plan says for the next choice point, and record it.
     pub fn order<T: Copy + Into<Item>>(&mut self, point: Point, items: &mut [T]) {
-        let canonical = items.iter().map(|&x| x.into()).collect();
-        let count = if items.len() > MAX_PERMUTED { 1 } else { (1..=items.len() as u32).product() };
-        let index = self.plan.get(self.taken.len()).copied().unwrap_or(0).min(count - 1);
-        permute(items, index);
-        self.taken.push(Choice { point, canonical, chosen: items.iter().map(|&x| x.into()).collect(), index, count });
+        let canonical: Vec<Item> = items.iter().map(|&x| x.into()).collect();
+        let wanted = self.plan.get(self.taken.len()).copied().unwrap_or(0);
+        let (index, count, exhaustive) = if items.len() > MAX_PERMUTED {
+            // Too many orders to search: the model's, and the one the log's order gives.
+            let mut hinted: Vec<T> = items.to_vec();
+            if let Some((_, hint)) = self.hints.iter().find(|(p, _)| *p == point) {
+                hinted.sort_by_key(|&x| {
+                    let x: Item = x.into();
+                    hint.iter().position(|&h| h == x).map_or(0, |i| i + 1)
+                });
+            }
+            let count = if hinted.iter().zip(&canonical).any(|(&a, b)| Into::<Item>::into(a) != *b) { 2 } else { 1 };
+            let index = wanted.min(count - 1);
+            if index == 1 {
+                items.copy_from_slice(&hinted);
+            }
+            (index, count, false)
+        } else {
+            let count: u32 = (1..=items.len() as u32).product();
+            let index = wanted.min(count - 1);
+            permute(items, index);
+            (index, count, true)
+        };
+        let chosen = items.iter().map(|&x| x.into()).collect();
+        self.taken.push(Choice { point, canonical, chosen, index, count, exhaustive });
     }
 
     /// The plan after `self.taken` in depth-first order (the last point that has another order
@@ -128,5 +161,37 @@ pub fn permute<T: Copy>(items: &mut [T], mut index: u32) {
         let pick = (index / f) as usize;
         index %= f;
         *slot = pool.remove(pick);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_too_large_to_permute_is_tried_in_the_model_s_order_and_the_hinted_one() {
+        let ids: Vec<ReqId> = (0..9).collect();
+        // No hint: the model's order only.
+        let mut c = Choices::with_plan(vec![1]);
+        let mut v = ids.clone();
+        c.order(Point::FinishedReqIds, &mut v);
+        assert_eq!((v.clone(), c.taken[0].count, c.taken[0].exhaustive), (ids.clone(), 1, false));
+        // A hint naming some of them (reversed): those follow the ones it does not name.
+        let hint: Vec<Item> = [8u16, 5, 2].iter().map(|&r| Item::Req(r)).collect();
+        for (plan, want) in [(0, ids.clone()), (1, vec![0, 1, 3, 4, 6, 7, 8, 5, 2])] {
+            let mut c = Choices::with_hints(vec![plan], vec![(Point::FinishedReqIds, hint.clone())]);
+            let mut v = ids.clone();
+            c.order(Point::FinishedReqIds, &mut v);
+            assert_eq!((v, c.taken[0].index, c.taken[0].count), (want, plan, 2));
+            assert!(c.next_plan().is_some() == (plan == 0));
+        }
+        // A hint for another point is not used; a small set is searched whole.
+        let mut c = Choices::with_hints(vec![1], vec![(Point::FinishRequests, hint)]);
+        let mut v = ids.clone();
+        c.order(Point::FinishedReqIds, &mut v);
+        assert_eq!(c.taken[0].count, 1);
+        let mut small = vec![0u16, 1, 2];
+        c.order(Point::FinishedReqIds, &mut small);
+        assert_eq!((c.taken[1].count, c.taken[1].exhaustive), (6, true));
     }
 }

@@ -237,9 +237,11 @@ impl Engine {
     /// vLLM 0.24 (rule `session_stop_drops_in_flight` false) counts its queues' entries less the
     /// parks counter (`get_num_unfinished_requests`), which its stale outputs can put out of
     /// step: a session parked twice and then ended leaves a running request uncounted, and the
-    /// engine stops stepping (finding 30).
+    /// engine stops stepping (finding 30). vLLM 0.32 counts the same way; there (rule
+    /// `stop_requeue_first`) a session stopped while preempted is in no queue (finding 36) and
+    /// is not counted either: with nothing else live the engine goes idle.
     pub fn has_requests(&self, rules: &Rules) -> bool {
-        let unfinished = if rules.session_stop_drops_in_flight {
+        let unfinished = if rules.session_stop_drops_in_flight && !rules.stop_requeue_first {
             self.reqs.iter().any(|r| r.status.is_live() && r.status != Status::Parked)
         } else {
             self.running.len() + self.waiting.len() + self.kv_holding.len() > usize::from(self.streaming_waiting)

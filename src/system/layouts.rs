@@ -1,12 +1,13 @@
 //! The layouts of a streaming session's inputs that the run decides (vLLM 0.24 under async
-//! scheduling, rule `session_stop_drops_in_flight` false): how many sampled tokens the next
-//! input keeps and whether the stopped turn's in-flight output is its first token
-//! (`Scheduler._update_request_as_session` keeping `_all_token_ids[:num_computed_tokens]`).
-//! A session gets a spec for every sequence of layouts of its inputs; the request's spec index
-//! follows the one its run takes ([`Workload::next_spec`]).
+//! scheduling, rule `session_stop_drops_in_flight` false; vLLM 0.24 and 0.32 under async
+//! scheduling, rule `session_keeps_computed_only`): how many sampled tokens the next input
+//! keeps and whether the stopped turn's in-flight output is its first token, or whether the
+//! input keeps nothing at all (`Scheduler._update_request_as_session` keeping
+//! `_all_token_ids[:num_computed_tokens]`). A session gets a spec for every sequence of layouts
+//! of its inputs; the request's spec index follows the one its run takes ([`Workload::next_spec`]).
 
 use super::types::Token;
-use super::workload::{unrehashed_keys, RequestSpec, Workload};
+use super::workload::{inherited_keys, unrehashed_keys, RequestSpec, Workload};
 
 /// How a streaming session's next input is laid out over the previous one
 /// (`_update_request_as_session`), which the run decides when a stopped turn's in-flight
@@ -21,9 +22,51 @@ pub enum Layout {
     /// Every sampled token is kept, and the in-flight output, still to come, is the new
     /// input's first output token.
     KeptStale = 2,
+    /// Nothing is kept: the session was preempted (`num_computed_tokens` 0) while the output
+    /// that ended its input was in flight, so it holds the new input alone, while its
+    /// `prompt_token_ids` (and `num_prompt_tokens`) still count the whole previous prompt
+    /// (0.24 and 0.32, rule `session_keeps_computed_only`; finding 34).
+    Lost = 3,
 }
 
-/// One later input of a streaming session, for [`Workload::with_stale_layouts`]: its new
+/// How many layouts there are (the width of a session's table of next specs).
+pub const NUM_LAYOUTS: usize = 4;
+
+/// Which layouts besides [`Layout::Dropped`] the run may take.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Offered {
+    /// [`Layout::Kept`] and [`Layout::KeptStale`] (a stopped turn's in-flight output stays).
+    pub stale: bool,
+    /// [`Layout::Lost`].
+    pub lost: bool,
+}
+
+impl Offered {
+    /// The layouts offered, [`Layout::Dropped`] first.
+    fn layouts(self) -> impl Iterator<Item = Layout> {
+        [Layout::Dropped, Layout::Kept, Layout::KeptStale, Layout::Lost].into_iter().filter(move |l| match l {
+            Layout::Dropped => true,
+            Layout::Kept | Layout::KeptStale => self.stale,
+            Layout::Lost => self.lost,
+        })
+    }
+
+    /// The most inputs (the first included) a session may have when the checker explores
+    /// every sequence of these layouts ([`Workload::with_layouts`]): its specs, a full tree
+    /// with one child per layout, are indexed by a byte.
+    pub fn max_inputs(self) -> usize {
+        let k = self.layouts().count();
+        let (mut total, mut level, mut n) = (0usize, 1usize, 0usize);
+        while total + level <= u8::MAX as usize {
+            total += level;
+            level *= k;
+            n += 1;
+        }
+        n
+    }
+}
+
+/// One later input of a streaming session, for [`Workload::with_layouts`]: its new
 /// tokens, the tokens it samples itself (after the in-flight output it may take first), and
 /// its stop (`max_tokens`, and the EOS index in `outputs`).
 #[derive(Clone, Debug)]
@@ -37,10 +80,6 @@ pub struct LaterInput {
     /// The in-flight output token it takes first under [`Layout::KeptStale`].
     pub stale: Token,
 }
-
-/// The most inputs a session may have when the checker explores every sequence of layouts of
-/// its inputs ([`Workload::with_stale_layouts`]: (3^n - 1) / 2 specs, indexed by a byte).
-pub const MAX_LAYOUT_INPUTS: usize = 5;
 
 /// The synthetic token a stopped turn's in-flight step samples (minus the input number),
 /// where no log names it; far from the tokens scopes write and the placeholders of
@@ -79,11 +118,17 @@ pub fn stop_outputs(spec: &RequestSpec, max_model_len: u32) -> u32 {
 }
 
 /// The spec of the input `inp` after spec `prev` laid out by `layout`
-/// (`_update_request_as_session` keeping `prev`'s tokens up to `num_computed_tokens`).
-fn layout_spec(prev: &RequestSpec, inp: &LaterInput, layout: Layout, b: u32, max_model_len: u32) -> RequestSpec {
-    let o = stop_outputs(prev, max_model_len);
-    let kept = if layout == Layout::Dropped { o.saturating_sub(1) } else { o };
-    let mut prompt = prev.tokens[..(prev.prompt_len + kept) as usize].to_vec();
+/// (`_update_request_as_session` keeping `prev`'s tokens up to `num_computed_tokens`, and
+/// extending `prompt_token_ids` by those past `num_prompt_tokens`). `stale`: room for an
+/// in-flight output past the stop (0.24).
+fn layout_spec(prev: &RequestSpec, inp: &LaterInput, layout: Layout, b: u32, mml: u32, stale: bool) -> RequestSpec {
+    let o = stop_outputs(prev, mml);
+    let held = match layout {
+        Layout::Lost => 0,
+        Layout::Dropped => prev.prompt_len + o.saturating_sub(1),
+        Layout::Kept | Layout::KeptStale => prev.prompt_len + o,
+    };
+    let mut prompt = prev.tokens[..held as usize].to_vec();
     prompt.extend_from_slice(&inp.input);
     let (mut outputs, mut eos_at) = (inp.outputs.clone(), inp.eos_at);
     if layout == Layout::KeptStale {
@@ -92,28 +137,33 @@ fn layout_spec(prev: &RequestSpec, inp: &LaterInput, layout: Layout, b: u32, max
     }
     let mut spec = RequestSpec::with_limits(&prev.name, prompt, outputs, inp.max_tokens, eos_at, b);
     spec.turn = prev.turn + 1;
-    let mut spec = with_stale_room(&spec, b, max_model_len);
+    let mut spec = if stale { with_stale_room(&spec, b, mml) } else { spec };
     spec.rows_start = prev.rows_start;
+    // The counted prompt keeps every previous prompt token, held or not.
+    spec.lost = prev.num_prompt_tokens().saturating_sub(held);
     // 0.24's block hashes cover every token the session ever held: under `Kept` the in-flight
     // output appended to the parked turn too.
-    let held = if layout == Layout::Kept { o + 1 } else { o };
-    spec.unrehashed = unrehashed_keys(prev, held, &spec, b);
+    let ever = if layout == Layout::Kept { o + 1 } else { o };
+    spec.unrehashed = unrehashed_keys(prev, ever, &spec, b);
+    spec.inherited = inherited_keys(prev, ever, b);
     spec
 }
 
 impl Workload {
     /// Sessions whose layouts the run decides: every session `r` with `later[r]` not empty
     /// gets, besides the chain of `later[r]`'s layouts (spec indices 0 to its number of
-    /// inputs - 1, as before), a spec for every other sequence of layouts ([`Layout`]),
-    /// appended to `turns[r]` (`full`, at most [`MAX_LAYOUT_INPUTS`] inputs: what the checker
-    /// explores), or only for each other layout one input off the chain (a conformance log:
-    /// the model must follow the log's chain, and a step off it is a divergence). An input
-    /// under [`Layout::KeptStale`] samples its `stale` token first. `max_model_len` caps what
-    /// an input samples.
-    pub fn with_stale_layouts(&self, later: &[Vec<LaterInput>], max_model_len: u32, full: bool) -> Self {
+    /// inputs - 1, as before), a spec for every other sequence of the `offered` layouts
+    /// ([`Layout`]), appended to `turns[r]` (`full`, at most [`Offered::max_inputs`] inputs:
+    /// what the checker explores), or only for each other layout one input off the chain (a
+    /// conformance log: the model must follow the log's chain, and a step off it is a
+    /// divergence). An input under [`Layout::KeptStale`] samples its `stale` token first.
+    /// `max_model_len` caps what an input samples.
+    pub fn with_layouts(&self, later: &[Vec<LaterInput>], max_model_len: u32, full: bool, offered: Offered) -> Self {
         let b = self.block_size;
+        let stale = offered.stale;
+        let room = |s: &RequestSpec| if stale { with_stale_room(s, b, max_model_len) } else { s.clone() };
         let mut turns: Vec<Vec<RequestSpec>> = Vec::with_capacity(self.requests.len());
-        let mut layouts: Vec<Vec<[u8; 3]>> = Vec::with_capacity(self.requests.len());
+        let mut layouts: Vec<Vec<[u8; NUM_LAYOUTS]>> = Vec::with_capacity(self.requests.len());
         for (r, first) in self.requests.iter().enumerate() {
             let inputs = later.get(r).map_or(&[][..], |v| v.as_slice());
             if inputs.is_empty() {
@@ -122,13 +172,13 @@ impl Workload {
                 continue;
             }
             // Every spec: (spec, its index's children); the chain first.
-            let mut specs: Vec<RequestSpec> = vec![with_stale_room(first, b, max_model_len)];
-            let mut next: Vec<[u8; 3]> = vec![[u8::MAX; 3]];
+            let mut specs: Vec<RequestSpec> = vec![room(first)];
+            let mut next: Vec<[u8; NUM_LAYOUTS]> = vec![[u8::MAX; NUM_LAYOUTS]];
             let mut chain = 0usize;
             for inp in inputs {
-                let child = layout_spec(&specs[chain], inp, inp.layout, b, max_model_len);
+                let child = layout_spec(&specs[chain], inp, inp.layout, b, max_model_len, stale);
                 specs.push(child);
-                next.push([u8::MAX; 3]);
+                next.push([u8::MAX; NUM_LAYOUTS]);
                 next[chain][inp.layout as usize] = (specs.len() - 1) as u8;
                 chain = specs.len() - 1;
             }
@@ -138,12 +188,12 @@ impl Workload {
                 let depth = specs[i].turn as usize;
                 let on_chain = i <= inputs.len();
                 if depth < inputs.len() && (full || on_chain) {
-                    for l in [Layout::Dropped, Layout::Kept, Layout::KeptStale] {
+                    for l in offered.layouts() {
                         if next[i][l as usize] == u8::MAX {
                             assert!(specs.len() < u8::MAX as usize, "too many session layouts");
-                            let child = layout_spec(&specs[i], &inputs[depth], l, b, max_model_len);
+                            let child = layout_spec(&specs[i], &inputs[depth], l, b, max_model_len, stale);
                             specs.push(child);
-                            next.push([u8::MAX; 3]);
+                            next.push([u8::MAX; NUM_LAYOUTS]);
                             next[i][l as usize] = (specs.len() - 1) as u8;
                         }
                     }
@@ -155,7 +205,7 @@ impl Workload {
             layouts.push(next);
         }
         let requests = self.requests.iter().enumerate().map(|(r, q)| match later.get(r) {
-            Some(v) if !v.is_empty() => with_stale_room(q, b, max_model_len),
+            Some(v) if !v.is_empty() => room(q),
             _ => q.clone(),
         });
         let mut wl = Self::with_sessions(b, requests.collect(), turns);
@@ -165,7 +215,7 @@ impl Workload {
 
     /// The later inputs of every session, read off its chain of specs laid out by
     /// [`Layout::Dropped`] (what a scope or a generated workload builds): for
-    /// [`Workload::with_stale_layouts`], with synthetic in-flight output tokens.
+    /// [`Workload::with_layouts`], with synthetic in-flight output tokens.
     pub fn later_inputs(&self, max_model_len: u32) -> Vec<Vec<LaterInput>> {
         (0..self.requests.len() as u16)
             .map(|r| {

@@ -243,7 +243,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                     });
                 }
                 if !tag_serves(view, spec, i as usize, need, b) {
-                    let want = ctx.wl.label(spec.hashes.get(i as usize).copied().unwrap_or_default());
+                    let want = ctx.wl.label(spec.content_hashes().get(i as usize).copied().unwrap_or_default());
                     let view = ctx.wl.describe(view);
                     bad.insert(
                         s.req,

@@ -36,7 +36,7 @@ pub struct ReqState {
     /// `drop_stale_output`: stale in-flight output is discarded, not delivered.
     pub drop_stale: bool,
     /// Streaming sessions: the spec being served (`Workload::spec`): the input number (0 = the
-    /// first), unless the run decides how inputs are laid out (`Workload::with_stale_layouts`),
+    /// first), unless the run decides how inputs are laid out (`Workload::with_layouts`),
     /// where `Workload::input_no` reads it.
     pub turn: u8,
     /// Streaming sessions: updates the client has sent so far (the later inputs, then the

@@ -104,10 +104,11 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         let r = e.running[idx];
         let k = kv_ctx(&ctx, r, e.reqs[r as usize].turn);
         let q = &e.reqs[r as usize];
-        // Async: do not schedule an extra step once max_tokens is surely reached.
+        // Async: do not schedule an extra step once max_tokens is surely reached (counted from
+        // `num_prompt_tokens`, which a session that lost its history overstates).
         if q.placeholders > 0
             && i64::from(q.num_computed) + 2 - i64::from(q.placeholders)
-                >= i64::from(k.spec.prompt_len + k.spec.max_tokens)
+                >= i64::from(k.spec.num_prompt_tokens() + k.spec.max_tokens)
         {
             idx += 1;
             continue;

@@ -383,12 +383,14 @@ fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReas
 /// token but the last sampled one, or (0.24 with an output in flight at the stop, rule
 /// `session_stop_drops_in_flight` false) every sampled one, the in-flight output still to
 /// come becoming the next input's first output token ([`Layout`]). Block hashes from the
-/// first dropped token's block on are recomputed over the new tokens.
+/// first dropped token's block on are recomputed over the new tokens. 0.24 and 0.32 (rule
+/// `session_keeps_computed_only`) keep no more than `num_computed_tokens`: a session preempted
+/// while the output that ended its input was in flight keeps nothing ([`Layout::Lost`]).
 pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
     let q = &mut e.reqs[r as usize];
     let spec = ctx.wl.spec(r, q.turn);
     let stop = stop_outputs(spec, ctx.cfg.max_model_len);
-    let layout = if ctx.rules.session_stop_drops_in_flight || q.num_computed < spec.prompt_len + stop {
+    let mut layout = if ctx.rules.session_stop_drops_in_flight || q.num_computed < spec.prompt_len + stop {
         Layout::Dropped
     } else if q.num_output > stop {
         Layout::Kept // the in-flight output came while parked and is cut off again
@@ -402,8 +404,10 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
     assert!(keep_end >= q.num_computed, "a session resumes from its materialized frontier");
     if ctx.rules.session_keeps_computed_only && q.num_computed < keep_end {
         // 0.24/0.32: `_all_token_ids[:num_computed_tokens]` is kept and the prompt is not cut:
-        // a preempted session loses its history. The model flags it and goes on as 0.33.
+        // a preempted session loses its history (it holds the new input alone).
         let (n, name) = (q.num_computed, &spec.name);
+        assert_eq!(n, 0, "model gap: a session loses its history with computed tokens left");
+        layout = Layout::Lost;
         e.ghost.breach(Breach::SessionHistoryLost);
         ev.emit(|| Event::Violation {
             property: "session-history",
@@ -413,9 +417,10 @@ pub(crate) fn update_request_as_session(e: &mut Engine, ctx: Ctx, r: ReqId, ev: 
         });
     }
     // vLLM keeps offload keys it already derived; none may cover the dropped token, unless the
-    // session keeps that token's block hash too (0.24, `session_rehash = false`).
+    // session keeps that token's block hash too (0.24, `session_rehash = false`), or it lost
+    // its history (0.32 never schedules it again, finding 36).
     assert!(
-        !ctx.rules.session_rehash || e.conn.keyed_tokens(r, &conn_ctx(&ctx)) <= keep_end,
+        !ctx.rules.session_rehash || layout == Layout::Lost || e.conn.keyed_tokens(r, &conn_ctx(&ctx)) <= keep_end,
         "model gap: an offload key covers a session's dropped token"
     );
     q.turn = ctx.wl.next_spec(r, q.turn, layout);

@@ -57,6 +57,7 @@ impl Roles {
             let (x, y) = (&wl.requests[a], &wl.requests[b]);
             x.tokens == y.tokens
                 && x.prompt_len == y.prompt_len
+                && x.lost == y.lost
                 && x.max_tokens == y.max_tokens
                 && x.eos_at == y.eos_at
                 && x.hashes == y.hashes

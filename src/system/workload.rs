@@ -9,7 +9,7 @@
 use super::types::{extend_hash, finish_hash, fold_tokens, BlockHash, ContentTag, Token, NONE_HASH};
 use std::collections::{BTreeMap, HashMap};
 
-pub use super::layouts::{stop_outputs, LaterInput, Layout, MAX_LAYOUT_INPUTS, STALE_TOKEN};
+pub use super::layouts::{stop_outputs, LaterInput, Layout, Offered, NUM_LAYOUTS, STALE_TOKEN};
 
 /// How a request ends when it has sampled all of its scripted output tokens.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -44,6 +44,13 @@ pub struct RequestSpec {
     /// The hashes of the tokens the full blocks hold, when `hashes` are keys that name other
     /// tokens ([`Workload::unrehash_sessions`]; empty: the keys are the content).
     pub content: Vec<BlockHash>,
+    /// Prompt tokens vLLM counts (`num_prompt_tokens`) that the request no longer holds: a
+    /// session's input laid out by [`Layout::Lost`] (0 otherwise).
+    pub lost: u32,
+    /// vLLM 0.24: how many leading keys of [`Self::unrehashed`] the input had before it took a
+    /// token (its previous input's block hashes, never truncated: more than the input holds
+    /// after [`Layout::Lost`]).
+    pub inherited: u32,
 }
 
 impl RequestSpec {
@@ -108,7 +115,14 @@ impl RequestSpec {
             rows_start: 0,
             unrehashed: Vec::new(),
             content: Vec::new(),
+            lost: 0,
+            inherited: 0,
         }
+    }
+
+    /// `num_prompt_tokens`: the prompt vLLM counts, its held prompt plus [`Self::lost`].
+    pub fn num_prompt_tokens(&self) -> u32 {
+        self.prompt_len + self.lost
     }
 
     /// Parent hash of block `i` (`NONE_HASH` for block 0).
@@ -139,13 +153,21 @@ impl RequestSpec {
     }
 }
 
+/// How many block hashes vLLM 0.24's session has when it takes the input after `prev`, which
+/// sampled `prev_output` tokens: every full block it ever held (its hashes are never truncated).
+pub fn inherited_keys(prev: &RequestSpec, prev_output: u32, block_size: u32) -> u32 {
+    let prev_keys = if prev.unrehashed.is_empty() { &prev.hashes } else { &prev.unrehashed };
+    ((prev.prompt_len + prev_output) / block_size).max(prev.inherited).min(prev_keys.len() as u32)
+}
+
 /// vLLM 0.24's keys for the full blocks of `spec`, a session's input that follows `prev` after
 /// `prev` sampled `prev_output` tokens (`_update_request_as_session` without the truncation):
-/// `prev`'s block hashes over its tokens up to the dropped sampled one stay, the new blocks chain
-/// from them. Empty when they are `spec.hashes` (the dropped token did not complete a block).
+/// `prev`'s block hashes over its tokens up to the dropped sampled one stay (all of them, even
+/// past what the input holds), the new blocks chain from them. Empty when they are
+/// `spec.hashes` (the dropped token did not complete a block).
 pub fn unrehashed_keys(prev: &RequestSpec, prev_output: u32, spec: &RequestSpec, block_size: u32) -> Vec<BlockHash> {
     let prev_keys = if prev.unrehashed.is_empty() { &prev.hashes } else { &prev.unrehashed };
-    let kept = (((prev.prompt_len + prev_output) / block_size) as usize).min(prev_keys.len());
+    let kept = inherited_keys(prev, prev_output, block_size) as usize;
     let mut keys = prev_keys[..kept].to_vec();
     let parent = keys.last().copied().unwrap_or(NONE_HASH);
     extend_chain(&mut keys, parent, spec.tokens.get(kept * block_size as usize..).unwrap_or(&[]), block_size);
@@ -280,10 +302,10 @@ pub struct Workload {
     registry: BTreeMap<BlockHash, BlockInfo>,
     /// Lazy workloads with multi-block chunks: the parent of every block hash seen.
     parents: Option<HashMap<BlockHash, BlockHash>>,
-    /// Sessions whose next input's layout the run decides ([`Workload::with_stale_layouts`]):
+    /// Sessions whose next input's layout the run decides ([`Workload::with_layouts`]):
     /// per spec index (0 = the first input, `i` = `turns[r][i - 1]`), the spec index that
     /// follows it under each [`Layout`]. Empty: the specs form one chain, index = input.
-    pub(super) layouts: Vec<Vec<[u8; 3]>>,
+    pub(super) layouts: Vec<Vec<[u8; NUM_LAYOUTS]>>,
 }
 
 impl Workload {
@@ -302,7 +324,7 @@ impl Workload {
         // unrehashed sessions) the content their blocks hold: a hash that is only content for
         // one input but a key of another is named after the key, as the recorder names it.
         // A session's chain of inputs (turns 1, 2, ... in order) comes before the other layouts
-        // of its inputs (`with_stale_layouts`), which a conformance run never takes: a key of
+        // of its inputs (`with_layouts`), which a conformance run never takes: a key of
         // a layout that did not happen must not name a block that a later request's key
         // names in the run.
         let chain = |ts: &[RequestSpec]| ts.iter().enumerate().take_while(|(i, t)| t.turn as usize == i + 1).count();
@@ -366,6 +388,8 @@ impl Workload {
             rows_start: 0,
             unrehashed: Vec::new(),
             content: Vec::new(),
+            lost: 0,
+            inherited: 0,
         };
         self.requests.push(empty);
         self.turns.push(Vec::new());
@@ -438,7 +462,7 @@ impl Workload {
         }
     }
 
-    /// Some session's layouts are the run's ([`Workload::with_stale_layouts`]).
+    /// Some session's layouts are the run's ([`Workload::with_layouts`]).
     pub fn has_layouts(&self) -> bool {
         self.layouts.iter().any(|t| !t.is_empty())
     }
@@ -483,6 +507,12 @@ impl Workload {
     }
 
     /// A readable name for a block hash ("A.1"), or its hex digest if unknown.
+    /// The block hashes a label names (the inverse of [`Workload::label`]; a label can name
+    /// several, e.g. a 0.24 session block keyed by its unrehashed hash).
+    pub fn keys_by_label<'a>(&'a self, label: &'a str) -> impl Iterator<Item = BlockHash> + 'a {
+        self.registry.iter().filter(move |(_, i)| i.label == label).map(|(h, _)| *h)
+    }
+
     pub fn label(&self, h: BlockHash) -> String {
         self.registry.get(&h).map_or_else(|| format!("{h:?}"), |i| i.label.clone())
     }

@@ -186,8 +186,9 @@ rules_table! {
     /// 0.24 and 0.32's `_update_request_as_session` keeps `_all_token_ids[:num_computed_tokens]`
     /// (and the prompt whole): a session whose `num_computed_tokens` is below every token but
     /// its last sampled one (preempted while its last output was in flight) loses its history
-    /// (finding 34; the model flags it, session-history, and keeps the tokens as 0.33 does).
-    /// 0.33 keeps `num_tokens - 1`: false.
+    /// (finding 34; flagged, session-history): its next input holds the new tokens alone while
+    /// `num_prompt_tokens` counts the old prompt too (layout `Lost`). 0.33 keeps
+    /// `num_tokens - 1`: false.
     session_keeps_computed_only: bool
         => "a session's next input keeps only its computed tokens", "Scheduler._update_request_as_session (keep_end = num_tokens - 1, 0.33)";
     /// 0.24 and 0.32's `update_from_output`: `_handle_stopped_request` enqueues a continuing

@@ -21,10 +21,11 @@ fits `max_model_len` and the pool (`kvmc` models a request that can never fit as
 but such scenarios only test the rejection path).
 
 `--kind` restricts the connector: offloading, simple-cpu, none, mooncake or any (default; it
-never draws mooncake, so earlier seeds keep their scenarios). `mooncake`: the
-MooncakeStoreConnector with synchronous scheduling, no sessions, the shared system prompt
-preloaded into the pool (probability 0.7), save delays from 0, failed loads and slow saves.
-`stress` draws
+never draws mooncake, so earlier seeds keep their scenarios); `long` draws as `any` with
+prompts of up to 16 blocks, batches of up to 32 blocks and a host tier of up to 20 chunks a
+request. `mooncake`: the MooncakeStoreConnector with synchronous scheduling, no sessions, the
+shared system prompt preloaded into the pool (probability 0.7), save delays from 0, failed
+loads and slow saves. `stress` draws
 any connector with 4 to 8 requests, a pool from one request's worth to two blocks more, async
 scheduling half the time, sessions with probability 0.3 (up to 3 inputs), more aborts, errors and
 failed loads (a load's first or second).
@@ -74,11 +75,14 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     # `stress`: any connector, more requests, a tighter pool, more sessions, faults and async
     # scheduling (the same draws as `any`, with other odds, plus a failed load's nth).
     stress = kind == "stress"
-    connector = kind if kind not in ("any", "stress") else rng.choice(["offloading", "offloading", "simple-cpu", "none"])
+    # `long`: the draws of `any` with prompts of up to 16 blocks (jobs of many keys: 0.24's
+    # key sets of more than 8, long block tables) and a larger host tier.
+    long = kind == "long"
+    connector = kind if kind not in ("any", "stress", "long") else rng.choice(["offloading", "offloading", "simple-cpu", "none"])
     bs = rng.choice([4, 4, 8, 8, 16])
     n = rng.randint(4, 8) if stress else rng.randint(2, 6)
     sys_len = rng.choice([0, bs, 2 * bs, bs + bs // 2])
-    max_prompt = 6 * bs
+    max_prompt = (16 if long else 6) * bs
     max_tokens_cap = 3 * bs
     # The pool: from barely one request's worth (preemption, evictions) to roomy.
     # a session's inputs: 3 blocks (stress: up to 3 inputs of 1.5 blocks)
@@ -87,7 +91,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     eng = {
         "block_size": bs,
         "gpu_blocks": gpu_blocks,
-        "max_num_batched_tokens": rng.choice([2 * bs, 4 * bs, 8 * bs]),
+        "max_num_batched_tokens": rng.choice([4 * bs, 16 * bs, 32 * bs] if long else [2 * bs, 4 * bs, 8 * bs]),
         "max_num_seqs": rng.choice([1, 2, 4, 4, 8]),
         # vLLM's planner wants the whole pool (less the null block) to hold max_model_len.
         "max_model_len": (gpu_blocks - 1) * bs,
@@ -112,7 +116,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     _table(lines, "[engine]", eng)
     if connector == "offloading":
         off = {
-            "host_chunks": rng.randint(2, 6 * n),
+            "host_chunks": rng.randint(2, (20 if long else 6) * n),
             "blocks_per_chunk": rng.choice([1, 1, 1, 2, 2, 4]),
             "offload_prompt_only": rng.random() < 0.5,
         }
@@ -154,17 +158,18 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             # Another request's tokens (prompt and outputs so far), or a block-aligned prefix
             # of them; at most 3 blocks, so a prompt stays within 6 blocks.
             src = rng.choice(earlier)
-            if shape < 0.25 and longest[src] <= 3 * bs:
+            if shape < 0.25 and longest[src] <= (12 if long else 3) * bs:
                 prompt.append(f"@{src}")
             else:
-                prompt.append(f"@{src}:{rng.randint(1, 3) * bs}")
+                prompt.append(f"@{src}:{rng.randint(1, 10 if long else 3) * bs}")
         elif sys_len and shape < 0.8:
             prompt.append(f"SYS:{sys_len}")
         if prompt:
             sharing.add(r)
         if preloaded and prompt and prompt[0].startswith("SYS"):
             from_pool.add(r)
-        own = rng.randint(1, 3 * bs) if rng.random() < 0.5 else rng.randint(1, 3) * bs
+        most = 6 if long else 3  # a prompt stays within 6 blocks (long: 16)
+        own = rng.randint(1, most * bs) if rng.random() < 0.5 else rng.randint(1, most) * bs
         prompt.append(f"{r}:{own}")
         req = {"name": r, "prompt": prompt, "max_tokens": rng.randint(1, max_tokens_cap)}
         longest[r] = sum(_seg_len(p, longest) for p in prompt) + req["max_tokens"]
@@ -246,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none", "mooncake", "stress"],
+    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none", "mooncake", "stress", "long"],
                     default="any")
     args = ap.parse_args(argv)
     out = Path(args.out_dir)

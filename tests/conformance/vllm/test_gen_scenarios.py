@@ -93,6 +93,15 @@ class GenScenarios(unittest.TestCase):
         self.assertTrue(any(len(r.inputs) == 4 for s in scs for r in s.requests), "3 inputs and the end")
         self.assertTrue(any(f.nth == 2 for s in scs for f in s.load_failures), "a second load fails")
 
+    def test_long_draws_prompts_of_more_than_8_blocks_that_still_fit(self):
+        longest = 0
+        for p in self.generate(5, 100, "long"):
+            sc = load_scenario(p)
+            for name, n in _longest(sc).items():
+                self.assertLessEqual(n, sc.max_model_len, f"{p.name}: {name}")
+            longest = max(longest, max(_longest(sc).values()) // sc.block_size)
+        self.assertGreater(longest, 12, "some request spans more than 12 blocks")
+
     def test_kind_restricts_the_connector(self):
         for kind in ("offloading", "simple-cpu", "none", "mooncake"):
             self.assertEqual({load_scenario(p).connector for p in self.generate(2, 20, kind)}, {kind})

@@ -99,7 +99,7 @@ impl OffloadingState {
             let spec = wl.spec(s.req, reqs[s.req as usize].turn);
             let mut end = s.start + s.tokens;
             if c.offload_prompt_only {
-                end = end.min(spec.prompt_len);
+                end = end.min(spec.num_prompt_tokens());
             }
             // Only chunks the host tier lacks create a duty to store them.
             for ci in s.start / tokens_per_chunk..end / tokens_per_chunk {
@@ -182,18 +182,18 @@ impl OffloadingState {
             // under async scheduling the position of the last sampled token, still in flight,
             // is not stored.
             (Status::Finished(FinishReason::Error), _) if c.rules.error_watermark_computed => {
-                req.num_computed.min(spec.prompt_len.max(num_tokens.saturating_sub(1)))
+                req.num_computed.min(spec.num_prompt_tokens().max(num_tokens.saturating_sub(1)))
             }
             (Status::Finished(_), _) => match c.rules.finish_watermark {
                 FinishWatermark::NumTokens => num_tokens,
-                FinishWatermark::PromptOrTokensMinusOne => spec.prompt_len.max(num_tokens.saturating_sub(1)),
+                FinishWatermark::PromptOrTokensMinusOne => spec.num_prompt_tokens().max(num_tokens.saturating_sub(1)),
             },
             (_, Some(n)) => req.num_computed + n,
             (_, None) => req.num_computed,
         };
         let mut offloadable = watermark.min(num_tokens);
         if c.offload_prompt_only {
-            offloadable = offloadable.min(spec.prompt_len);
+            offloadable = offloadable.min(spec.num_prompt_tokens());
         }
         let storable = (offloadable / tokens_per_chunk).min(st.mirror.len() as u32 / blocks_per_chunk).min(st.num_keys);
         let start = st.cursor;
