@@ -60,6 +60,9 @@ fn alter_more(line: &str) -> Option<String> {
             v["refs"].as_object_mut()?.insert("99".into(), serde_json::json!(1));
             v["pins"].as_object_mut()?.insert("Z".into(), serde_json::json!([99]));
         }
+        "mooncake" => {
+            v["pinned"].as_object_mut()?.insert("99".into(), serde_json::json!([99]));
+        }
         _ => return None,
     }
     (v != serde_json::from_str::<serde_json::Value>(line).ok()?).then(|| v.to_string())
@@ -83,6 +86,7 @@ fn alter(line: &str) -> Option<String> {
         "host" => v["order"].as_array_mut()?.push(serde_json::json!("X.9")),
         "store_completed" | "load_completed" => bump(&mut v["job"]),
         "cpu" => v["free"].as_array_mut()?.push(serde_json::json!(999)),
+        "mooncake" => v["pool"].as_array_mut()?.push(serde_json::json!("X.9")),
         _ => return None,
     }
     Some(v.to_string())
@@ -102,8 +106,14 @@ fn deleting_or_altering_any_decision_line_is_caught_at_that_line() {
     for f in fixtures() {
         let text = std::fs::read_to_string(&f).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        // SimpleCPU logs' decisions are counted apart ("scpu lookup", ...).
-        let scpu = if lines[0].contains(r#""connector":"simple-cpu""#) { "scpu " } else { "" };
+        // SimpleCPU and Mooncake logs' decisions are counted apart ("scpu lookup", "mc load").
+        let scpu = if lines[0].contains(r#""connector":"simple-cpu""#) {
+            "scpu "
+        } else if lines[0].contains(r#""connector":"mooncake""#) {
+            "mc "
+        } else {
+            ""
+        };
         // Steps where the model chose an order of one of vLLM's sets: a deleted line there is
         // reported where the resolution that explains most of the step needs it, which is
         // at or after the line and inside the step (tests/conform_seeds.rs).
@@ -171,6 +181,14 @@ fn deleting_or_altering_any_decision_line_is_caught_at_that_line() {
         "scpu g1",
         "scpu cpu",
         "scpu cpu (second field)",
+        "mc lookup",
+        "mc load",
+        "mc store",
+        "mc schedule",
+        "mc finish",
+        "mc g1",
+        "mc mooncake",
+        "mc mooncake (second field)",
     ] {
         assert!(kinds.get(k).copied().unwrap_or(0) > 0, "{k} lines are checked: {kinds:?}");
     }
@@ -568,7 +586,7 @@ fn bad_simple_cpu_lines_exit_2_naming_file_and_line() {
         ),
         (
             vec![oc_head.clone(), r#"{"ev":"transfer_done","step":2,"job":0,"kind":"store"}"#.into()],
-            "log.jsonl:2: transfer_done kind \"store\": only SimpleCPU logs",
+            "log.jsonl:2: transfer_done kind \"store\": only SimpleCPU and Mooncake logs",
         ),
         (
             vec![

@@ -235,7 +235,7 @@ fn the_arc_lists_are_compared_step_by_step_and_a_wrong_target_diverges() {
 
 #[test]
 fn the_scenario_generator_is_reproducible_and_valid() {
-    python_unittest("tests/conformance/vllm/test_gen_scenarios.py", 7);
+    python_unittest("tests/conformance/vllm/test_gen_scenarios.py", 8);
 }
 
 /// Finding 28 on real vLLM (tests/conformance/findings/stream-stale-crash.toml): on 0.24.0 a

@@ -13,6 +13,7 @@ mod conform_async;
 mod conform_classpath;
 mod conform_fuzz;
 mod conform_logs;
+mod conform_mooncake;
 mod conform_releases;
 mod conform_seeds;
 mod conform_vllm_tests;

@@ -154,6 +154,31 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn conform_never_panics_on_mutated_mooncake_logs(
+        pos in 0usize..100_000,
+        del in 0usize..8,
+        ins in "[a-z0-9:,\"{}\\[\\] _.@-]{0,8}",
+    ) {
+        // Mooncake lines: the header's preload, loads and stores without slots, transfer_done
+        // with a kind, transfer_failed of a load, mooncake snapshots with string-keyed pins.
+        // Parsed and replayed: a changed log conforms, diverges or is bad input at a line.
+        let p = Path::new("x.jsonl");
+        let good = std::fs::read_to_string(crate::common::root().join("tests/conformance/fixtures/mooncake-load-fail.jsonl")).unwrap();
+        let at = pos % good.len();
+        let end = (at + del).min(good.len());
+        let mut t = good.clone();
+        t.replace_range(at..end, &ins);
+        match kvmc::conform::check_text(p, &t, "vllm-0.33", None, 2) {
+            Ok(_) => {}
+            Err(e) => prop_assert!(e.to_string().starts_with("x.jsonl:"), "{}", e),
+        }
+    }
+}
+
 /// SimpleCPU scopes: the `[simple_cpu]` table, and what kvmc does not model, named in the error.
 #[test]
 fn simple_cpu_scopes_parse_or_say_what_is_not_modelled() {

@@ -90,13 +90,14 @@ pub fn step(
         "g1",
         "host",
         "cpu",
+        "mooncake",
     ]
     .iter()
     .map(|&n| Kind {
         name: n,
         logged: Vec::new(),
         model: Vec::new(),
-        optional: matches!(n, "g1" | "host" | "cpu" | "schedule") && !snapshots.contains(&n),
+        optional: matches!(n, "g1" | "host" | "cpu" | "mooncake" | "schedule") && !snapshots.contains(&n),
     })
     .collect();
     let mut push_log =
@@ -146,6 +147,12 @@ pub fn step(
                 // Block ids are validated numbers (log::parse).
                 let refs: BTreeMap<u32, u32> = refs.iter().map(|(k, v)| (k.parse().unwrap_or(u32::MAX), *v)).collect();
                 push_log("cpu", l.no, format!("free={free:?} cached={cached:?} refs={refs:?} pins={pins:?}"))
+            }
+            Ev::Mooncake { pool, pinned, .. } => {
+                // Job ids are validated numbers (log::parse).
+                let pinned: BTreeMap<u32, &Vec<u32>> =
+                    pinned.iter().map(|(k, v)| (k.parse().unwrap_or(u32::MAX), v)).collect();
+                push_log("mooncake", l.no, format!("pool={:?} pinned={pinned:?}", sorted(pool)))
             }
             Ev::Host { entries, order, arc, .. } => {
                 let mut es: Vec<String> = entries.iter().map(|x| format!("{} slot={} ref={}", x.key, x.slot, x.ref_cnt)).collect();
@@ -291,6 +298,13 @@ pub fn step(
             .filter_map(|(r, q)| q.pending.as_ref().map(|p| (name(&(r as u16)), p.blocks.clone())))
             .collect();
         push_model("cpu", format!("free={:?} cached={cached:?} refs={refs:?} pins={pins:?}", sc.cpu.free_queue()));
+    }
+    if let Some(mc) = e.conn.mooncake() {
+        let pool: Vec<String> = mc.pool.keys().map(label).collect();
+        // `_pinned_saves` holds a job only while it references blocks.
+        let pinned: BTreeMap<u32, &Vec<u32>> =
+            mc.saves.iter().filter(|j| !j.pinned.is_empty()).map(|j| (j.id, &j.pinned)).collect();
+        push_model("mooncake", format!("pool={:?} pinned={pinned:?}", sorted(&pool)));
     }
     let last_line = lines.last().map_or(0, |l| l.no);
     let matched = |kind: &str, idx: usize| -> Option<usize> {

@@ -47,6 +47,18 @@ pub struct Header {
     /// `cache_aware_admission_threshold` (absent = vLLM's default 0.5).
     #[serde(default = "half")]
     pub cache_aware_admission_threshold: f64,
+    /// MooncakeStoreConnector (`"connector": "mooncake"`): the pool's contents at start.
+    #[serde(default)]
+    pub mooncake: Option<MooncakeHeader>,
+}
+
+/// The `mooncake` object of a Mooncake log's header.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MooncakeHeader {
+    /// Token sequences whose full blocks another instance put into the pool before step 1.
+    #[serde(default)]
+    pub preload: Vec<Vec<u32>>,
 }
 
 fn half() -> f64 {
@@ -253,6 +265,13 @@ pub enum Ev {
         refs: BTreeMap<String, u32>,
         pins: BTreeMap<String, Vec<u32>>,
     },
+    /// Mooncake, end of step: the pool's keys (labels, sorted) and the save jobs' GPU block
+    /// references (`_pinned_saves`: job id, a string, -> block ids).
+    Mooncake {
+        step: u32,
+        pool: Vec<String>,
+        pinned: BTreeMap<String, Vec<u32>>,
+    },
 }
 
 impl Ev {
@@ -282,7 +301,8 @@ impl Ev {
             | Ev::Host { step, .. }
             | Ev::StoreCompleted { step, .. }
             | Ev::LoadCompleted { step, .. }
-            | Ev::Cpu { step, .. } => *step,
+            | Ev::Cpu { step, .. }
+            | Ev::Mooncake { step, .. } => *step,
         }
     }
 
@@ -300,33 +320,6 @@ impl Ev {
                 | Ev::TransferDone { .. }
                 | Ev::TransferFailed { .. }
         )
-    }
-}
-
-/// A line that does not fit the header's connector: SimpleCPU logs name each completion's
-/// stream and the pins of every lookup, and have `cpu` snapshots; the other connectors none
-/// of these.
-fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
-    let scpu = h.connector == "simple-cpu";
-    match ev {
-        Ev::TransferDone { kind: None, .. } if scpu => {
-            Some("a SimpleCPU transfer_done names its stream (\"kind\": \"store\" or \"load\")".into())
-        }
-        Ev::TransferDone { kind: Some(k), .. } if !scpu || !["store", "load"].contains(&k.as_str()) => {
-            Some(format!("transfer_done kind {k:?}: only SimpleCPU logs name a stream (\"store\" or \"load\")"))
-        }
-        Ev::TransferFailed { .. } if scpu => Some("SimpleCPU never reports a failed load".into()),
-        Ev::Lookup { pins: None, .. } if scpu => {
-            Some("a SimpleCPU lookup lists the CPU blocks it pinned (\"pins\")".into())
-        }
-        Ev::Lookup { pins: Some(_), .. } if !scpu => Some("\"pins\" goes with the simple-cpu connector".into()),
-        Ev::StoreCompleted { .. } | Ev::LoadCompleted { .. } | Ev::Cpu { .. } if !scpu => {
-            Some("store_completed, load_completed and cpu lines go with the simple-cpu connector".into())
-        }
-        Ev::Host { .. } | Ev::StoreRefused { .. } | Ev::Flush { .. } if scpu => {
-            Some("host, store_refused and flush lines are the OffloadingConnector's (this log is simple-cpu)".into())
-        }
-        _ => None,
     }
 }
 
@@ -393,12 +386,15 @@ pub fn parse(path: &Path, text: &str, partial: bool) -> Result<(Header, Vec<Line
                         format!("unsupported log format {} (kvmc reads format 1)", h.format),
                     ));
                 }
-                if !["offloading", "none", "simple-cpu"].contains(&h.connector.as_str()) {
+                if !["offloading", "none", "simple-cpu", "mooncake"].contains(&h.connector.as_str()) {
                     return Err(KvmcError::input(
                         path,
                         no,
-                        format!("connector {:?} is not modelled (offloading, simple-cpu, none)", h.connector),
+                        format!("connector {:?} is not modelled (offloading, simple-cpu, mooncake, none)", h.connector),
                     ));
+                }
+                if let Some(why) = super::validate::mooncake_header_error(h) {
+                    return Err(KvmcError::input(path, no, why));
                 }
                 if h.connector == "simple-cpu" && !h.enable_prefix_caching {
                     return Err(KvmcError::input(
@@ -535,10 +531,15 @@ pub fn parse(path: &Path, text: &str, partial: bool) -> Result<(Header, Vec<Line
                             return Err(KvmcError::input(path, no, format!("refs key {k:?} is not a block id")));
                         }
                     }
+                    Ev::Mooncake { pinned, .. } => {
+                        if let Some(k) = pinned.keys().find(|k| k.parse::<u32>().is_err()) {
+                            return Err(KvmcError::input(path, no, format!("pinned key {k:?} is not a save job id")));
+                        }
+                    }
                     _ => {}
                 }
                 let h = header.as_ref().expect("checked");
-                if let Some(why) = connector_mismatch(h, ev) {
+                if let Some(why) = super::validate::connector_mismatch(h, ev) {
                     return Err(KvmcError::input(path, no, why));
                 }
             }

@@ -16,7 +16,8 @@ use crate::scope::{Arrivals, Faults, Scope};
 use crate::system::rules::Rules;
 use crate::system::workload::{next_turn_spec, unrehashed_keys, EndKind, LaterInput, Layout, Offered, TurnInput};
 use crate::system::{
-    ConnectorConfig, EngineConfig, LoadFailurePolicy, OffloadConfig, RequestSpec, SimpleCpuConfig, Workload,
+    ConnectorConfig, EngineConfig, KvRole, LoadFailurePolicy, MooncakeConfig, OffloadConfig, RequestSpec,
+    SimpleCpuConfig, Workload,
 };
 use log::{Ev, Header, Line};
 use std::path::Path;
@@ -182,6 +183,14 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
             },
         }),
         "simple-cpu" => ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: h.cpu_blocks, lazy: h.lazy_offload }),
+        // The recorder runs vLLM's defaults (kv_both, save_decode_cache off, lookups on); the
+        // preload's keys are filled in once the workload can name them.
+        "mooncake" => ConnectorConfig::Mooncake(MooncakeConfig {
+            kv_role: KvRole::Both,
+            save_decode_cache: false,
+            enable_lookup: true,
+            preload: Vec::new(),
+        }),
         _ => ConnectorConfig::None,
     };
     let threshold = crate::system::config::threshold_permille(h.cache_aware_admission_threshold)
@@ -208,17 +217,32 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
         router_replay: None,
     };
     let n = specs.len();
+    let mut workload = if later.iter().any(|l| !l.is_empty()) {
+        Workload::with_sessions(h.block_size, specs, sessions).with_layouts(&later, h.max_model_len, false, offered)
+    } else {
+        Workload::with_sessions(h.block_size, specs, sessions)
+    };
+    // Another instance's puts: the full blocks of each preloaded sequence, labelled `poolN.i`
+    // (the first sequence that has the block), also where a request produces them, as the
+    // recorder labels them: the log may name them before any request arrives.
+    let mut cfg = cfg;
+    if let ConnectorConfig::Mooncake(m) = &mut cfg.connector {
+        for (i, toks) in h.mooncake.iter().flat_map(|x| &x.preload).enumerate() {
+            let keep = m.preload.clone();
+            for k in workload.register_extra_named(&format!("pool{}", i + 1), toks, &keep) {
+                if !m.preload.contains(&k) {
+                    m.preload.push(k);
+                }
+            }
+        }
+    }
     Ok(Scope {
         name: if h.scenario.is_empty() { "log".into() } else { h.scenario.clone() },
         path: path.to_path_buf(),
         description: format!("{} {} event log", h.implementation, h.version),
         profile: "vllm-0.33".into(),
         cfg,
-        workload: if later.iter().any(|l| !l.is_empty()) {
-            Workload::with_sessions(h.block_size, specs, sessions).with_layouts(&later, h.max_model_len, false, offered)
-        } else {
-            Workload::with_sessions(h.block_size, specs, sessions)
-        },
+        workload,
         after: vec![None; n],
         faults: Faults::default(),
         arrivals: Arrivals::Any,
@@ -427,7 +451,7 @@ pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>,
             ));
         }
     }
-    let bad = validate::bad_transfer(&lines, h.connector == "simple-cpu");
+    let bad = validate::bad_transfer(&lines, ["simple-cpu", "mooncake"].contains(&h.connector.as_str()));
     if let Ok(rules) = crate::system::rules::resolve(profile, variant) {
         let offloading = h.connector == "offloading";
         if let Some(b) = validate::bad_failure_form(&lines, offloading, rules.failed_load_request_level) {
@@ -453,8 +477,10 @@ pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>,
 
 /// What the model did in one step, counted the way vLLM's KV events count it.
 /// `cpu_as_gpu` (0.24's SimpleCPU, `Report::kv_cpu_as_gpu`): CPU stores publish nothing and
-/// CPU evictions count as GPU removals.
-fn model_counts(events: &[crate::system::Event], cpu_as_gpu: bool) -> kv_events::Counts {
+/// CPU evictions count as GPU removals. `pool_puts` false (Mooncake): the store's puts are not
+/// counted; the real MooncakeStoreWorker publishes them through `KVConnectorOutput`'s
+/// `kv_cache_events`, which the recorder's fake worker does not build.
+fn model_counts(events: &[crate::system::Event], cpu_as_gpu: bool, pool_puts: bool) -> kv_events::Counts {
     use crate::system::Event;
     let mut c = kv_events::Counts::new();
     let cpu = if cpu_as_gpu { "GPU" } else { "CPU" };
@@ -462,7 +488,7 @@ fn model_counts(events: &[crate::system::Event], cpu_as_gpu: bool) -> kv_events:
         match e {
             Event::G1Cached { .. } => c.entry("GPU".into()).or_default().0 += 1,
             Event::G1Evicted { .. } => c.entry("GPU".into()).or_default().1 += 1,
-            Event::HostStored { .. } if cpu_as_gpu => {}
+            Event::HostStored { .. } if cpu_as_gpu || !pool_puts => {}
             Event::HostStored { keys } => c.entry("CPU".into()).or_default().0 += keys.len(),
             Event::HostEvicted { .. } => c.entry(cpu.into()).or_default().1 += 1,
             _ => {}

@@ -74,6 +74,7 @@ pub(super) fn replay(
         ("g1", lines.iter().any(|l| matches!(l.ev, Ev::G1 { .. }))),
         ("host", lines.iter().any(|l| matches!(l.ev, Ev::Host { .. }))),
         ("cpu", lines.iter().any(|l| matches!(l.ev, Ev::Cpu { .. }))),
+        ("mooncake", lines.iter().any(|l| matches!(l.ev, Ev::Mooncake { .. }))),
     ]
     .iter()
     .filter(|(_, on)| *on)
@@ -182,7 +183,7 @@ pub(super) fn replay(
                     }
                     None => {
                         let mut nb = Branch { engine, memo, ..b.clone() };
-                        let c = model_counts(&ev.list, kv_cpu_as_gpu);
+                        let c = model_counts(&ev.list, kv_cpu_as_gpu, h.connector != "mooncake");
                         if !h.async_scheduling {
                             if !c.is_empty() {
                                 nb.kv_counts.push((step, c));
@@ -310,7 +311,8 @@ pub(super) fn apply_step(
             }
             Ev::Abort { req, .. } => engine.abort(ctx, idx(req), ev),
             Ev::Error { req, .. } => engine.error(ctx, idx(req), ev),
-            // SimpleCPU's store and load events have separate counters. A job reported
+            // SimpleCPU's store and load events (Mooncake's save and load jobs) have separate
+            // counters. A job reported
             // twice is bad input (reported after this step's decisions are compared);
             // the model's worker sees it once.
             Ev::TransferDone { job, kind, .. } => {

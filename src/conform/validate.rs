@@ -1,8 +1,9 @@
 //! Checks of a log that look at more than one line: the marker a recorder leaves at the end
 //! of a partial log, and the worker's transfer reports against the jobs the log created
-//! (docs/conformance-format.md, "Partial logs" and "Inputs").
+//! (docs/conformance-format.md, "Partial logs" and "Inputs"), and the lines and header fields
+//! that do not fit the header's connector.
 
-use super::log::{Ev, Line};
+use super::log::{Ev, Header, Line};
 use crate::error::{KvmcError, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -60,9 +61,11 @@ pub struct BadTransfer {
 
 /// The first `transfer_done` / `transfer_failed` line that names a job no earlier `load` or
 /// `store` line created, or one that an earlier line already reported finished. SimpleCPU's
-/// store and load events are counted apart (`kind`); the OffloadingConnector has one job
+/// store and load events, and Mooncake's save and load jobs, are counted apart (`tagged`:
+/// `kind`; a Mooncake `transfer_failed` is a load's); the OffloadingConnector has one job
 /// counter. A worker reports each job once (`get_finished` drops what it reported).
-pub fn bad_transfer(lines: &[Line], scpu: bool) -> Option<BadTransfer> {
+pub fn bad_transfer(lines: &[Line], tagged: bool) -> Option<BadTransfer> {
+    let scpu = tagged;
     // (stream, job) -> the line that created it, and the line that reported it finished.
     let mut created: BTreeMap<(&str, u32), usize> = BTreeMap::new();
     let mut reported: BTreeMap<(&str, u32), usize> = BTreeMap::new();
@@ -82,7 +85,7 @@ pub fn bad_transfer(lines: &[Line], scpu: bool) -> Option<BadTransfer> {
                 continue;
             }
             Ev::TransferDone { job, kind, .. } => (kind.as_deref().unwrap_or(""), *job, "transfer_done"),
-            Ev::TransferFailed { job, .. } => ("", *job, "transfer_failed"),
+            Ev::TransferFailed { job, .. } => (if tagged { "load" } else { "" }, *job, "transfer_failed"),
             _ => continue,
         };
         let why = if !created.contains_key(&(stream, job)) {
@@ -145,4 +148,57 @@ pub fn bad_failure_form(lines: &[Line], offloading: bool, request_level: bool) -
         return Some(BadTransfer { line: l.no, step: l.ev.step(), why });
     }
     None
+}
+
+/// A line that does not fit the header's connector: SimpleCPU logs name each completion's
+/// stream and the pins of every lookup, and have `cpu` snapshots; the other connectors none
+/// of these.
+pub(super) fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
+    let scpu = h.connector == "simple-cpu";
+    let mc = h.connector == "mooncake";
+    match ev {
+        Ev::TransferDone { kind: None, .. } if scpu || mc => Some(format!(
+            "a {} transfer_done names its stream (\"kind\": \"store\" or \"load\")",
+            if mc { "Mooncake" } else { "SimpleCPU" }
+        )),
+        Ev::TransferDone { kind: Some(k), .. } if !(scpu || mc) || !["store", "load"].contains(&k.as_str()) => Some(
+            format!("transfer_done kind {k:?}: only SimpleCPU and Mooncake logs name a stream (\"store\" or \"load\")"),
+        ),
+        Ev::Mooncake { .. } if !mc => Some("mooncake lines go with the mooncake connector".into()),
+        Ev::Host { .. } | Ev::StoreRefused { .. } | Ev::Flush { .. } | Ev::Evict { .. } if mc => Some(
+            "host, store_refused, flush and evict lines are the OffloadingConnector's (this log is mooncake)".into(),
+        ),
+        Ev::TransferFailed { .. } if scpu => Some("SimpleCPU never reports a failed load".into()),
+        Ev::Lookup { pins: None, .. } if scpu => {
+            Some("a SimpleCPU lookup lists the CPU blocks it pinned (\"pins\")".into())
+        }
+        Ev::Lookup { pins: Some(_), .. } if !scpu => Some("\"pins\" goes with the simple-cpu connector".into()),
+        Ev::StoreCompleted { .. } | Ev::LoadCompleted { .. } | Ev::Cpu { .. } if !scpu => {
+            Some("store_completed, load_completed and cpu lines go with the simple-cpu connector".into())
+        }
+        Ev::Host { .. } | Ev::StoreRefused { .. } | Ev::Flush { .. } if scpu => {
+            Some("host, store_refused and flush lines are the OffloadingConnector's (this log is simple-cpu)".into())
+        }
+        _ => None,
+    }
+}
+
+/// A Mooncake header kvmc cannot replay: the model runs the store with synchronous scheduling
+/// only, and a `mooncake` object goes with that connector. Preloaded sequences are bounded
+/// like a model file's prompts.
+pub(super) fn mooncake_header_error(h: &Header) -> Option<String> {
+    let mc = h.connector == "mooncake";
+    if !mc {
+        return h.mooncake.is_some().then(|| "a \"mooncake\" object goes with \"connector\": \"mooncake\"".into());
+    }
+    if h.async_scheduling {
+        return Some("the mooncake connector is modelled with synchronous scheduling only".into());
+    }
+    let pre = h.mooncake.as_ref().map_or(&[][..], |m| m.preload.as_slice());
+    if pre.len() > 64 || pre.iter().any(|p| p.len() > 4096) {
+        return Some("mooncake.preload: at most 64 sequences of at most 4096 tokens".into());
+    }
+    pre.iter()
+        .position(|p| (p.len() as u32) < h.block_size)
+        .map(|i| format!("mooncake.preload[{i}] has no full block (block_size {})", h.block_size))
 }

@@ -57,8 +57,9 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
         ConnectorConfig::Offloading(_) | ConnectorConfig::SimpleCpu(_) | ConnectorConfig::None => {}
         ConnectorConfig::Mooncake(_) => {
             return Some(
-                "MooncakeStoreConnector needs a Mooncake master and store; the recorder drives the \
-                 OffloadingConnector, the SimpleCPUOffloadConnector or no connector"
+                "kvmc reproduce writes no Mooncake scenarios yet (the pool's preload and the save \
+                 timings of a counterexample); the recorder drives the MooncakeStoreConnector from a \
+                 hand-written scenario (docs/conformance.md, \"MooncakeStoreConnector\")"
                     .into(),
             )
         }

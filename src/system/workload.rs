@@ -421,6 +421,21 @@ impl Workload {
         hashes
     }
 
+    /// [`register_extra`](Self::register_extra) whose labels (`name.i`) also replace those of
+    /// the requests that produce the same blocks, but not those `keep` lists (a conformance
+    /// log names every block of a Mooncake preload after its sequence).
+    pub fn register_extra_named(&mut self, name: &str, tokens: &[Token], keep: &[BlockHash]) -> Vec<BlockHash> {
+        let hashes = self.register_extra(name, tokens);
+        for (i, h) in hashes.iter().enumerate() {
+            if !keep.contains(h) {
+                if let Some(info) = self.registry.get_mut(h) {
+                    info.label = format!("{name}.{i}");
+                }
+            }
+        }
+        hashes
+    }
+
     /// Request `r`'s name, or "-" for [`NO_REQ`](crate::system::types::NO_REQ) (a SimpleCPU
     /// lazy-mode store, which belongs to no request; the recorder writes "-" too).
     pub fn req_name(&self, r: u16) -> &str {

@@ -58,6 +58,7 @@ class Engine:
     hasher: object
     kv_bytes_per_token: int
     num_host_chunks: int            # what the CPU manager really got (0 without connector)
+    mc_store: object = None         # Mooncake: mcstore.FakeStore (the pool)
 
     @property
     def batch_queue_size(self) -> int:
@@ -189,8 +190,8 @@ def build_engine(sc: Scenario) -> Engine:
             kv_load_failure_policy=sc.load_failure_policy,
             **connector_by_name(sc, "SimpleCPUOffloadConnector"))
     elif sc.connector == "mooncake":
-        # MooncakeStoreConnector's scheduler side only (mooncake_probe.py replaces its lookup
-        # client; no Mooncake master): not a scenario connector the recorder drives yet.
+        # MooncakeStoreConnector's scheduler side only: mcstore.attach replaces its lookup
+        # client (no Mooncake master; the port is never opened).
         kv_transfer_config = KVTransferConfig(
             kv_role="kv_both", kv_connector="MooncakeStoreConnector",
             kv_connector_extra_config={"load_async": True, "lookup_rpc_port": 4242},
@@ -265,6 +266,9 @@ def build_engine(sc: Scenario) -> Engine:
         if eng.num_host_chunks != sc.host_chunks:
             raise RuntimeError(f"CPU tier got {eng.num_host_chunks} chunks, "
                                f"scenario asked for {sc.host_chunks}")
+    if sc.connector == "mooncake" and hasattr(sc, "mooncake_preload"):
+        import mcstore
+        mcstore.attach(eng, sc, make_request)
     if eng.scpu is not None:
         got = eng.scpu.cpu_block_pool.num_gpu_blocks
         if got != sc.cpu_blocks or eng.scpu._lazy_mode != sc.lazy_offload:

@@ -20,9 +20,12 @@ come once the session parks or at fixed steps (queued while it still runs). Ever
 fits `max_model_len` and the pool (`kvmc` models a request that can never fit as vLLM does,
 but such scenarios only test the rejection path).
 
-`--kind` restricts the connector: offloading, simple-cpu, none or any (default); `long` draws as
-`any` with prompts of up to 16 blocks, batches of up to 32 blocks and a host tier of up to 20
-chunks a request; `stress` draws
+`--kind` restricts the connector: offloading, simple-cpu, none, mooncake or any (default; it
+never draws mooncake, so earlier seeds keep their scenarios); `long` draws as `any` with
+prompts of up to 16 blocks, batches of up to 32 blocks and a host tier of up to 20 chunks a
+request. `mooncake`: the MooncakeStoreConnector with synchronous scheduling, no sessions, the
+shared system prompt preloaded into the pool (probability 0.7), save delays from 0, failed
+loads and slow saves. `stress` draws
 any connector with 4 to 8 requests, a pool from one request's worth to two blocks more, async
 scheduling half the time, sessions with probability 0.3 (up to 3 inputs), more aborts, errors and
 failed loads (a load's first or second).
@@ -94,9 +97,10 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         "max_model_len": (gpu_blocks - 1) * bs,
         "connector": connector,
     }
-    if connector == "offloading":
+    if connector in ("offloading", "mooncake"):
         eng["load_failure_policy"] = rng.choice(["fail", "recompute"])
-    if rng.random() < (0.5 if stress else 0.25):
+    # (kvmc models the Mooncake store with synchronous scheduling only; the draw is kept.)
+    if rng.random() < (0.5 if stress else 0.25) and connector != "mooncake":
         eng["async_scheduling"] = True
     if rng.random() < 0.15:
         eng["long_prefill_token_threshold"] = rng.choice([bs, 2 * bs])
@@ -106,7 +110,7 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     # G1 prefix caching off (CacheConfig.enable_prefix_caching), never with SimpleCPU (which
     # disables itself without it). Drawn from its own stream, so the scenarios of earlier
     # seeds stay as they were.
-    if connector != "simple-cpu" and random.Random(f"{name}/prefix-caching").random() < 0.15:
+    if connector not in ("simple-cpu", "mooncake") and random.Random(f"{name}/prefix-caching").random() < 0.15:
         eng["enable_prefix_caching"] = False
     lines = [f'name = "{name}"', 'description = "gen_scenarios.py: a random workload"', ""]
     _table(lines, "[engine]", eng)
@@ -126,17 +130,26 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
         if rng.random() < 0.3:  # lazy_offload: stores chosen by a walk of the G1 free queue
             scpu["mode"] = "lazy"
         _table(lines, "[simple_cpu]", scpu)
+    preloaded = False
+    if connector == "mooncake" and sys_len >= bs and rng.random() < 0.7:
+        # Another instance put (a block-aligned prefix of) the shared system prompt.
+        _table(lines, "[mooncake]", {"preload": [f"SYS:{rng.randint(1, sys_len // bs) * bs}"]})
+        preloaded = True
     wrk = {"max_steps": 400}
     if connector != "none":
-        wrk["store_delay"] = rng.choice([1, 1, 2, 3]) if connector == "offloading" else rng.choice([0, 1, 2])
+        wrk["store_delay"] = (rng.choice([1, 1, 2, 3]) if connector == "offloading"
+                              else rng.choice([0, 1, 2, 3]) if connector == "mooncake" else rng.choice([0, 1, 2]))
         wrk["load_delay"] = rng.choice([0, 1, 1, 2])
     _table(lines, "[worker]", wrk)
 
     names = NAMES[:n]
     # Streaming-input sessions: each request is one with probability 0.12.
     sessions = {r for r in names if rng.random() < (0.3 if stress else 0.12)}
+    if connector == "mooncake":
+        sessions = set()   # not recorded with the Mooncake store
     longest: dict[str, int] = {}  # a request's most tokens (prompt and outputs)
     sharing: set[str] = set()  # requests whose prompt starts with a shared segment
+    from_pool: set[str] = set()  # Mooncake: requests whose prompt starts with the preload
     for i, r in enumerate(names):
         prompt: list[str] = []
         shape = rng.random()
@@ -153,6 +166,8 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             prompt.append(f"SYS:{sys_len}")
         if prompt:
             sharing.add(r)
+        if preloaded and prompt and prompt[0].startswith("SYS"):
+            from_pool.add(r)
         most = 6 if long else 3  # a prompt stays within 6 blocks (long: 16)
         own = rng.randint(1, most * bs) if rng.random() < 0.5 else rng.randint(1, most) * bs
         prompt.append(f"{r}:{own}")
@@ -207,12 +222,21 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             _table(lines, "[[event]]", {"abort": r, "after_arrival": r, "delay": rng.randint(1, 6)})
         elif x < (0.3 if stress else 0.18):
             _table(lines, "[[event]]", {"error": r, "after_arrival": r, "delay": rng.randint(1, 6)})
-    if connector == "offloading":
+    if connector in ("offloading", "mooncake"):
         for r in names:
             # Only a request that shares a prefix can load (a failure that never applies is a
             # recording error).
             if r not in sharing or r in sessions:
                 continue  # (a session that a failed load finishes never takes its inputs)
+            if connector == "mooncake":
+                # A pool load is sure only for a request that starts with the preload (a G1 hit
+                # usually covers another request's saved prefix); the slow job is a save.
+                if r in from_pool and rng.random() < 0.4:
+                    _table(lines, "[[load_failure]]", {"req": r, "from_block": rng.randint(0, 1)})
+                if rng.random() < 0.25:
+                    _table(lines, "[[transfer_delay]]", {"req": r, "kind": "store", "nth": 1,
+                                                          "delay": rng.randint(2, 6)})
+                continue
             if rng.random() < (0.5 if stress else 0.3):
                 nth = rng.randint(1, 2) if stress else 1
                 _table(lines, "[[load_failure]]", {"req": r, "nth": nth, "from_block": rng.randint(0, 2)})
@@ -227,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none", "stress", "long"], default="any")
+    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none", "mooncake", "stress", "long"],
+                    default="any")
     args = ap.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

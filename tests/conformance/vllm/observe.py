@@ -113,6 +113,8 @@ class Recorder:
             "eviction_policy": sc.eviction_policy,
             "sync_load_budget_tokens": sc.sync_load_budget_tokens,
         }
+        if sc.connector == "mooncake":
+            hdr["mooncake"] = {"preload": self.eng.mc_preload}
         if sc.connector == "simple-cpu":
             hdr["cpu_blocks"] = sc.cpu_blocks
             if sc.lazy_offload:
@@ -138,7 +140,9 @@ class Recorder:
     def _labels(self) -> dict[bytes, str]:
         """Arrival order; a session's inputs in order: "S.i" for its first input's block
         hashes, "S@k.i" for those of input k that no earlier one has."""
-        labels: dict[bytes, str] = {}
+        # Mooncake: a preloaded block is named after its sequence ("poolN.i"), also where a
+        # request produces it (the pool's snapshot names it before any request arrives).
+        labels: dict[bytes, str] = dict(getattr(self.eng, "mc_labels", {}))
         for req in self.arrivals:
             rid = req.request_id
             for t, hashes in enumerate([*self.turn_hashes.get(rid, []), req.block_hashes]):
@@ -260,6 +264,9 @@ class Recorder:
         if scpu is not None:
             self._install_scpu(scpu)
             return
+        if self.sc.connector == "mooncake":
+            import mcstore
+            return mcstore.install(self)
         if self.eng.manager is None:
             raise RuntimeError(
                 f"connector {type(conn).__module__}:{type(conn).__name__} is not vLLM's "
@@ -554,6 +561,9 @@ class Recorder:
         if scpu is not None:
             self._cpu_snapshot(scpu, labels)
             return
+        if self.sc.connector == "mooncake":
+            import mcstore
+            return mcstore.snapshot(self)
         mgr = self.eng.manager
         if mgr is None:
             return

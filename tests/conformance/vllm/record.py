@@ -128,7 +128,11 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None,
     cap = KVEventCapture(eng.scheduler, lambda: rec.step)
     if kvevents is not None:
         kvevents.append(cap)
-    worker = ScpuFakeWorker(sc) if sc.connector == "simple-cpu" else FakeWorker(sc)
+    if sc.connector == "mooncake":
+        from mcstore import McFakeWorker
+        worker = McFakeWorker(sc, eng)
+    else:
+        worker = ScpuFakeWorker(sc) if sc.connector == "simple-cpu" else FakeWorker(sc)
     rec.worker = worker
     rec.header()
     try:
@@ -378,6 +382,13 @@ def unsupported(sc: Scenario) -> str | None:
 
         if "cache_aware_admission_window" not in getattr(SchedulerConfig, "__dataclass_fields__", {}):
             return "cache-aware admission (SchedulerConfig.cache_aware_admission_window) is 0.34+"
+    if sc.connector == "mooncake":
+        try:
+            from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import scheduler
+        except ImportError:
+            return "no MooncakeStoreConnector (mooncake/store)"
+        if "_pinned_saves" not in inspect.getsource(scheduler):
+            return "this MooncakeStoreScheduler pins no save blocks (kvmc models 0.32+'s store)"
     if sc.connector == "simple-cpu":
         try:
             from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler

@@ -166,6 +166,9 @@ class Scenario:
     # [engine] cache_aware_admission_window / _threshold (vLLM 0.34+; 0 = off, vLLM's default)
     cache_aware_admission_window: int = 0
     cache_aware_admission_threshold: float = 0.5
+    # [mooncake] preload (connector = "mooncake"): token sequences (prompt segments, no '@')
+    # whose full blocks another instance already put into the Mooncake pool
+    mooncake_preload: list[list[str]] = field(default_factory=list)
 
     def request(self, name: str) -> RequestSpec:
         for r in self.requests:
@@ -199,12 +202,13 @@ _OFFLOAD_KEYS = {
     "sync_load_budget_tokens", "eviction_policy",
 }
 _SIMPLE_CPU_KEYS = {"cpu_blocks", "mode"}
+_MOONCAKE_KEYS = {"preload"}
 _WORKER_KEYS = {"store_delay", "load_delay", "max_steps"}
 _REQUEST_KEYS = {"name", "prompt", "max_tokens", "eos_at", "arrive", "after",
                  "after_arrival", "delay", "input"}
 _INPUT_KEYS = {"prompt", "max_tokens", "eos_at", "end", "send", "delay"}
 _EVENT_KEYS = {"abort", "error", "step", "after", "after_arrival", "delay"}
-_TOP_KEYS = {"name", "description", "engine", "offload", "simple_cpu", "worker", "request",
+_TOP_KEYS = {"name", "description", "engine", "offload", "simple_cpu", "mooncake", "worker", "request",
              "event", "load_failure", "transfer_delay"}
 
 
@@ -326,12 +330,20 @@ def _load_scenario(path: Path) -> Scenario:
     _check_keys(off, _OFFLOAD_KEYS, "[offload]")
     _check_keys(scpu, _SIMPLE_CPU_KEYS, "[simple_cpu]")
     _check_keys(wrk, _WORKER_KEYS, "[worker]")
+    mc = doc.get("mooncake", {})
+    _check_keys(mc, _MOONCAKE_KEYS, "[mooncake]")
 
     block_size = int(eng["block_size"])
     gpu_blocks = int(eng["gpu_blocks"])
     connector = eng.get("connector", "offloading")
-    if connector not in ("offloading", "none", "simple-cpu"):
-        raise ScenarioError("[engine] connector must be 'offloading', 'simple-cpu' or 'none'")
+    if connector not in ("offloading", "none", "simple-cpu", "mooncake"):
+        raise ScenarioError("[engine] connector must be 'offloading', 'simple-cpu', 'mooncake' or 'none'")
+    if mc and connector != "mooncake":
+        raise ScenarioError("[mooncake] goes with connector = 'mooncake'")
+    if connector == "mooncake" and off:
+        raise ScenarioError("[offload] goes with connector = 'offloading' ([mooncake] here)")
+    if connector == "mooncake" and eng.get("async_scheduling", False):
+        raise ScenarioError("connector = 'mooncake' is recorded (and modelled) with synchronous scheduling only")
     if connector == "simple-cpu":
         if "cpu_blocks" not in scpu:
             raise ScenarioError("[simple_cpu] cpu_blocks is required with connector = 'simple-cpu'")
@@ -382,7 +394,13 @@ def _load_scenario(path: Path) -> Scenario:
         raise ScenarioError("[engine] enable_prefix_caching = false: SimpleCPU disables itself without it")
     if connector == "simple-cpu" and sc.cpu_blocks < 2:
         raise ScenarioError("[simple_cpu] cpu_blocks must be >= 2 (block 0 is the null block)")
-    if sc.store_delay < (0 if connector == "simple-cpu" else 1):
+    for i, p in enumerate(mc.get("preload", [])):
+        segs = [p] if isinstance(p, str) else list(p)
+        for seg in segs:
+            if parse_segment(seg)[0]:
+                raise ScenarioError(f"[mooncake] preload #{i + 1}: no '@' segments (the pool is filled before any request arrives)")
+        sc.mooncake_preload.append(segs)
+    if sc.store_delay < (0 if connector in ("simple-cpu", "mooncake") else 1):
         # OffloadingConnector stores are submitted a step later; SimpleCPU launches its
         # store event in the step that builds it (wait_for_save), so 0 is possible there.
         raise ScenarioError("[worker] store_delay must be >= 1 (stores are submitted a step later)")

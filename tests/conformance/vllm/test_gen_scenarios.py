@@ -103,7 +103,7 @@ class GenScenarios(unittest.TestCase):
         self.assertGreater(longest, 12, "some request spans more than 12 blocks")
 
     def test_kind_restricts_the_connector(self):
-        for kind in ("offloading", "simple-cpu", "none"):
+        for kind in ("offloading", "simple-cpu", "none", "mooncake"):
             self.assertEqual({load_scenario(p).connector for p in self.generate(2, 20, kind)}, {kind})
 
     def test_faults_are_drawn_where_the_recorder_can_apply_them(self):
@@ -118,6 +118,22 @@ class GenScenarios(unittest.TestCase):
             sharing = {r.name for r in sc.requests if len(r.prompt) > 1}
             for f in sc.load_failures:
                 self.assertIn(f.req, sharing, p.name)
+
+    def test_mooncake_draws_what_the_store_is_recorded_with(self):
+        scs = [load_scenario(p) for p in self.generate(12, 200, "mooncake")]
+        for sc in scs:
+            self.assertFalse(sc.async_scheduling, sc.name)
+            self.assertFalse(any(r.inputs for r in sc.requests), sc.name)
+            for name, n in _longest(sc).items():
+                self.assertLessEqual(n, sc.max_model_len, f"{sc.name}: {name}")
+            # A load can fail only where a request starts with the preloaded prefix.
+            starts = {r.name for r in sc.requests if r.prompt[0].startswith("SYS")}
+            for f in sc.load_failures:
+                self.assertTrue(sc.mooncake_preload and f.req in starts, sc.name)
+            self.assertTrue(all(d.kind == "store" for d in sc.delay_overrides), sc.name)
+        self.assertTrue(any(s.mooncake_preload for s in scs) and any(not s.mooncake_preload for s in scs))
+        self.assertTrue(any(s.load_failures for s in scs) and any(s.delay_overrides for s in scs))
+        self.assertIn(0, {s.store_delay for s in scs})
 
 
 if __name__ == "__main__":

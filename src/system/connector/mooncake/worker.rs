@@ -14,6 +14,7 @@
 //!   the save jobs done (`build_connector_worker_meta`'s `completed_saves`).
 
 use super::{Ledger, MooncakeState};
+use crate::system::connector::simple_cpu::worker::LOAD_EVENT;
 use crate::system::connector::{Phase, SchedOut, WorkerCtx};
 use crate::system::engine::{Ctx, Direction, StepInput};
 use crate::system::events::{Event, Events};
@@ -28,6 +29,14 @@ pub fn next_transfer(mc: &MooncakeState, d: Direction) -> Option<JobId> {
     match d {
         Direction::Store => mc.saves.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).min(),
         Direction::Load => mc.loads.iter().filter(|j| j.phase == Phase::Submitted).map(|j| j.id).min(),
+    }
+}
+
+/// Job `id` of direction `d` is queued on its thread and has not run.
+fn next_queued(mc: &MooncakeState, d: Direction, id: JobId) -> bool {
+    match d {
+        Direction::Store => mc.saves.iter().any(|j| j.id == id && j.phase == Phase::Submitted),
+        Direction::Load => mc.loads.iter().any(|j| j.id == id && j.phase == Phase::Submitted),
     }
 }
 
@@ -143,6 +152,25 @@ pub fn after_forward(mc: &mut MooncakeState, out: &SchedOut, input: &StepInput, 
                 cx.ghost.mark(Mark::Drained);
                 complete(mc, d, id, None, cx);
             }
+        }
+    }
+    // A conformance log names the jobs that finish in this step (saves by id, loads by
+    // `id | LOAD_EVENT`, as SimpleCPU's events) and the loads that fail (their unwritten
+    // blocks: the failure starts at the first of them), if queued and not run yet.
+    for &named in &input.complete {
+        let (d, id) =
+            if named & LOAD_EVENT != 0 { (Direction::Load, named & !LOAD_EVENT) } else { (Direction::Store, named) };
+        if next_queued(mc, d, id) {
+            cx.ghost.mark(Mark::Drained);
+            complete(mc, d, id, None, cx);
+        }
+    }
+    for (id, bad) in &input.fail_blocks {
+        if next_queued(mc, Direction::Load, *id) {
+            let j = mc.loads.iter().find(|j| j.id == *id).expect("queued");
+            let first = j.blocks.iter().position(|b| bad.contains(b)).unwrap_or(j.blocks.len()) as u32;
+            cx.ghost.mark(Mark::LoadFailure);
+            complete(mc, Direction::Load, *id, Some(first), cx);
         }
     }
     // get_finished: _close_ended_store_requests (preempted now; finished once drained).
