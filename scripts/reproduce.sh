@@ -19,7 +19,7 @@
 # VLLM_VENV, else VLLM_VENV_DIR/venv-vllm-VERSION, VLLM_VENV_DIR defaulting to /work; 0.33.0
 # falls back to venv-vllm; a venv without that release is refused). Then
 # `kvmc conform --strict --profile vllm-X.Y LOG` must conform and report every expected
-# property violated. A counterexample whose property kills the engine (queue-sound,
+# property violated. A counterexample whose property kills the engine (queue-sound, tokens-positive,
 # connector-assert, rows-present) is reproduced when vLLM dies: the recorder's partial log must
 # conform up to the step that raised. A log that diverges, or lacks a property, is a failure (exit 1); a
 # release whose venv is missing or whose recorder fails is reported and counted as failed.
@@ -90,7 +90,7 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
       # A counterexample whose property kills the engine (queue-sound, connector-assert,
       # rows-present) is reproduced by vLLM dying: a partial log whose recorded steps conform.
       row_prop="${name##*__}"
-      case "$row_prop" in queue-sound|connector-assert|rows-present) dies=1 ;; *) dies=0 ;; esac
+      case "$row_prop" in queue-sound|connector-assert|rows-present|tokens-positive) dies=1 ;; *) dies=0 ;; esac
       if [ $dies -eq 1 ] && [ -f "$log.partial" ]; then
         res="$("$KVMC" conform --profile "$profile" "$log.partial" 2>&1)"
         died="$(grep -o 'the recorder stopped in step [0-9]*: .*(that step' <<<"$res" | sed 's/the recorder stopped in //; s/ (that step$//')"

@@ -70,6 +70,7 @@ const PINNED: &[(&str, usize)] = &[
     ("shared-prefix", 59),
     ("stream-resume", 937),
     ("stream-preempt-lost", 117),
+    ("stream-outgrow-len", 48),
     ("stream-resume-fence", 114),
     ("stream-resume-reader", 246),
     ("stream-stale-key", 186),
