@@ -305,7 +305,7 @@ impl Scope {
         let mut workload = self.workload.clone();
         // vLLM 0.24: a session's later inputs stop at its first input's max_tokens.
         if !rules.session_max_tokens {
-            if let Some(w) = workload.with_first_max_tokens(self.cfg.max_model_len)? {
+            if let Some(w) = workload.with_first_max_tokens(self.cfg.max_model_len) {
                 workload = w;
             }
         }

@@ -245,17 +245,17 @@ impl Workload {
     /// `max_tokens` (or an earlier EOS), whatever the input says. The chain of specs rebuilt
     /// that way: outputs cut to that count, or run past their scripted tokens (the placeholder
     /// tokens of [`RequestSpec::with_limits`]), and each next input kept over the output its
-    /// previous one really had. `Ok(None)`: nothing changes (every input already has the
+    /// previous one really had. `None`: nothing changes (every input already has the
     /// first's `max_tokens`, as in a conformance log's scope, or the run decides the layouts);
     /// an input that then grows the session past `max_model_len` is kept as vLLM takes it (it
     /// checks each input by its own length; finding 37: the scheduler's running cap goes
-    /// negative, rule `running_cap_clamped`). Errors: none today (the `Result` is the scope's).
-    pub fn with_first_max_tokens(&self, max_model_len: u32) -> Result<Option<Workload>, String> {
+    /// negative, rule `running_cap_clamped`).
+    pub fn with_first_max_tokens(&self, max_model_len: u32) -> Option<Workload> {
         let n = self.requests.len() as u16;
         let differs =
             (0..n).any(|r| self.chain(r).iter().any(|s| s.max_tokens != self.requests[r as usize].max_tokens));
         if !differs || self.has_layouts() {
-            return Ok(None);
+            return None;
         }
         let b = self.block_size;
         let later = self.later_inputs(max_model_len);
@@ -280,6 +280,6 @@ impl Workload {
             }
             turns.push(specs);
         }
-        Ok(Some(Self::with_sessions(b, self.requests.clone(), turns)))
+        Some(Self::with_sessions(b, self.requests.clone(), turns))
     }
 }
