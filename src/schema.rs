@@ -378,7 +378,22 @@ pub struct ConformReport {
     pub variant: Option<String>,
     pub strict: bool,
     pub logs: Vec<ConformLog>,
+    /// Logs of the batch that were not checked: bad input (a file that cannot be read, a line
+    /// that does not parse). The run exits 2; the other logs are still checked.
+    pub bad_logs: Vec<ConformBadLog>,
     pub kv_events: Option<ConformKvEvents>,
+}
+
+/// A log of a batch that could not be checked (bad input).
+#[derive(Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConformBadLog {
+    pub log: String,
+    /// "io" (the file cannot be read) or "input" (a line is not valid).
+    pub kind: String,
+    pub message: String,
+    /// The line the message points at, if any.
+    pub line: Option<u64>,
 }
 
 #[derive(Serialize, JsonSchema)]

@@ -216,3 +216,56 @@ fn the_recorder_keeps_a_failed_runs_log_marked_partial() {
     // the marker kvmc reads above; --hash-seed is checked and named in the header.
     python_unittest("tests/conformance/vllm/test_record.py", 10);
 }
+
+/// A bad log in a batch is reported where it stands and the other logs are still checked; the
+/// run exits 2 (docs/exit-codes.md). With one log, or none readable, it is the run's error.
+#[test]
+fn a_bad_log_in_a_batch_exits_2_and_the_others_are_still_checked() {
+    let d = tempdir("conform-batch-bad");
+    let good = root().join("tests/conformance/fixtures/main.jsonl");
+    let bad = d.join("bad.jsonl");
+    std::fs::write(&bad, "not json\n").unwrap();
+    let missing = d.join("missing.jsonl");
+    let (g, b, m) = (good.to_str().unwrap(), bad.to_str().unwrap(), missing.to_str().unwrap());
+
+    let o = kvmc(&["conform", b, g]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("bad.jsonl:1: not a valid event"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("main.jsonl: conforms"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("bad.jsonl: not checked, bad input: not a valid event"), "{}", stdout(&o));
+
+    let o = kvmc(&["conform", g, b, m, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["exit_code"], 2);
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["logs"].as_array().unwrap().len(), 1);
+    assert_eq!(v["logs"][0]["verdict"], "conforms");
+    let bad_logs = v["bad_logs"].as_array().unwrap();
+    assert_eq!(bad_logs.len(), 2);
+    assert_eq!((bad_logs[0]["kind"].as_str(), bad_logs[0]["line"].as_u64()), (Some("input"), Some(1)));
+    assert_eq!((bad_logs[1]["kind"].as_str(), bad_logs[1]["line"].as_u64()), (Some("io"), None));
+
+    let o = kvmc(&["conform", g, b, "--format", "junit"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stdout(&o).contains("tests=\"2\" failures=\"0\" errors=\"1\""), "{}", stdout(&o));
+    assert!(stdout(&o).contains("<error message=\""), "{}", stdout(&o));
+
+    // A divergence in the batch does not hide the bad log: 2 before 10.
+    let diverging = d.join("diverging.jsonl");
+    let text = std::fs::read_to_string(&good).unwrap();
+    let cut: Vec<&str> = text.lines().collect();
+    let changed = cut.iter().position(|l| l.contains("\"ev\":\"schedule\"")).unwrap();
+    let mut lines: Vec<String> = cut.iter().map(|l| l.to_string()).collect();
+    lines.remove(changed);
+    std::fs::write(&diverging, lines.join("\n") + "\n").unwrap();
+    let o = kvmc(&["conform", diverging.to_str().unwrap(), b]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stdout(&o).contains("diverges"), "{}", stdout(&o));
+
+    // Every log bad: the run's error, as with one log (the JSON error object).
+    let o = kvmc(&["conform", b, m, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["error"]["kind"], "input");
+}

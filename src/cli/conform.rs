@@ -63,29 +63,29 @@ pub fn run(a: ConformArgs) -> Result<i32> {
         return Err(KvmcError::Usage("--kv-events goes with at most one LOG (the same run)".into()));
     }
     let mut outcomes = Vec::new();
+    // A log that cannot be read or parsed is reported where it stands and the batch goes on
+    // (exit 2 at the end); with one log, or none readable, it is the run's error as before.
+    let mut bad: Vec<(PathBuf, KvmcError)> = Vec::new();
     for path in &a.logs {
-        let log_text = crate::error::read_text(path)?;
-        let profile = choose::choose(&log_text, given);
-        let report = conform::check_text(path, &log_text, &profile.profile, a.variant.as_deref(), a.window)?;
-        let code = match &report.divergence {
-            // No order of vLLM's sets matched within the search bound: no verdict.
-            Some(_) if report.search_bound.is_some() => exit::INCOMPLETE,
-            Some(_) => exit::VERDICT,
-            None if a.strict && !report.findings.is_empty() => exit::VERDICT,
-            // Conforms only as far as the recorder got: no verdict on the whole run.
-            None if report.partial.is_some() => exit::INCOMPLETE,
-            None => exit::OK,
+        let o = match check_one(&a, path, given) {
+            Ok(o) => o,
+            Err(e) if a.logs.len() > 1 && e.exit_code() == exit::USAGE => {
+                eprintln!("error: {e}");
+                if matches!(a.format, Format::Text) {
+                    println!("{}: not checked, bad input: {}\n", path.display(), e.message());
+                }
+                bad.push((path.clone(), e));
+                continue;
+            }
+            Err(e) => return Err(e),
         };
-        let explore = report.divergence.as_ref().map(|_| ConformTarget {
-            log: path.display().to_string(),
-            profile: profile.profile.clone(),
-            variant: a.variant.clone(),
-        });
-        let o = Outcome { path: path.clone(), profile, report, code, explore };
         if matches!(a.format, Format::Text) {
             print!("{}", text(&o));
         }
         outcomes.push(o);
+    }
+    if outcomes.is_empty() && !bad.is_empty() {
+        return Err(bad.swap_remove(0).1);
     }
     let mut kv = None;
     if let Some(ev) = &a.kv_events {
@@ -113,22 +113,47 @@ pub fn run(a: ConformArgs) -> Result<i32> {
         }
         kv = Some(k);
     }
-    // 10 before 13 before 0 (docs/exit-codes.md).
+    // 2 before 10 before 13 before 0 (docs/exit-codes.md).
     let mut code = exit::OK;
     for c in outcomes.iter().map(|o| o.code).chain(kv.iter().filter(|k| k.problem.is_some()).map(|_| exit::VERDICT)) {
         if c == exit::VERDICT || (c == exit::INCOMPLETE && code == exit::OK) {
             code = c;
         }
     }
+    if !bad.is_empty() {
+        code = exit::USAGE;
+    }
     match a.format {
         Format::Text => {}
         Format::Json => {
-            let v = json(&a, &outcomes, kv.as_ref(), code);
+            let v = json(&a, &outcomes, &bad, kv.as_ref(), code);
             println!("{}", serde_json::to_string_pretty(&v).expect("json"));
         }
-        Format::Junit => print!("{}", junit(&outcomes, kv.as_ref())),
+        Format::Junit => print!("{}", junit(&outcomes, &bad, kv.as_ref())),
     }
     Ok(code)
+}
+
+/// Read and check one log under the profile its header (or `--profile`) names.
+fn check_one(a: &ConformArgs, path: &Path, given: Option<&str>) -> Result<Outcome> {
+    let log_text = crate::error::read_text(path)?;
+    let profile = choose::choose(&log_text, given);
+    let report = conform::check_text(path, &log_text, &profile.profile, a.variant.as_deref(), a.window)?;
+    let code = match &report.divergence {
+        // No order of vLLM's sets matched within the search bound: no verdict.
+        Some(_) if report.search_bound.is_some() => exit::INCOMPLETE,
+        Some(_) => exit::VERDICT,
+        None if a.strict && !report.findings.is_empty() => exit::VERDICT,
+        // Conforms only as far as the recorder got: no verdict on the whole run.
+        None if report.partial.is_some() => exit::INCOMPLETE,
+        None => exit::OK,
+    };
+    let explore = report.divergence.as_ref().map(|_| ConformTarget {
+        log: path.display().to_string(),
+        profile: profile.profile.clone(),
+        variant: a.variant.clone(),
+    });
+    Ok(Outcome { path: path.to_path_buf(), profile, report, code, explore })
 }
 
 fn list(v: &[String]) -> String {
@@ -269,7 +294,13 @@ fn verdict(o: &Outcome) -> &'static str {
     }
 }
 
-fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32) -> serde_json::Value {
+fn json(
+    a: &ConformArgs,
+    outcomes: &[Outcome],
+    bad: &[(PathBuf, KvmcError)],
+    kv: Option<&KvOutcome>,
+    code: i32,
+) -> serde_json::Value {
     let logs = outcomes
         .iter()
         .map(|o| {
@@ -332,6 +363,15 @@ fn json(a: &ConformArgs, outcomes: &[Outcome], kv: Option<&KvOutcome>, code: i32
         variant: a.variant.clone(),
         strict: a.strict,
         logs,
+        bad_logs: bad
+            .iter()
+            .map(|(path, e)| schema::ConformBadLog {
+                log: path.display().to_string(),
+                kind: e.kind().to_string(),
+                message: e.message(),
+                line: e.location().1.map(|l| l as u64),
+            })
+            .collect(),
         kv_events: kv.map(|k| schema::ConformKvEvents {
             file: k.path.display().to_string(),
             ok: k.problem.is_none(),
@@ -349,9 +389,9 @@ fn xml_escape(s: &str) -> String {
 /// JUnit XML: one test suite, one test case per log (and one for the KV-event stream). A
 /// divergence (or, with `--strict`, a violated invariant) is a failure; a partial log or a
 /// search stopped by its bound is skipped.
-fn junit(outcomes: &[Outcome], kv: Option<&KvOutcome>) -> String {
+fn junit(outcomes: &[Outcome], bad: &[(PathBuf, KvmcError)], kv: Option<&KvOutcome>) -> String {
     let mut cases = String::new();
-    let (mut failures, mut skipped, mut tests) = (0, 0, 0);
+    let (mut failures, mut skipped, mut tests, mut errors) = (0, 0, 0, 0);
     let mut case = |name: &Path, result: Option<(bool, String, String)>, explore: Option<&ConformTarget>| {
         tests += 1;
         let n = xml_escape(&name.display().to_string());
@@ -404,7 +444,18 @@ fn junit(outcomes: &[Outcome], kv: Option<&KvOutcome>) -> String {
     if let Some(k) = kv {
         case(&k.path, k.problem.as_ref().map(|p| (false, p.clone(), p.clone())), None);
     }
+    // A log that could not be checked is a test case that errored (as a run's own error is).
+    for (path, e) in bad {
+        tests += 1;
+        errors += 1;
+        let _ = writeln!(
+            cases,
+            "    <testcase classname=\"conform\" name=\"{}\"><error message=\"{}\"/></testcase>",
+            xml_escape(&path.display().to_string()),
+            xml_escape(&e.to_string())
+        );
+    }
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvmc\">\n  <testsuite name=\"conform\" tests=\"{tests}\" failures=\"{failures}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n</testsuites>\n"
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvmc\">\n  <testsuite name=\"conform\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">\n{cases}  </testsuite>\n</testsuites>\n"
     )
 }
