@@ -15,6 +15,7 @@ mod conform_fuzz;
 mod conform_logs;
 mod conform_mooncake;
 mod conform_releases;
+mod conform_scpu;
 mod conform_seeds;
 mod conform_vllm_tests;
 mod explore;
