@@ -101,6 +101,33 @@ fn strict_conform_of_a_reproduced_log_exits_10_naming_the_property() {
     assert!(stdout(&o).contains("invariant g1-cache-sound is violated from step 5 on"), "{}", stdout(&o));
 }
 
+/// The two switches the recorder now carries in the log header (written only when off): the
+/// reproduced logs conform with them and diverge without them, so the header is what kvmc reads.
+#[test]
+fn prefix_caching_and_whole_sequence_admission_off_are_read_from_the_header() {
+    let d = tempdir("reproduce-switches");
+    for (name, field, at) in [
+        ("final-store__vllm-0.33__final-store-kept", ",\"enable_prefix_caching\":false", "diverges at step 1 (g1)"),
+        (
+            "scpu-shared-prefix__vllm-0.33__final-store-kept",
+            ",\"scheduler_reserve_full_isl\":false",
+            "diverges at step 2 (schedule)",
+        ),
+    ] {
+        let log = root().join(format!("tests/conformance/fixtures/reproduced/{name}.jsonl"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        let header = text.lines().next().unwrap();
+        assert!(header.contains(field), "{header}");
+        let o = kvmc(&["conform", log.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+        let without = d.join(format!("{name}.jsonl"));
+        std::fs::write(&without, text.replacen(field, "", 1)).unwrap();
+        let o = kvmc(&["conform", without.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(10), "{}", stdout(&o));
+        assert!(stdout(&o).contains(at), "{}", stdout(&o));
+    }
+}
+
 #[test]
 fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     let dir = tempdir("reproduce-gate");
@@ -150,6 +177,14 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     // 59 with stream-outgrow-len's (finding 37, tokens-positive under vllm-0.24): written, and
     // recorded on vLLM 0.24.0 it fails the same assert.
     assert!(dir.join("stream-outgrow-len__vllm-0.24__tokens-positive.toml").exists(), "{out}");
+    // Prefix caching off (final-store, stream-resume-reader, stream-stale-key) and whole-sequence
+    // admission off (scpu-shared-prefix): written since the recorder carries both switches.
+    assert!(!out.contains("prefix caching") && !out.contains("reserve_full_isl"), "{out}");
+    // Finding 24's reader: B's prompt spells the token S sampled, as the recorder samples it.
+    let stale = std::fs::read_to_string(dir.join("stream-stale-key__vllm-0.24__kv-read-integrity.toml")).unwrap();
+    assert!(stale.contains("\"o120_2127:1\""), "{stale}");
+    let written = out.lines().filter(|l| l.contains("__vllm-0.") && l.contains(" -> ")).count();
+    assert_eq!(written, 35, "{out}");
     assert_eq!(listed, 59, "{out}");
 }
 

@@ -35,6 +35,9 @@ pub struct Header {
     pub sync_load_budget_tokens: u32,
     #[serde(default = "yes")]
     pub enable_prefix_caching: bool,
+    /// `SchedulerConfig.scheduler_reserve_full_isl` (absent = true, vLLM's default).
+    #[serde(default = "yes")]
+    pub scheduler_reserve_full_isl: bool,
     /// SimpleCPU's `num_cpu_blocks` (its CPU `BlockPool`, null block 0 included).
     #[serde(default)]
     pub cpu_blocks: u32,

@@ -208,8 +208,7 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
             LoadFailurePolicy::Fail
         },
         enable_prefix_caching: h.enable_prefix_caching,
-        // vLLM's default (the harness does not change it).
-        reserve_full_isl: true,
+        reserve_full_isl: h.scheduler_reserve_full_isl,
         cache_aware_admission_window: h.cache_aware_admission_window,
         cache_aware_admission_threshold_permille: threshold,
         async_scheduling: h.async_scheduling,

@@ -21,8 +21,9 @@
 //!
 //! Prompts are the model's tokens, one segment per token (`"t97:1"` is token 0 of the stream
 //! `t97`, i.e. one recorder token per model token; equal model tokens give equal recorder
-//! tokens). Sampled tokens are the recorder's own (its fake model runner), which only matters
-//! for a block that holds sampled tokens and that another request's prompt would spell.
+//! tokens). Sampled tokens are the recorder's own (its fake model runner): where a prompt
+//! spells a token the counterexample samples (another request's output), the scenario spells
+//! the recorder's sampled token there (`spelled_outputs`).
 
 use crate::model::{Action, KvModel};
 use crate::props::{self, Kind};
@@ -77,11 +78,8 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
     if cfg.router_replay.is_some() {
         return Some("router replay (routed-expert rows) is not recorded".into());
     }
-    if !cfg.enable_prefix_caching {
-        return Some("the recorder always enables prefix caching".into());
-    }
-    if !cfg.reserve_full_isl {
-        return Some("scheduler_reserve_full_isl = false is not passed to vLLM by the recorder".into());
+    if !cfg.enable_prefix_caching && matches!(cfg.connector, ConnectorConfig::SimpleCpu(_)) {
+        return Some("SimpleCPU disables itself without prefix caching (the recorder refuses the scenario)".into());
     }
     None
 }
@@ -146,19 +144,77 @@ fn recorder_token(name: &str) -> u64 {
     3 + fnv1a64(&format!("{name}:0")) % 997
 }
 
-/// A stream-name prefix under which the model's distinct tokens get distinct recorder tokens.
-fn token_prefix(tokens: &BTreeSet<u32>) -> Result<&'static str, String> {
+/// The recorder's output token `n` of request (or session input) `name` (scenario.py's
+/// `sampled_token`, never at `eos_at`).
+fn sampled_token(name: &str, n: u32) -> u64 {
+    3 + fnv1a64(&format!("{name}#{n}")) % 997
+}
+
+/// A stream-name prefix under which the model's distinct tokens get distinct recorder tokens,
+/// none of them one of `reserved` (the sampled tokens a prompt spells).
+fn token_prefix(tokens: &BTreeSet<u32>, reserved: &BTreeSet<u64>) -> Result<&'static str, String> {
     for p in ["t", "u", "v", "w", "x", "y", "z", "tk", "tok"] {
         let ids: BTreeSet<u64> = tokens.iter().map(|t| recorder_token(&format!("{p}{t}"))).collect();
-        if ids.len() == tokens.len() {
+        if ids.len() == tokens.len() && ids.is_disjoint(reserved) {
             return Ok(p);
         }
     }
     Err("no stream prefix gives the model's tokens distinct recorder tokens".into())
 }
 
-fn segments(prefix: &str, tokens: &[u32]) -> String {
-    let v: Vec<String> = tokens.iter().map(|t| format!("\"{prefix}{t}:1\"")).collect();
+/// A one-token segment whose token is the recorder token `want`.
+fn segment_for(model_token: u32, want: u64) -> String {
+    (0u32..)
+        .map(|j| format!("o{model_token}_{j}"))
+        .find(|name| recorder_token(name) == want)
+        .expect("every token in [3, 999] is some segment's")
+}
+
+/// Model tokens that a request samples and some prompt spells, as the recorder's sampled
+/// token at the same place: the recorder's fake model samples its own tokens (scenario.py), so
+/// a prompt that spells another request's output (a block of sampled tokens that a later
+/// prompt would hit) must spell the recorder's token there.
+fn spelled_outputs(
+    wl: &crate::system::workload::Workload,
+    order: &[u16],
+    in_prompts: &BTreeSet<u32>,
+) -> Result<std::collections::BTreeMap<u32, u64>, String> {
+    let mut map = std::collections::BTreeMap::new();
+    for &r in order {
+        let first = &wl.requests[r as usize];
+        let inputs = std::iter::once(first).chain(wl.chain(r));
+        for (k, spec) in inputs.enumerate() {
+            // Input k >= 2 of a session samples under `S@k` (scenario.py).
+            let name = if k == 0 { first.name.clone() } else { format!("{}@{}", first.name, k + 1) };
+            for (n, &v) in spec.tokens[spec.prompt_len as usize..].iter().enumerate() {
+                if !in_prompts.contains(&v) || spec.eos_at == Some(n as u32) {
+                    continue;
+                }
+                let want = sampled_token(&name, n as u32);
+                if *map.entry(v).or_insert(want) != want {
+                    return Err(format!(
+                        "a prompt spells model token {v}, which two outputs sample; the recorder samples \
+                         different tokens there"
+                    ));
+                }
+            }
+        }
+    }
+    let targets: BTreeSet<u64> = map.values().copied().collect();
+    if targets.len() != map.len() {
+        return Err("two sampled tokens a prompt spells are one recorder token".into());
+    }
+    Ok(map)
+}
+
+fn segments(prefix: &str, tokens: &[u32], spelled: &std::collections::BTreeMap<u32, u64>) -> String {
+    let v: Vec<String> = tokens
+        .iter()
+        .map(|t| match spelled.get(t) {
+            Some(&want) => format!("\"{}:1\"", segment_for(*t, want)),
+            None => format!("\"{prefix}{t}:1\""),
+        })
+        .collect();
     format!("[{}]", v.join(", "))
 }
 
@@ -273,7 +329,9 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
         distinct.extend(&spec.tokens[..spec.prompt_len as usize]);
         inputs[r as usize].iter().for_each(|i| distinct.extend(i));
     }
-    let prefix = token_prefix(&distinct)?;
+    let spelled = spelled_outputs(wl, &order, &distinct)?;
+    let unspelled: BTreeSet<u32> = distinct.iter().copied().filter(|t| !spelled.contains_key(t)).collect();
+    let prefix = token_prefix(&unspelled, &spelled.values().copied().collect())?;
 
     let cfg = &sys.cfg;
     let mut s = String::new();
@@ -313,6 +371,12 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
         let t = f64::from(cfg.cache_aware_admission_threshold_permille) / 1000.0;
         let _ = writeln!(s, "cache_aware_admission_threshold = {t:?}");
     }
+    if !cfg.enable_prefix_caching {
+        let _ = writeln!(s, "enable_prefix_caching = false");
+    }
+    if !cfg.reserve_full_isl {
+        let _ = writeln!(s, "scheduler_reserve_full_isl = false");
+    }
     if cfg.async_scheduling {
         // AsyncScheduler + EngineCore.step_with_batch_queue (record.py); a model step is one
         // step_with_batch_queue call, as a recorder step is.
@@ -340,7 +404,7 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
     for &r in &order {
         let spec = &wl.requests[r as usize];
         let _ = writeln!(s, "\n[[request]]\nname = {:?}", spec.name);
-        let _ = writeln!(s, "prompt = {}", segments(prefix, &spec.tokens[..spec.prompt_len as usize]));
+        let _ = writeln!(s, "prompt = {}", segments(prefix, &spec.tokens[..spec.prompt_len as usize], &spelled));
         let _ = writeln!(s, "max_tokens = {}", spec.max_tokens);
         if let Some(e) = spec.eos_at {
             let _ = writeln!(s, "eos_at = {e}");
@@ -349,7 +413,7 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
         let turns = wl.chain(r);
         let sends = &sent[r as usize];
         for (k, t) in turns.iter().enumerate() {
-            let _ = writeln!(s, "\n[[request.input]]\nprompt = {}", segments(prefix, &inputs[r as usize][k]));
+            let _ = writeln!(s, "\n[[request.input]]\nprompt = {}", segments(prefix, &inputs[r as usize][k], &spelled));
             let _ = writeln!(s, "max_tokens = {}", t.max_tokens);
             if let Some(e) = t.eos_at {
                 let _ = writeln!(s, "eos_at = {e}");

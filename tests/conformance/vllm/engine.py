@@ -156,6 +156,7 @@ def build_engine(sc: Scenario) -> Engine:
         is_encoder_decoder=False,
         long_prefill_token_threshold=sc.long_prefill_token_threshold,
         async_scheduling=bool(getattr(sc, "async_scheduling", False)),
+        scheduler_reserve_full_isl=bool(getattr(sc, "scheduler_reserve_full_isl", True)),
         **_cache_aware_admission(sc),
     )
     cache_config = CacheConfig(block_size=sc.block_size,

@@ -119,8 +119,9 @@ class Recorder:
             hdr["cpu_blocks"] = sc.cpu_blocks
             if sc.lazy_offload:
                 hdr["lazy_offload"] = True
-        if not getattr(sc, "enable_prefix_caching", True):   # absent: true (vLLM's default)
-            hdr["enable_prefix_caching"] = False
+        for key in ("enable_prefix_caching", "scheduler_reserve_full_isl"):   # absent: true (vLLM's default)
+            if not getattr(sc, key, True):
+                hdr[key] = False
         if getattr(sc, "connector_class", None):   # absent: vLLM's built-in connector
             hdr["connector_class"] = sc.connector_class
         if getattr(sc, "cache_aware_admission_window", 0):   # absent: 0 (off)

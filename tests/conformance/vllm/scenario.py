@@ -163,6 +163,9 @@ class Scenario:
     # [engine] enable_prefix_caching (CacheConfig; vLLM's default true). Off, G1 caches no
     # block; an offloading connector still keys the host tier by the request's block hashes.
     enable_prefix_caching: bool = True
+    # [engine] scheduler_reserve_full_isl (SchedulerConfig; vLLM's default true). False: a
+    # waiting request is admitted when its first chunk fits, not its whole prompt.
+    scheduler_reserve_full_isl: bool = True
     # [engine] cache_aware_admission_window / _threshold (vLLM 0.34+; 0 = off, vLLM's default)
     cache_aware_admission_window: int = 0
     cache_aware_admission_threshold: float = 0.5
@@ -195,7 +198,7 @@ _ENGINE_KEYS = {
     "max_model_len", "long_prefill_token_threshold", "load_failure_policy",
     "connector", "profile", "async_scheduling",
     "cache_aware_admission_window", "cache_aware_admission_threshold",
-    "enable_prefix_caching",
+    "enable_prefix_caching", "scheduler_reserve_full_isl",
 }
 _OFFLOAD_KEYS = {
     "host_chunks", "blocks_per_chunk", "offload_prompt_only",
@@ -387,6 +390,8 @@ def _load_scenario(path: Path) -> Scenario:
         lazy_offload=scpu.get("mode", "eager") == "lazy",
         async_scheduling=_bool(eng.get("async_scheduling", False), "[engine] async_scheduling"),
         enable_prefix_caching=_bool(eng.get("enable_prefix_caching", True), "[engine] enable_prefix_caching"),
+        scheduler_reserve_full_isl=_bool(eng.get("scheduler_reserve_full_isl", True),
+                                         "[engine] scheduler_reserve_full_isl"),
         cache_aware_admission_window=int(eng.get("cache_aware_admission_window", 0)),
         cache_aware_admission_threshold=float(eng.get("cache_aware_admission_threshold", 0.5)),
     )
