@@ -21,7 +21,9 @@
 # `kvmc conform --strict --profile vllm-X.Y LOG` must conform and report every expected
 # property violated. A counterexample whose property kills the engine (queue-sound, tokens-positive,
 # connector-assert, rows-present) is reproduced when vLLM dies: the recorder's partial log must
-# conform up to the step that raised. A log that diverges, or lacks a property, is a failure (exit 1); a
+# conform up to the step that raised. A hang (requests-finish; `# expect-unfinished: R ...`) is
+# reproduced when the recorder stops at its step bound or vLLM goes idle with requests
+# unfinished, every recorded step conforms and the named requests never finish. A log that diverges, or lacks a property, is a failure (exit 1); a
 # release whose venv is missing or whose recorder fails is reported and counted as failed.
 set -uo pipefail
 
@@ -41,7 +43,7 @@ while [ $# -gt 0 ]; do
     --gate) gate=1 ;;
     --out-dir) [ $# -ge 2 ] || { echo "--out-dir needs a value" >&2; exit 2; }; out="$2"; shift ;;
     --connector-class) [ $# -ge 2 ] || { echo "--connector-class needs MODULE:CLASS" >&2; exit 2; }; record_args+=(--connector-class "$2"); shift ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     *) case "$1" in */*) scenarios+=("$(abs "$1")") ;; *) scenarios+=("$CONF/reproduced/$1") ;; esac ;;
   esac
@@ -86,6 +88,34 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
   for s in "${list[@]}"; do
     name="$(sed -n 's/^name = "\(.*\)"$/\1/p' "$s" | head -1)"
     log="$out/$name.jsonl"
+    unfinished="$(header "$s" expect-unfinished)"
+    if [ -n "$unfinished" ]; then
+      # A hang (requests-finish): the recorder runs into its step bound, its partial log must
+      # conform to the end, and the requests the checker starves must never finish in it.
+      rm -f "$log"
+      # Two ways vLLM hangs: it steps on to the recorder's bound, or it goes idle (no step
+      # scheduled, the engine reports no unfinished request) while a request is unfinished.
+      hung="$(tail -1 "$log.partial" 2>/dev/null | grep -o 'did not finish in [0-9]* steps\|the engine went idle with unfinished requests: [^"]*')"
+      if [ -z "$hung" ]; then
+        echo "   FAIL $name: vLLM did not hang (no partial log ending at the recorder's step bound or idle)"; fail=$((fail + 1)); continue
+      fi
+      res="$("$KVMC" conform --strict --profile "$profile" "$log.partial" 2>&1)"
+      done_early=()
+      for r in $unfinished; do
+        grep -q "\"ev\":\"finish\",\"step\":[0-9]*,\"req\":\"$r\"" "$log.partial" && done_early+=("$r")
+      done
+      missing=()
+      for p in $(header "$s" expect-violated); do
+        grep -q "invariant $p is violated" <<<"$res" || missing+=("$p")
+      done
+      if grep -q "PARTIAL log: the [0-9]* steps recorded conform" <<<"$res" && [ ${#done_early[@]} -eq 0 ] && [ ${#missing[@]} -eq 0 ]; then
+        echo "   ok   $name: $unfinished never finish; $hung"
+      else
+        fail=$((fail + 1))
+        echo "   FAIL $name: ${done_early[*]:+finished: ${done_early[*]}; }${missing[*]:+not violated: ${missing[*]}; }$(head -1 <<<"$res")"
+      fi
+      continue
+    fi
     if [ ! -f "$log" ]; then
       # A counterexample whose property kills the engine (queue-sound, connector-assert,
       # rows-present) is reproduced by vLLM dying: a partial log whose recorded steps conform.
@@ -96,6 +126,19 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
         died="$(grep -o 'the recorder stopped in step [0-9]*: .*(that step' <<<"$res" | sed 's/the recorder stopped in //; s/ (that step$//')"
         if grep -q "PARTIAL log: the [0-9]* steps recorded conform" <<<"$res" && [ -n "$died" ]; then
           echo "   ok   $name: vLLM died in $died ($row_prop); the steps before conform"
+          continue
+        fi
+      fi
+      # A safety property shown before vLLM hangs (the run never ends, so the recorder stops at
+      # its step bound): reproduced when the recorded steps conform and show every property.
+      if [ $dies -eq 0 ] && [ -f "$log.partial" ] && tail -1 "$log.partial" | grep -q 'did not finish in [0-9]* steps\|the engine went idle'; then
+        res="$("$KVMC" conform --strict --profile "$profile" "$log.partial" 2>&1)"
+        missing=()
+        for p in $(header "$s" expect-violated); do
+          grep -q "invariant $p is violated" <<<"$res" || missing+=("$p")
+        done
+        if grep -q "PARTIAL log: the [0-9]* steps recorded conform" <<<"$res" && [ ${#missing[@]} -eq 0 ]; then
+          echo "   ok   $name: $(grep -o 'invariant [a-z0-9-]* is violated from step [0-9]*' <<<"$res" | sed 's/invariant //; s/ is violated from step / @/' | paste -sd' '); then vLLM hangs"
           continue
         fi
       fi

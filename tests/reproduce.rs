@@ -53,12 +53,31 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
     // connector-assert: the OffloadingConnector raises in `update_connector_output`;
     // tokens-positive: 0.24's `update_from_output` asserts a positive count) is
     // recorded as far as the engine got: the recorder's partial log ends with vLLM's error.
-    let crashes = files("tests/conformance/fixtures/reproduced", "partial");
-    for log in &crashes {
+    let partial = files("tests/conformance/fixtures/reproduced", "partial");
+    let (mut crashes, mut hangs, mut then_hangs) = (0, 0, 0);
+    for log in &partial {
         let name = log.file_name().unwrap().to_string_lossy().trim_end_matches(".jsonl.partial").to_string();
         let sc = std::fs::read_to_string(root().join(format!("tests/conformance/reproduced/{name}.toml"))).unwrap();
         let version = header(&sc, "vllm-version");
         let profile = format!("vllm-{}", version.rsplit_once('.').unwrap().0);
+        if sc.contains("# expect-unfinished: ") {
+            hangs += 1;
+            check_hang(log, &name, &sc, &profile);
+            continue;
+        }
+        let row_prop = name.rsplit_once("__").map(|x| x.1).unwrap();
+        if !["queue-sound", "connector-assert", "tokens-positive"].contains(&row_prop) {
+            // A safety property shown before vLLM hangs (finding 34's session-history on 0.32,
+            // then finding 36's hang): every recorded step conforms and shows the property.
+            then_hangs += 1;
+            let r = conform::check(log, &profile, None, 8).unwrap();
+            assert!(r.divergence.is_none() && r.partial.is_some(), "{name}: {:?}", r.divergence);
+            for p in header(&sc, "expect-violated").split_whitespace() {
+                assert!(r.findings.iter().any(|(f, _)| f == p), "{name}: {p} not violated: {:?}", r.findings);
+            }
+            continue;
+        }
+        crashes += 1;
         let error = match header(&sc, "expect-violated").split_whitespace().last() {
             Some("queue-sound") => "Invalid request status: ",
             Some("connector-assert") => "KeyError: ",
@@ -77,7 +96,11 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
         let found = r.death.and_then(|d| d.found).unwrap_or_else(|| panic!("{name}: the model does not die"));
         assert_eq!(Some(found.0.as_str()), name.rsplit_once("__").map(|x| x.1), "{name}: {found:?}");
     }
-    assert_eq!(crashes.len(), 5, "findings 28 and 29 (0.24), 35 (0.24 and 0.32), 37 (0.24)");
+    assert_eq!(crashes, 5, "findings 28 and 29 (0.24), 35 (0.24 and 0.32), 37 (0.24)");
+    // offload-load-retry (0.24, 0.32, 0.33), stream-sessions-hold-pool (finding 33: 0.24, 0.32,
+    // 0.33), stream-park-count (finding 30: 0.24), stream-preempt-lost (finding 36: 0.24, 0.32).
+    assert_eq!(hangs, 9, "the gate's requests-finish rows the recorder can drive");
+    assert_eq!(then_hangs, 1, "stream-preempt-lost, 0.32, session-history");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
     // observe.py splits `_prepare_eager_store_specs`'s store event per request.
     for sc in files("tests/conformance/reproduced", "toml")
@@ -85,10 +108,35 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
         .filter(|p| !p.to_string_lossy().ends_with(".model.toml"))
     {
         let n = sc.file_stem().unwrap().to_string_lossy().to_string();
-        let recorded = logs.iter().chain(&crashes).any(|l| {
+        let recorded = logs.iter().chain(&partial).any(|l| {
             l.file_name().unwrap().to_string_lossy().trim_end_matches(".partial").trim_end_matches(".jsonl") == n
         });
         assert!(recorded, "{n}: recorded on its vLLM release");
+    }
+}
+
+/// A hang (requests-finish) recorded on vLLM: the recorder stopped at its step bound, or vLLM
+/// went idle with requests unfinished; every recorded step conforms, the requests the checker
+/// starves never finish, vLLM did not die (the model does not die either), and the invariants
+/// the counterexample violates on the way are violated on the log too.
+fn check_hang(log: &std::path::Path, name: &str, sc: &str, profile: &str) {
+    let text = std::fs::read_to_string(log).unwrap();
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.contains(r#""ev":"partial""#)
+            && (last.contains("did not finish in") || last.contains("the engine went idle with unfinished requests")),
+        "{name}: {last}"
+    );
+    for r in header(sc, "expect-unfinished").split_whitespace() {
+        let finish = format!(r#""ev":"finish","#);
+        let req = format!(r#""req":"{r}""#);
+        assert!(!text.lines().any(|l| l.contains(&finish) && l.contains(&req)), "{name}: {r} finishes");
+    }
+    let r = conform::check(log, profile, None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_some(), "{name}: {:?}", r.divergence);
+    assert!(r.death.as_ref().and_then(|d| d.found.as_ref()).is_none(), "{name}: a hang is not a death");
+    for p in header(sc, "expect-violated").split_whitespace() {
+        assert!(r.findings.iter().any(|(f, _)| f == p), "{name}: {p} not violated: {:?}", r.findings);
     }
 }
 
@@ -171,9 +219,8 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     // vllm-0.32): written, and recorded on vLLM 0.32.0 it raises the same KeyError.
     assert!(dir.join("stream-resume-fence__vllm-0.32__connector-assert.toml").exists(), "{out}");
     // 58 with stream-preempt-lost's four (findings 34 and 36 under vllm-0.24 and vllm-0.32:
-    // requests-finish, a liveness property, and session-history, which kvmc does not follow
-    // past; recorded by hand, tests/conformance/findings/session-preempt-lost.toml).
-    assert!(out.contains("stream-preempt-lost__vllm-0.32__session-history"), "{out}");
+    // requests-finish and session-history): all written now.
+    assert!(dir.join("stream-preempt-lost__vllm-0.32__session-history.toml").exists(), "{out}");
     // 59 with stream-outgrow-len's (finding 37, tokens-positive under vllm-0.24): written, and
     // recorded on vLLM 0.24.0 it fails the same assert.
     assert!(dir.join("stream-outgrow-len__vllm-0.24__tokens-positive.toml").exists(), "{out}");
@@ -184,7 +231,9 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     let stale = std::fs::read_to_string(dir.join("stream-stale-key__vllm-0.24__kv-read-integrity.toml")).unwrap();
     assert!(stale.contains("\"o120_2127:1\""), "{stale}");
     let written = out.lines().filter(|l| l.contains("__vllm-0.") && l.contains(" -> ")).count();
-    assert_eq!(written, 35, "{out}");
+    // 44 with the nine requests-finish rows the recorder can drive (a hang: `# expect-unfinished:`),
+    // 46 with stream-preempt-lost's two session-history rows (finding 34).
+    assert_eq!(written, 46, "{out}");
     assert_eq!(listed, 59, "{out}");
 }
 
@@ -373,4 +422,32 @@ fn every_testgen_log_recorded_on_vllm_033_conforms() {
             assert!(r.findings.iter().any(|(f, _)| f == p), "{name}: {p} not violated: {:?}", r.findings);
         }
     }
+}
+
+/// requests-finish: the checker's path to a state from which a request never finishes becomes
+/// a scenario naming that request (`# expect-unfinished:`) with a step bound past the path;
+/// a hang of work that no request waits for is refused with the reason.
+#[test]
+fn a_hang_is_written_with_the_requests_that_never_finish() {
+    let o = kvmc(&[
+        "reproduce",
+        "models/offload-load-retry.toml",
+        "--property",
+        "requests-finish",
+        "--profile",
+        "vllm-0.33",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let sc = stdout(&o);
+    assert_eq!(header(&sc, "expect-unfinished"), "B", "{sc}");
+    assert!(sc.contains("max_steps = 35"), "{sc}");
+    assert!(stderr(&o).contains("never finishes: B"), "{}", stderr(&o));
+    let o =
+        kvmc(&["reproduce", "models/scpu-pressure.toml", "--property", "requests-finish", "--profile", "vllm-0.24"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("every request of the counterexample finishes"), "{}", stderr(&o));
+    // A reachability guard (`sometimes`) is no counterexample to reproduce.
+    let o = kvmc(&["reproduce", "models/offload-load-retry.toml", "--property", "reach-all-finished"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
+    assert!(stderr(&o).contains("only safety properties"), "{}", stderr(&o));
 }

@@ -72,14 +72,10 @@ fn find_cx(
             crate::check::gate::why_not(p, &scope)
         )));
     }
-    if p.kind != props::Kind::Always || p.id == props::PropId::RequestsFinish {
+    if p.kind != props::Kind::Always && p.id != props::PropId::RequestsFinish {
         return Err(KvmcError::Usage(format!(
-            "--property {property}: only safety properties (checked after every step by conform) are reproduced"
-        )));
-    }
-    if p.id == props::PropId::SessionHistory {
-        return Err(KvmcError::Usage(format!(
-            "--property {property}: a session's lost history (layout Lost) is not written as a scenario: the scenario writer lays every input over the previous one's kept tokens (finding 34; tests/conformance/findings/session-preempt-lost.toml records it by hand)"
+            "--property {property}: only safety properties (checked after every step by conform) and \
+             requests-finish (a hang the recorder runs into its step bound) are reproduced"
         )));
     }
     let prof = profile.unwrap_or(&scope.profile);
@@ -102,10 +98,11 @@ fn emit(r: &Reproduction, output: Option<&Path>) -> Result<()> {
         None => print!("{}", r.toml),
     }
     eprintln!(
-        "reproduce on vLLM {}: {} engine steps; the counterexample violates {}",
+        "reproduce on vLLM {}: {} engine steps; the counterexample violates {}{}",
         r.version,
         r.steps,
-        r.violated.join(", ")
+        r.violated.join(", "),
+        if r.unfinished.is_empty() { String::new() } else { format!("; never finishes: {}", r.unfinished.join(", ")) }
     );
     Ok(())
 }
@@ -151,7 +148,8 @@ pub fn run(a: ReproduceArgs) -> Result<i32> {
         }
         (model, actions, input.display().to_string())
     };
-    let r = to_recorder(&model, &actions, &name, &source)
+    let hang = a.property.as_deref() == Some("requests-finish");
+    let r = to_recorder(&model, &actions, &name, &source, hang)
         .map_err(|why| KvmcError::Usage(format!("cannot reproduce: {why}")))?;
     emit(&r, a.output.as_deref())?;
     Ok(crate::error::exit::OK)
@@ -179,7 +177,7 @@ fn gate(dir: &Path) -> Result<i32> {
                 match find_cx(scope, Some(&profile), &spec.property) {
                     Ok(Some((m, p))) => {
                         let source = format!("models/{}.toml --property {}", x.model, spec.property);
-                        to_recorder(&m, &p, &name, &source)
+                        to_recorder(&m, &p, &name, &source, spec.property == "requests-finish")
                     }
                     Ok(None) => Err("the checker finds no counterexample (the gate expects one)".into()),
                     Err(e) => Err(e.message()),

@@ -96,6 +96,9 @@ pub struct Reproduction {
     pub version: &'static str,
     /// Engine steps of the counterexample.
     pub steps: u32,
+    /// A hang (requests-finish): the requests that arrived and never finish; the recorder
+    /// runs until its step bound and must not see them finish.
+    pub unfinished: Vec<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -219,8 +222,17 @@ fn segments(prefix: &str, tokens: &[u32], spelled: &std::collections::BTreeMap<u
 }
 
 /// The scenario that makes the recorder drive vLLM through `actions` (a counterexample of
-/// `model`); `name` names it (the log's `scenario`), `source` says where it came from.
-pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str) -> Result<Reproduction, String> {
+/// `model`); `name` names it (the log's `scenario`), `source` says where it came from. With
+/// `hang`, `actions` lead to a state from which the checker found that some request never
+/// finishes (requests-finish): the scenario names those requests (`# expect-unfinished:`) and
+/// lets the recorder step on past the counterexample to its step bound.
+pub fn to_recorder(
+    model: &KvModel,
+    actions: &[Action],
+    name: &str,
+    source: &str,
+    hang: bool,
+) -> Result<Reproduction, String> {
     let version = vllm_version(&model.profile).ok_or_else(|| {
         format!(
             "profile {} is no vLLM release (reproducible: vllm-0.24, vllm-0.32, vllm-0.33, vllm-0.34)",
@@ -311,6 +323,22 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
         .map(|p| p.name)
         .collect();
 
+    let unfinished: Vec<String> = if hang {
+        let u: Vec<String> = order
+            .iter()
+            .filter(|&&r| !engine.reqs[r as usize].status.is_finished())
+            .map(|&r| wl.requests[r as usize].name.clone())
+            .collect();
+        if u.is_empty() {
+            return Err("every request of the counterexample finishes (what never ends is work the recorder \
+                        does not watch, not a request)"
+                .into());
+        }
+        u
+    } else {
+        Vec::new()
+    };
+
     // Tokens: every prompt and session input of the requests that arrived.
     let mut inputs: Vec<Vec<Vec<u32>>> = vec![Vec::new(); n];
     for &r in &order {
@@ -344,6 +372,9 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
     );
     let _ = writeln!(s, "# vllm-version: {version}");
     let _ = writeln!(s, "# expect-violated: {}", violated.join(" "));
+    if hang {
+        let _ = writeln!(s, "# expect-unfinished: {}", unfinished.join(" "));
+    }
     let _ = writeln!(s, "# actions (recorder step the action precedes or is):");
     for (i, (st, l)) in labels.iter().enumerate() {
         let _ = writeln!(s, "#   {:>2}. {l:<36} step {st}", i + 1);
@@ -400,7 +431,9 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
             let _ = writeln!(s, "connector = \"none\"");
         }
     }
-    let _ = writeln!(s, "\n[worker]\nstore_delay = 1\nload_delay = 1\nmax_steps = {}", (step + 200).max(200));
+    // A hang runs 30 steps past the counterexample: the recorder's bound, then its partial log.
+    let max_steps = if hang { step + 30 } else { (step + 200).max(200) };
+    let _ = writeln!(s, "\n[worker]\nstore_delay = 1\nload_delay = 1\nmax_steps = {max_steps}");
     for &r in &order {
         let spec = &wl.requests[r as usize];
         let _ = writeln!(s, "\n[[request]]\nname = {:?}", spec.name);
@@ -462,5 +495,5 @@ pub fn to_recorder(model: &KvModel, actions: &[Action], name: &str, source: &str
         let _ =
             writeln!(s, "\n[[transfer_delay]]\nreq = {who:?}\nkind = {kind:?}\nnth = {nth_of_first}\ndelay = {delay}");
     }
-    Ok(Reproduction { toml: s, violated, version, steps: step })
+    Ok(Reproduction { toml: s, violated, version, steps: step, unfinished })
 }

@@ -152,7 +152,7 @@ pub fn generate(model: &KvModel, name: &str, source: &str, max_states: usize) ->
         }
         let n = scenarios.len();
         let sname = format!("{name}-t{:02}", n + 1);
-        scenarios.push(to_recorder(model, &p, &sname, source)?);
+        scenarios.push(to_recorder(model, &p, &sname, source, false)?);
         for x in shown {
             items.entry(x).or_insert(n);
         }
