@@ -53,10 +53,18 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
     // connector-assert: the OffloadingConnector raises in `update_connector_output`;
     // tokens-positive: 0.24's `update_from_output` asserts a positive count) is
     // recorded as far as the engine got: the recorder's partial log ends with vLLM's error.
-    let crashes = files("tests/conformance/fixtures/reproduced", "partial");
-    for log in &crashes {
+    let partial = files("tests/conformance/fixtures/reproduced", "partial");
+    let scenario_of = |log: &PathBuf| {
         let name = log.file_name().unwrap().to_string_lossy().trim_end_matches(".jsonl.partial").to_string();
         let sc = std::fs::read_to_string(root().join(format!("tests/conformance/reproduced/{name}.toml"))).unwrap();
+        (name, sc)
+    };
+    let hang = |log: &PathBuf| {
+        header(&scenario_of(log).1, "expect-violated").split_whitespace().any(|p| p == "requests-finish")
+    };
+    let (hangs, crashes): (Vec<PathBuf>, Vec<PathBuf>) = partial.iter().cloned().partition(hang);
+    for log in &crashes {
+        let (name, sc) = scenario_of(log);
         let version = header(&sc, "vllm-version");
         let profile = format!("vllm-{}", version.rsplit_once('.').unwrap().0);
         let error = match header(&sc, "expect-violated").split_whitespace().last() {
@@ -78,6 +86,31 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
         assert_eq!(Some(found.0.as_str()), name.rsplit_once("__").map(|x| x.1), "{name}: {found:?}");
     }
     assert_eq!(crashes.len(), 5, "findings 28 and 29 (0.24), 35 (0.24 and 0.32), 37 (0.24)");
+    // A requests-finish counterexample (a livelock or a deadlock) is recorded until vLLM stops
+    // short of finishing: the recorder's bound (the scenario's max_steps, 40 steps past the
+    // counterexample) or an engine idle with requests left; every step recorded conforms and
+    // shows the counterexample's other properties.
+    for log in &hangs {
+        let (name, sc) = scenario_of(log);
+        let version = header(&sc, "vllm-version");
+        let profile = format!("vllm-{}", version.rsplit_once('.').unwrap().0);
+        let text = std::fs::read_to_string(log).unwrap();
+        let last = text.lines().last().unwrap();
+        let bound = sc.lines().find_map(|l| l.strip_prefix("max_steps = ")).unwrap();
+        assert!(
+            last.contains(&format!("did not finish in {bound} steps"))
+                || last.contains("the engine went idle with unfinished requests"),
+            "{name}: {last}"
+        );
+        let r = conform::check(log, &profile, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_some(), "{name}: {:?}", r.divergence);
+        for p in header(&sc, "expect-violated").split_whitespace().filter(|p| *p != "requests-finish") {
+            assert!(r.findings.iter().any(|(f, _)| f == p), "{name}: {p} not violated: {:?}", r.findings);
+        }
+    }
+    // findings 20 (Mooncake: 0.32, 0.33, 0.34; the OffloadingConnector: 0.24, 0.32, 0.33),
+    // 33 (0.24 to 0.34) and stream-park-count (0.24, the engine idles).
+    assert_eq!(hangs.len(), 11, "{hangs:?}");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
     // observe.py splits `_prepare_eager_store_specs`'s store event per request.
     for sc in files("tests/conformance/reproduced", "toml")
@@ -85,7 +118,7 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
         .filter(|p| !p.to_string_lossy().ends_with(".model.toml"))
     {
         let n = sc.file_stem().unwrap().to_string_lossy().to_string();
-        let recorded = logs.iter().chain(&crashes).any(|l| {
+        let recorded = logs.iter().chain(&partial).any(|l| {
             l.file_name().unwrap().to_string_lossy().trim_end_matches(".partial").trim_end_matches(".jsonl") == n
         });
         assert!(recorded, "{n}: recorded on its vLLM release");
@@ -124,33 +157,42 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     }
     // Every released-profile violation of the gate is either written or listed with a reason.
     assert!(out.contains("pd-chunked__vllm-0.33__handoff-integrity") && out.contains("NixlConnector"), "{out}");
-    assert!(out.contains("mooncake-load-retry__vllm-0.33__requests-finish"), "{out}");
+    // A requests-finish counterexample is written (vLLM does not finish either), Mooncake's
+    // too; not one that ends with every request finished and work held (finding 27).
+    assert!(dir.join("mooncake-load-retry__vllm-0.33__requests-finish.toml").exists(), "{out}");
+    assert!(out.contains("scpu-pressure__vllm-0.24__requests-finish") && out.contains("finding 27"), "{out}");
     // Async scheduling is recorded (AsyncScheduler + step_with_batch_queue): written now.
     assert!(dir.join("scpu-async-abort__vllm-0.33__store-coverage.toml").exists(), "{out}");
     assert!(!out.contains("async scheduling is not"), "{out}");
     assert!(!out.contains("pre-29870"), "variants are not released code: {out}");
     let listed = out.lines().filter(|l| l.contains("__vllm-0.")).count();
-    // offload-load-retry (0.24, 0.32, 0.33): requests-finish, listed as a liveness property.
-    assert!(out.contains("offload-load-retry__vllm-0.33__requests-finish"), "{out}");
+    // offload-load-retry (0.24, 0.32, 0.33): requests-finish, written.
+    assert!(dir.join("offload-load-retry__vllm-0.33__requests-finish.toml").exists(), "{out}");
     // scpu-lazy (0.32, 0.33): finding 26, lazy mode (recorded by hand: tests/conformance/findings/).
     assert!(out.contains("scpu-lazy__vllm-0.33__requests-finish") && out.contains("lazy-mode"), "{out}");
     // 48 since kvmc refuses Mooncake and router-replay scopes under vllm-0.24 (mooncake-a,
     // mooncake-load-retry and rows-offload had a 0.24 row each); 49 with rows-live-store's 0.32
     // row (the bounded row store, rule aux_store_grows), listed: the recorder has no router replay;
-    // 52 with stream-sessions-hold-pool's three (finding 33, a liveness property: recorded by
-    // hand, tests/conformance/findings/sessions-hold-pool.toml).
-    assert!(out.contains("stream-sessions-hold-pool__vllm-0.33__requests-finish"), "{out}");
+    // 52 with stream-sessions-hold-pool's three (finding 33, requests-finish: written, and
+    // recorded vLLM does not finish, as tests/conformance/findings/sessions-hold-pool.toml shows).
+    assert!(dir.join("stream-sessions-hold-pool__vllm-0.33__requests-finish.toml").exists(), "{out}");
     // 54 with stream-resume-fence's two (finding 35, connector-assert under vllm-0.24 and
     // vllm-0.32): written, and recorded on vLLM 0.32.0 it raises the same KeyError.
     assert!(dir.join("stream-resume-fence__vllm-0.32__connector-assert.toml").exists(), "{out}");
     // 58 with stream-preempt-lost's four (findings 34 and 36 under vllm-0.24 and vllm-0.32:
-    // requests-finish, a liveness property, and session-history, which kvmc does not follow
-    // past; recorded by hand, tests/conformance/findings/session-preempt-lost.toml).
+    // requests-finish and session-history, listed: the counterexamples lose the session's
+    // history, which the scenario writer does not lay out; recorded by hand,
+    // tests/conformance/findings/session-preempt-lost.toml).
     assert!(out.contains("stream-preempt-lost__vllm-0.32__session-history"), "{out}");
+    assert!(out.contains("stream-preempt-lost__vllm-0.32__requests-finish"), "{out}");
+    assert!(!dir.join("stream-preempt-lost__vllm-0.32__requests-finish.toml").exists(), "{out}");
     // 59 with stream-outgrow-len's (finding 37, tokens-positive under vllm-0.24): written, and
     // recorded on vLLM 0.24.0 it fails the same assert.
     assert!(dir.join("stream-outgrow-len__vllm-0.24__tokens-positive.toml").exists(), "{out}");
-    assert_eq!(listed, 59, "{out}");
+    // 66 with vllm-0.34's seven rows (mooncake-load-retry, scpu-async-abort, scpu-pressure
+    // and stream-sessions-hold-pool written; final-store, pd-chunked and scpu-lazy listed).
+    assert!(dir.join("scpu-async-abort__vllm-0.34__store-coverage.toml").exists(), "{out}");
+    assert_eq!(listed, 66, "{out}");
 }
 
 #[test]
@@ -248,6 +290,10 @@ fn reproduce_refuses_what_released_vllm_cannot_run_and_bad_files() {
     let o = kvmc(&["reproduce", "models/pd-chunked.toml", "--property", "handoff-integrity"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("NixlConnector"), "{}", stderr(&o));
+    // The MooncakeStoreConnector with router replay: the recorder captures no rows.
+    let o = kvmc(&["reproduce", "models/mooncake-a.toml", "--property", "rows-present", "--profile", "vllm-0.32"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("router replay"), "{}", stderr(&o));
     // A property that holds has no counterexample.
     let o = kvmc(&["reproduce", "models/error-mid-prefill.toml", "--property", "g1-accounting"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -292,6 +338,9 @@ const TESTGEN: &[&str] = &[
     "scpu-preempt",
     "scpu-pressure",
     "scpu-stream-resume",
+    // The MooncakeStoreConnector: preload, save delays (a save done between steps), a failed
+    // load, an abort, a preemption while a save pins blocks.
+    "mooncake-preempt",
 ];
 
 #[test]
@@ -337,5 +386,48 @@ fn every_testgen_log_recorded_on_vllm_033_conforms() {
         for p in want.split_whitespace() {
             assert!(r.findings.iter().any(|(f, _)| f == p), "{name}: {p} not violated: {:?}", r.findings);
         }
+    }
+}
+
+/// Finding 20 with the MooncakeStoreConnector, from the checker: `kvmc reproduce` writes the
+/// pool's preload, the failed load and its timing, and vLLM 0.32.0, 0.33.0 and 0.34.0 run the
+/// written scenario line for line as the hand-written one
+/// (tests/conformance/findings/mooncake-load-retry.toml) up to that one's 40-step bound.
+#[test]
+fn finding_20_from_the_checker_is_the_hand_written_mooncake_scenario() {
+    let o = kvmc(&["reproduce", "models/mooncake-load-retry.toml", "--property", "requests-finish", "--name", "mlr"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let sc = stdout(&o);
+    for want in [
+        "# expect-violated: requests-finish\n",
+        "connector = \"mooncake\"\n\n[mooncake]\npreload = [[\"t97:1\", \"t98:1\"]]\n",
+        "max_steps = 43\n",
+        "prompt = [\"t97:1\", \"t98:1\", \"t99:1\", \"t100:1\", \"t101:1\"]\n",
+        "[[load_failure]]\nreq = \"A\"\nnth = 1\nfrom_block = 0\n",
+        "[[transfer_delay]]\nreq = \"A\"\nkind = \"load\"\nnth = 1\ndelay = 1\n",
+    ] {
+        assert!(sc.contains(want), "{want:?} not in\n{sc}");
+    }
+    // The recorded logs: the same lines but the prompt's token ids (and the header).
+    let strip = |l: &str| match (l.find(r#""prompt":["#), l.find("],\"max_tokens\"")) {
+        (Some(a), Some(b)) => format!("{}{}", &l[..a], &l[b + 2..]),
+        _ => l.to_string(),
+    };
+    for v in ["0.32", "0.33", "0.34"] {
+        let hand = std::fs::read_to_string(
+            root().join(format!("tests/conformance/findings/vllm-{v}/mooncake-load-retry.jsonl.partial")),
+        )
+        .unwrap();
+        let ours = std::fs::read_to_string(root().join(format!(
+            "tests/conformance/fixtures/reproduced/mooncake-load-retry__vllm-{v}__requests-finish.jsonl.partial"
+        )))
+        .unwrap();
+        let hand: Vec<String> = hand.lines().skip(1).map(strip).collect();
+        let ours: Vec<String> = ours.lines().skip(1).map(strip).collect();
+        let n = hand.len() - 1; // up to the hand-written scenario's bound (its partial line)
+        assert!(n > 150 && hand[n].contains("did not finish in 40 steps"), "{v}");
+        assert!(hand[0].contains(r#""ev":"arrive""#) && hand[0].contains(r#""req":"A""#), "{v}: {}", hand[0]);
+        assert_eq!(hand[..n], ours[..n], "vLLM {v}");
+        assert!(ours.last().unwrap().contains("did not finish in 43 steps"), "vLLM {v}");
     }
 }
