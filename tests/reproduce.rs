@@ -97,9 +97,10 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
         assert_eq!(Some(found.0.as_str()), name.rsplit_once("__").map(|x| x.1), "{name}: {found:?}");
     }
     assert_eq!(crashes, 5, "findings 28 and 29 (0.24), 35 (0.24 and 0.32), 37 (0.24)");
-    // offload-load-retry (0.24, 0.32, 0.33), stream-sessions-hold-pool (finding 33: 0.24, 0.32,
-    // 0.33), stream-park-count (finding 30: 0.24), stream-preempt-lost (finding 36: 0.24, 0.32).
-    assert_eq!(hangs, 9, "the gate's requests-finish rows the recorder can drive");
+    // Finding 20: mooncake-load-retry (0.32, 0.33, 0.34) and offload-load-retry (0.24, 0.32,
+    // 0.33); stream-sessions-hold-pool (finding 33: 0.24 to 0.34), stream-park-count (finding 30:
+    // 0.24), stream-preempt-lost (finding 36: 0.24, 0.32).
+    assert_eq!(hangs, 13, "the gate's requests-finish rows the recorder can drive");
     assert_eq!(then_hangs, 1, "stream-preempt-lost, 0.32, session-history");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
     // observe.py splits `_prepare_eager_store_specs`'s store event per request.
@@ -199,22 +200,25 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     }
     // Every released-profile violation of the gate is either written or listed with a reason.
     assert!(out.contains("pd-chunked__vllm-0.33__handoff-integrity") && out.contains("NixlConnector"), "{out}");
-    assert!(out.contains("mooncake-load-retry__vllm-0.33__requests-finish"), "{out}");
+    // A requests-finish counterexample is written (vLLM does not finish either), Mooncake's
+    // too; not one that ends with every request finished and work held (finding 27).
+    assert!(dir.join("mooncake-load-retry__vllm-0.33__requests-finish.toml").exists(), "{out}");
+    assert!(out.contains("scpu-pressure__vllm-0.24__requests-finish") && out.contains("finding 27"), "{out}");
     // Async scheduling is recorded (AsyncScheduler + step_with_batch_queue): written now.
     assert!(dir.join("scpu-async-abort__vllm-0.33__store-coverage.toml").exists(), "{out}");
     assert!(!out.contains("async scheduling is not"), "{out}");
     assert!(!out.contains("pre-29870"), "variants are not released code: {out}");
     let listed = out.lines().filter(|l| l.contains("__vllm-0.")).count();
-    // offload-load-retry (0.24, 0.32, 0.33): requests-finish, listed as a liveness property.
-    assert!(out.contains("offload-load-retry__vllm-0.33__requests-finish"), "{out}");
+    // offload-load-retry (0.24, 0.32, 0.33): requests-finish, written.
+    assert!(dir.join("offload-load-retry__vllm-0.33__requests-finish.toml").exists(), "{out}");
     // scpu-lazy (0.32, 0.33): finding 26, lazy mode (recorded by hand: tests/conformance/findings/).
     assert!(out.contains("scpu-lazy__vllm-0.33__requests-finish") && out.contains("lazy-mode"), "{out}");
     // 48 since kvmc refuses Mooncake and router-replay scopes under vllm-0.24 (mooncake-a,
     // mooncake-load-retry and rows-offload had a 0.24 row each); 49 with rows-live-store's 0.32
     // row (the bounded row store, rule aux_store_grows), listed: the recorder has no router replay;
-    // 52 with stream-sessions-hold-pool's three (finding 33, a liveness property: recorded by
-    // hand, tests/conformance/findings/sessions-hold-pool.toml).
-    assert!(out.contains("stream-sessions-hold-pool__vllm-0.33__requests-finish"), "{out}");
+    // 52 with stream-sessions-hold-pool's three (finding 33, requests-finish: written, and
+    // recorded vLLM does not finish, as tests/conformance/findings/sessions-hold-pool.toml shows).
+    assert!(dir.join("stream-sessions-hold-pool__vllm-0.33__requests-finish.toml").exists(), "{out}");
     // 54 with stream-resume-fence's two (finding 35, connector-assert under vllm-0.24 and
     // vllm-0.32): written, and recorded on vLLM 0.32.0 it raises the same KeyError.
     assert!(dir.join("stream-resume-fence__vllm-0.32__connector-assert.toml").exists(), "{out}");
@@ -232,9 +236,13 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     assert!(stale.contains("\"o120_2127:1\""), "{stale}");
     let written = out.lines().filter(|l| l.contains("__vllm-0.") && l.contains(" -> ")).count();
     // 44 with the nine requests-finish rows the recorder can drive (a hang: `# expect-unfinished:`),
-    // 46 with stream-preempt-lost's two session-history rows (finding 34).
-    assert_eq!(written, 46, "{out}");
-    assert_eq!(listed, 59, "{out}");
+    // 46 with stream-preempt-lost's two session-history rows (finding 34), 53 with vllm-0.34's
+    // four and mooncake-load-retry's three (Mooncake scenarios: `[mooncake] preload`).
+    assert_eq!(written, 53, "{out}");
+    // 66 with vllm-0.34's seven rows (mooncake-load-retry, scpu-async-abort, scpu-pressure
+    // and stream-sessions-hold-pool written; final-store, pd-chunked and scpu-lazy listed).
+    assert!(dir.join("scpu-async-abort__vllm-0.34__store-coverage.toml").exists(), "{out}");
+    assert_eq!(listed, 66, "{out}");
 }
 
 #[test]
@@ -332,6 +340,10 @@ fn reproduce_refuses_what_released_vllm_cannot_run_and_bad_files() {
     let o = kvmc(&["reproduce", "models/pd-chunked.toml", "--property", "handoff-integrity"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("NixlConnector"), "{}", stderr(&o));
+    // The MooncakeStoreConnector with router replay: the recorder captures no rows.
+    let o = kvmc(&["reproduce", "models/mooncake-a.toml", "--property", "rows-present", "--profile", "vllm-0.32"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("router replay"), "{}", stderr(&o));
     // A property that holds has no counterexample.
     let o = kvmc(&["reproduce", "models/error-mid-prefill.toml", "--property", "g1-accounting"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -376,6 +388,9 @@ const TESTGEN: &[&str] = &[
     "scpu-preempt",
     "scpu-pressure",
     "scpu-stream-resume",
+    // The MooncakeStoreConnector: preload, save delays (a save done between steps), a failed
+    // load, an abort, a preemption while a save pins blocks.
+    "mooncake-preempt",
 ];
 
 #[test]
@@ -440,7 +455,7 @@ fn a_hang_is_written_with_the_requests_that_never_finish() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let sc = stdout(&o);
     assert_eq!(header(&sc, "expect-unfinished"), "B", "{sc}");
-    assert!(sc.contains("max_steps = 35"), "{sc}");
+    assert!(sc.contains("max_steps = 45"), "{sc}");
     assert!(stderr(&o).contains("never finishes: B"), "{}", stderr(&o));
     let o =
         kvmc(&["reproduce", "models/scpu-pressure.toml", "--property", "requests-finish", "--profile", "vllm-0.24"]);
@@ -450,4 +465,47 @@ fn a_hang_is_written_with_the_requests_that_never_finish() {
     let o = kvmc(&["reproduce", "models/offload-load-retry.toml", "--property", "reach-all-finished"]);
     assert_eq!(o.status.code(), Some(2), "{}", stdout(&o));
     assert!(stderr(&o).contains("only safety properties"), "{}", stderr(&o));
+}
+
+/// Finding 20 with the MooncakeStoreConnector, from the checker: `kvmc reproduce` writes the
+/// pool's preload, the failed load and its timing, and vLLM 0.32.0, 0.33.0 and 0.34.0 run the
+/// written scenario line for line as the hand-written one
+/// (tests/conformance/findings/mooncake-load-retry.toml) up to that one's 40-step bound.
+#[test]
+fn finding_20_from_the_checker_is_the_hand_written_mooncake_scenario() {
+    let o = kvmc(&["reproduce", "models/mooncake-load-retry.toml", "--property", "requests-finish", "--name", "mlr"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let sc = stdout(&o);
+    for want in [
+        "# expect-unfinished: A\n",
+        "connector = \"mooncake\"\n\n[mooncake]\npreload = [[\"t97:1\", \"t98:1\"]]\n",
+        "max_steps = 43\n",
+        "prompt = [\"t97:1\", \"t98:1\", \"t99:1\", \"t100:1\", \"t101:1\"]\n",
+        "[[load_failure]]\nreq = \"A\"\nnth = 1\nfrom_block = 0\n",
+        "[[transfer_delay]]\nreq = \"A\"\nkind = \"load\"\nnth = 1\ndelay = 1\n",
+    ] {
+        assert!(sc.contains(want), "{want:?} not in\n{sc}");
+    }
+    // The recorded logs: the same lines but the prompt's token ids (and the header).
+    let strip = |l: &str| match (l.find(r#""prompt":["#), l.find("],\"max_tokens\"")) {
+        (Some(a), Some(b)) => format!("{}{}", &l[..a], &l[b + 2..]),
+        _ => l.to_string(),
+    };
+    for v in ["0.32", "0.33", "0.34"] {
+        let hand = std::fs::read_to_string(
+            root().join(format!("tests/conformance/findings/vllm-{v}/mooncake-load-retry.jsonl.partial")),
+        )
+        .unwrap();
+        let ours = std::fs::read_to_string(root().join(format!(
+            "tests/conformance/fixtures/reproduced/mooncake-load-retry__vllm-{v}__requests-finish.jsonl.partial"
+        )))
+        .unwrap();
+        let hand: Vec<String> = hand.lines().skip(1).map(strip).collect();
+        let ours: Vec<String> = ours.lines().skip(1).map(strip).collect();
+        let n = hand.len() - 1; // up to the hand-written scenario's bound (its partial line)
+        assert!(n > 150 && hand[n].contains("did not finish in 40 steps"), "{v}");
+        assert!(hand[0].contains(r#""ev":"arrive""#) && hand[0].contains(r#""req":"A""#), "{v}: {}", hand[0]);
+        assert_eq!(hand[..n], ours[..n], "vLLM {v}");
+        assert!(ours.last().unwrap().contains("did not finish in 43 steps"), "vLLM {v}");
+    }
 }

@@ -43,7 +43,7 @@ pub struct ReproduceArgs {
     /// The scenario's name (the log's `scenario`; default: OUTPUT's or INPUT's file stem).
     #[arg(long)]
     pub name: Option<String>,
-    /// Every expected violation of a released profile (vllm-0.24, 0.32, 0.33) in the gate:
+    /// Every expected violation of a released profile (vllm-0.24, 0.32, 0.33, 0.34) in the gate:
     /// write one scenario per reproducible row into --out-dir, list the others and why.
     #[arg(long, requires = "out_dir", conflicts_with_all = ["input", "property", "profile", "output", "name", "model"])]
     pub gate: bool,
@@ -167,7 +167,7 @@ fn gate(dir: &Path) -> Result<i32> {
             let path = models.join(format!("{}.toml", x.model));
             let scope = Arc::new(Scope::load(&path)?);
             let profile = x.profile.clone().unwrap_or_else(|| scope.profile.clone());
-            if !["vllm-0.24", "vllm-0.32", "vllm-0.33"].contains(&profile.as_str()) {
+            if vllm_version(&profile).is_none() {
                 continue;
             }
             let name = format!("{}__{}__{}", x.model, profile, spec.property);

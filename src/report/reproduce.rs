@@ -17,7 +17,13 @@
 //!   in flight when the counterexample ends are reported in the step after it;
 //! - faults: a failed load (`load fails from block k`, `step (sync load fails from block k)`)
 //!   becomes a `[[load_failure]]` of that request's nth load from block k;
-//! - preemption pressure comes from the pool sizes, which are copied.
+//! - preemption pressure comes from the pool sizes, which are copied;
+//! - MooncakeStoreConnector: the pool's keys at start become `[mooncake] preload` sequences
+//!   (prompt prefixes that spell them); save and load jobs are timed and failed as above.
+//!
+//! A requests-finish counterexample (deadlock or livelock) is written with `max_steps` 40 past
+//! it: vLLM reproduces it by not finishing (the recorder's bound, or an idle engine with
+//! requests left), every recorded step conforming.
 //!
 //! Prompts are the model's tokens, one segment per token (`"t97:1"` is token 0 of the stream
 //! `t97`, i.e. one recorder token per model token; equal model tokens give equal recorder
@@ -28,7 +34,9 @@
 use crate::model::{Action, KvModel};
 use crate::props::{self, Kind};
 use crate::system::connector::{Connector, Phase};
+use crate::system::types::BlockHash;
 use crate::system::workload::stop_outputs;
+use crate::system::workload::Workload;
 use crate::system::{ConnectorConfig, EngineConfig, Event, Events, Input, LoadFailurePolicy};
 use stateright::Model;
 use std::collections::BTreeSet;
@@ -56,13 +64,18 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
             )
         }
         ConnectorConfig::Offloading(_) | ConnectorConfig::SimpleCpu(_) | ConnectorConfig::None => {}
-        ConnectorConfig::Mooncake(_) => {
-            return Some(
-                "kvmc reproduce writes no Mooncake scenarios yet (the pool's preload and the save \
-                 timings of a counterexample); the recorder drives the MooncakeStoreConnector from a \
-                 hand-written scenario (docs/conformance.md, \"MooncakeStoreConnector\")"
-                    .into(),
-            )
+        ConnectorConfig::Mooncake(m) => {
+            // The recorder runs the MooncakeStoreConnector's defaults (mcstore.py).
+            if m.kv_role != crate::system::config::KvRole::Both {
+                return Some("the recorder runs the MooncakeStoreConnector as kv_both only".into());
+            }
+            if m.save_decode_cache || !m.enable_lookup {
+                return Some(
+                    "the recorder runs the MooncakeStoreConnector's defaults (save_decode_cache off, \
+                     enable_lookup on)"
+                        .into(),
+                );
+            }
         }
         ConnectorConfig::Nixl
         | ConnectorConfig::NixlDecode
@@ -127,6 +140,11 @@ fn settled(e: &crate::system::Engine, kind: JobKind, id: u32) -> bool {
         Connector::SimpleCpu(sc) => match kind {
             JobKind::Store => sc.stores.iter().find(|x| x.id == id).is_none_or(|x| x.phase == Phase::Reported),
             JobKind::Load => sc.loads.iter().find(|x| x.id == id).is_none_or(|x| x.phase == Phase::Reported),
+        },
+        Connector::Mooncake(mc) => match kind {
+            JobKind::Store => mc.saves.iter().find(|x| x.id == id).is_none_or(|x| x.phase == Phase::Reported),
+            // A finished or failed load leaves the list when the worker reports it.
+            JobKind::Load => mc.loads.iter().all(|x| x.id != id),
         },
         _ => true,
     }
@@ -219,6 +237,42 @@ fn segments(prefix: &str, tokens: &[u32], spelled: &std::collections::BTreeMap<u
         })
         .collect();
     format!("[{}]", v.join(", "))
+}
+
+/// `[mooncake] preload`: the pool's keys at start as prompt prefixes (the recorder fills the
+/// pool with a sequence's full blocks), of the requests that arrive first. A key no request's
+/// blocks spell is left out: no lookup can find it and no put skips it.
+fn mooncake_preload(preload: &[BlockHash], wl: &Workload, order: &[u16]) -> Result<Vec<Vec<u32>>, String> {
+    let b = wl.block_size as usize;
+    let mut covered: BTreeSet<BlockHash> = BTreeSet::new();
+    let mut out: Vec<Vec<u32>> = Vec::new();
+    let rest = (0..wl.requests.len() as u16).filter(|r| !order.contains(r));
+    for r in order.iter().copied().chain(rest) {
+        let spec = &wl.requests[r as usize];
+        let full = spec.prompt_len as usize / b;
+        let Some(last) = (0..full).rev().find(|&i| preload.contains(&spec.hashes[i])) else { continue };
+        if let Some(i) = (0..last).find(|&i| !preload.contains(&spec.hashes[i])) {
+            return Err(format!(
+                "the pool holds block {last} of {}'s prompt but not block {i}, which a preload cannot spell",
+                spec.name
+            ));
+        }
+        if spec.hashes[..=last].iter().any(|h| !covered.contains(h)) {
+            covered.extend(&spec.hashes[..=last]);
+            out.push(spec.tokens[..(last + 1) * b].to_vec());
+        }
+    }
+    // A key only a session's later input has would change what vLLM finds.
+    for h in preload.iter().filter(|h| !covered.contains(h)) {
+        if (0..wl.requests.len() as u16).flat_map(|r| wl.chain(r)).any(|t| t.hashes.contains(h)) {
+            return Err(format!(
+                "the pool starts with {}, which only a session's later input spells (no preload of \
+                 prompt tokens gives it)",
+                wl.label(*h)
+            ));
+        }
+    }
+    Ok(out)
 }
 
 /// The scenario that makes the recorder drive vLLM through `actions` (a counterexample of
@@ -330,8 +384,8 @@ pub fn to_recorder(
             .map(|&r| wl.requests[r as usize].name.clone())
             .collect();
         if u.is_empty() {
-            return Err("every request of the counterexample finishes (what never ends is work the recorder \
-                        does not watch, not a request)"
+            return Err("every request of the counterexample finishes: what never ends is work no request \
+                        waits for (finding 27's kind), which the recorder ends as a finished run"
                 .into());
         }
         u
@@ -357,6 +411,11 @@ pub fn to_recorder(
         distinct.extend(&spec.tokens[..spec.prompt_len as usize]);
         inputs[r as usize].iter().for_each(|i| distinct.extend(i));
     }
+    let preload = match &sys.cfg.connector {
+        ConnectorConfig::Mooncake(m) => mooncake_preload(&m.preload, wl, &order)?,
+        _ => Vec::new(),
+    };
+    preload.iter().for_each(|t| distinct.extend(t));
     let spelled = spelled_outputs(wl, &order, &distinct)?;
     let unspelled: BTreeSet<u32> = distinct.iter().copied().filter(|t| !spelled.contains_key(t)).collect();
     let prefix = token_prefix(&unspelled, &spelled.values().copied().collect())?;
@@ -427,12 +486,20 @@ pub fn to_recorder(
         ConnectorConfig::SimpleCpu(c) => {
             let _ = writeln!(s, "connector = \"simple-cpu\"\n\n[simple_cpu]\ncpu_blocks = {}", c.cpu_blocks);
         }
+        ConnectorConfig::Mooncake(_) => {
+            let _ = writeln!(s, "connector = \"mooncake\"");
+            if !preload.is_empty() {
+                // Another instance's puts: the full blocks of each sequence.
+                let seqs: Vec<String> = preload.iter().map(|t| segments(prefix, t, &spelled)).collect();
+                let _ = writeln!(s, "\n[mooncake]\npreload = [{}]", seqs.join(", "));
+            }
+        }
         _ => {
             let _ = writeln!(s, "connector = \"none\"");
         }
     }
-    // A hang runs 30 steps past the counterexample: the recorder's bound, then its partial log.
-    let max_steps = if hang { step + 30 } else { (step + 200).max(200) };
+    // A hang runs 40 steps past the counterexample: the recorder's bound, then its partial log.
+    let max_steps = if hang { step + 40 } else { (step + 200).max(200) };
     let _ = writeln!(s, "\n[worker]\nstore_delay = 1\nload_delay = 1\nmax_steps = {max_steps}");
     for &r in &order {
         let spec = &wl.requests[r as usize];
