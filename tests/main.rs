@@ -28,6 +28,7 @@ mod pd_decode_saved;
 mod pd_replay;
 mod pd_rows;
 mod replay;
+mod replay_synthetic;
 mod reproduce;
 mod roundtrip;
 mod rows;

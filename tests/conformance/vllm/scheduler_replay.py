@@ -9,7 +9,12 @@ preemption, sync/async loads, completion metadata).
 
 Faked: the model (no forward pass; sampled tokens are a deterministic function
 of row and position) and the OffloadingWorker under the connector worker (no
-KV tensors; a copy completes a fixed number of steps after submission).
+KV tensors; a copy completes a fixed number of steps after submission). Pinned: str
+hashing (--hash-seed, default 0; the script re-executes itself with PYTHONHASHSEED), and
+the order in which build_connector_meta walks Scheduler.finished_req_ids, a Python set
+whose order decides which finished request's host-tier LRU re-rank is fresher
+(--finished-order finish, the default: the order the requests finished, kvmc replay's
+order; --finished-order set: the set's own, from the hash seed).
 
 Run (from a venv with vllm 0.24.0, 0.32.0, 0.33.0 or 0.34.0; API differences between
 releases are detected on vLLM's own code, not on its version number):
@@ -77,12 +82,23 @@ def parse_args():
     p.add_argument("--offload-decode", action="store_true", help="offloading: offload_prompt_only=False")
     p.add_argument("--dump-steps", default="", help="per-step state dump file")
     p.add_argument("--json-out", default="")
+    p.add_argument("--hash-seed", default="0",
+                   help="PYTHONHASHSEED for the run (default 0; 'random': leave it unpinned)")
+    p.add_argument("--finished-order", default="finish", choices=["finish", "set"],
+                   help="finish: walk finished_req_ids in finish order (kvmc replay's order); "
+                        "set: vLLM's Python set (order from the hash seed)")
     p.add_argument("--per-request", default="",
                    help="write one TSV row per request (kvmc --per-request columns)")
     return p.parse_args()
 
 
 args = parse_args()
+# vLLM iterates sets of request ids whose order reaches decisions (finished_req_ids: the
+# order of the finish-time stores and of the host LRU's finish re-ranks); a str's hash
+# depends on PYTHONHASHSEED, so pin it (as record.py does) and two runs agree.
+if args.hash_seed != "random" and os.environ.get("PYTHONHASHSEED") != args.hash_seed:
+    os.environ["PYTHONHASHSEED"] = args.hash_seed
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 T0_WALL = time.perf_counter()
 T0_CPU = time.process_time()
 
@@ -271,6 +287,31 @@ scheduler = Scheduler(
     log_stats=False,
 )
 sconn = scheduler.connector
+
+
+class FinishOrder(set):
+    """Scheduler.finished_req_ids iterated in the order the requests finished: the order
+    kvmc replay walks it (src/system/choice.rs, FinishedReqIds), and one a Python set of
+    these ids has under some hash seed. Every other set operation is the set's own."""
+
+    def __init__(self):
+        super().__init__()
+        self.order: dict[str, None] = {}
+
+    def add(self, x):
+        super().add(x)
+        self.order[x] = None
+
+    def __iter__(self):
+        return iter([x for x in self.order if x in self])
+
+
+def fresh_finished_set():
+    if args.finished_order == "finish":
+        scheduler.finished_req_ids = FinishOrder()
+
+
+fresh_finished_set()
 import vllm as _vllm  # noqa: E402
 print(f"[replay] vllm {_vllm.__version__} use_v2_model_runner="
       f"{getattr(vllm_config, 'use_v2_model_runner', None)} worker_api={WORKER_API}",
@@ -746,6 +787,7 @@ while True:
 
     STEP_PREEMPTED.clear()
     so = scheduler.schedule()
+    fresh_finished_set()  # schedule() handed its set to `so` and started a plain one
     steps += 1
     fake_worker.step = steps
     SC_STEP[0] = steps
@@ -899,6 +941,8 @@ res = dict(
     flushed_jobs=fake_worker.flushed_jobs,
     pending_copies_at_end=len(fake_worker.pending),
     copy_steps=args.copy_steps,
+    hash_seed=os.environ.get("PYTHONHASHSEED", "random"),
+    finished_order=args.finished_order,
     import_s=round(T_IMPORT, 2),
     loop_wall_s=round(loop_wall, 2),
     wall_s=round(wall, 2),
