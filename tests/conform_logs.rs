@@ -269,3 +269,30 @@ fn a_bad_log_in_a_batch_exits_2_and_the_others_are_still_checked() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["error"]["kind"], "input");
 }
+
+/// Finding 28 at a session's third input (tests/conformance/findings/stream-stale-crash-later.toml,
+/// found by fuzzing: seed 545, scenario 12 on 0.24.0): the session's second input stops on EOS
+/// with a decode in flight, the stale output stops it again, and 0.24 raises when its third
+/// input arrives. The log never shows that input (the engine died in its step), so the model's
+/// death search sends a placeholder input to every session the log leaves open; before, only a
+/// session with no logged input had one, and the model "did not die". 0.32.0 to 0.34.0 conform.
+#[test]
+fn a_session_that_dies_at_a_later_input_is_predicted_from_its_partial_log() {
+    let dir = root().join("tests/conformance/findings");
+    let log = dir.join("vllm-0.24/stream-stale-crash-later.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches(r#""ev":"stream_input""#).count(), 1, "the second input only");
+    let ends: Vec<&str> = text.lines().filter(|l| l.contains(r#""ev":"turn_end""#)).collect();
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    assert!(ends[1].contains(r#""turn":2,"reason":"stop""#) && ends[2].contains(r#""turn":2,"reason":"length""#));
+    let r = conform::check(&log, "vllm-0.24", None, 8).unwrap();
+    assert!(r.divergence.is_none() && r.partial.is_some(), "{:?}", r.divergence);
+    let (prop, detail, inputs) = r.death.expect("searched").found.expect("the model dies too");
+    assert_eq!(prop, "queue-sound", "{detail}");
+    assert_eq!(inputs, ["next input for A", "step"], "{detail}");
+    for release in ["vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let log = dir.join(format!("{release}/stream-stale-crash-later.jsonl"));
+        let r = conform::check(&log, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_none() && r.findings.is_empty(), "{release}");
+    }
+}

@@ -107,7 +107,19 @@ const UNSENT_TOKEN: u32 = 0x7fff_fff0;
 /// `session_keeps_computed_only` (0.24, 0.32) under async scheduling: how each input is laid
 /// out over the previous one is read from the log too ([`stale_session`]), and the workload
 /// gets every other layout the model may take.
-pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rules: &Rules) -> Result<Scope> {
+///
+/// `raised`: the log is partial because the implementation raised in the step after its last
+/// one; a session the log leaves open (no `stream_end`) then also gets the placeholder of a
+/// next input, which the death search ([`death::after`]) may send: the input of the step that
+/// raised is not in the log (finding 28's crash comes when that input arrives).
+pub fn scope_of(
+    path: &Path,
+    h: &Header,
+    lines: &[Line],
+    dropped: &[usize],
+    rules: &Rules,
+    raised: bool,
+) -> Result<Scope> {
     let input_max_tokens = rules.session_max_tokens;
     let offered = Offered {
         stale: !rules.session_stop_drops_in_flight && h.async_scheduling,
@@ -149,7 +161,8 @@ pub fn scope_of(path: &Path, h: &Header, lines: &[Line], dropped: &[usize], rule
             } else {
                 inputs.into_iter().map(|(p, _, e)| (p, *max_tokens, e)).collect()
             };
-            if inputs.is_empty() {
+            let ended = lines.iter().any(|x| matches!(&x.ev, Ev::StreamEnd { req: r, .. } if r == req));
+            if inputs.is_empty() || (raised && !ended) {
                 // A partial log that ends before the session's next input (`log::parse` refuses
                 // it in a whole log): the session parks, holding its blocks, and waits for an
                 // input the log never sends; this one stands for it and is never sent.

@@ -51,7 +51,7 @@ pub(super) fn replay(
     raised: bool,
 ) -> Result<(Report, Vec<usize>)> {
     let rules = crate::system::rules::resolve(profile, variant).map_err(KvmcError::Usage)?;
-    let mut scope = scope_of(path, h, lines, dropped, &rules)?;
+    let mut scope = scope_of(path, h, lines, dropped, &rules, raised)?;
     let kv_cpu_as_gpu = h.connector == "simple-cpu" && !rules.scpu_cpu_kv_events;
     let safety: Vec<_> = props::REGISTRY
         .iter()

@@ -47,7 +47,7 @@ pub fn trail(path: &Path, text: &str, profile: &str, variant: Option<&str>, wind
         dropped.extend(newly);
     }
     let rules = crate::system::rules::resolve(profile, variant).map_err(KvmcError::Usage)?;
-    let scope = scope_of(path, &h, &lines, &dropped, &rules)?;
+    let scope = scope_of(path, &h, &lines, &dropped, &rules, false)?;
     let sys = scope.system(Some(profile), variant).map_err(KvmcError::Usage)?;
     let ctx = sys.ctx();
     let idx = |name: &str| scope.workload.requests.iter().position(|r| r.name == name).expect("validated") as u16;
