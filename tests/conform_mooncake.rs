@@ -107,11 +107,6 @@ fn bad_mooncake_lines_exit_2_naming_file_and_line() {
         (text.replacen(r#","kind":"load"}"#, "}", 1), ":9:", "a Mooncake transfer_done names its stream"),
         (text.replacen(r#""pinned":{}"#, r#""pinned":{"x":[1]}"#, 1), ":7:", "pinned key \"x\" is not a save job id"),
         (
-            text.replacen(r#""async_scheduling":false"#, r#""async_scheduling":true"#, 1),
-            ":1:",
-            "synchronous scheduling only",
-        ),
-        (
             text.replacen(r#""preload":[[45,520,995,473,139,614,92,567]]"#, r#""preload":[[45,520]]"#, 1),
             ":1:",
             "mooncake.preload[0] has no full block",
@@ -190,5 +185,37 @@ fn finding_20_a_failed_pool_load_never_admits_its_request_again_on_real_vllm() {
         }
         let d = conform::check(&log, release, Some("fix-self-reservation"), 8).unwrap().divergence.expect("fixed");
         assert_eq!((d.step, d.what.as_str()), (3, "load"), "{release}: {d:?}");
+    }
+}
+
+/// The MooncakeStoreConnector under async scheduling (AsyncScheduler +
+/// step_with_batch_queue; tests/conformance/scenarios/async-mooncake-preempt.toml, recorded on
+/// 0.32.0, 0.33.0 and 0.34.0): the batch queue delays every worker output by a step; A's decode
+/// growth preempts B in step 8 while B's slow save job 4 still pins B's blocks; B comes back as
+/// a new request in step 16 whose G1 hit covers the pool's B.0 and B.1, and its new save starts
+/// at block 0. Every line conforms; without the save pins the log diverges at step 1.
+#[test]
+fn mooncake_under_async_scheduling_conforms_on_real_vllm() {
+    for (dir, release) in [("vllm-0.32/", "vllm-0.32"), ("", "vllm-0.33"), ("vllm-0.34/", "vllm-0.34")] {
+        let f = fixture(dir, "async-mooncake-preempt");
+        let text = std::fs::read_to_string(&f).unwrap();
+        for w in [
+            r#""connector":"mooncake","async_scheduling":true"#,
+            r#""preempted":["B"]"#,
+            r#"{"ev":"mooncake","step":8,"pool":["A.0","A.1","A.2","B.0","B.1"],"pinned":{"4":[4,6,7]}}"#,
+            r#"{"ev":"transfer_done","step":9,"job":4,"kind":"store"}"#,
+            r#"{"ev":"lookup","step":16,"req":"B","local":8,"external":0,"async":false}"#,
+            r#"{"ev":"store","step":16,"job":5,"req":"B","keys":["B.0","B.1","B.2"]"#,
+        ] {
+            assert!(text.contains(w), "{release}: {w}");
+        }
+        assert!(
+            text.contains(r#"{"ev":"schedule","step":8,"scheduled":[["A",1]],"new":[],"resumed":[],"preempted":["B"]"#)
+        );
+        let r = conform::check(&f, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
+        assert_eq!(r.steps, 21, "{release}");
+        let d = conform::check(&f, release, Some("mut-mc-no-save-pin"), 8).unwrap().divergence.expect("diverges");
+        assert_eq!((d.step, d.what.as_str()), (1, "mooncake"), "{release}");
     }
 }

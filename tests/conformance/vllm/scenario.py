@@ -342,8 +342,6 @@ def _load_scenario(path: Path) -> Scenario:
         raise ScenarioError("[mooncake] goes with connector = 'mooncake'")
     if connector == "mooncake" and off:
         raise ScenarioError("[offload] goes with connector = 'offloading' ([mooncake] here)")
-    if connector == "mooncake" and eng.get("async_scheduling", False):
-        raise ScenarioError("connector = 'mooncake' is recorded (and modelled) with synchronous scheduling only")
     if connector == "simple-cpu":
         if "cpu_blocks" not in scpu:
             raise ScenarioError("[simple_cpu] cpu_blocks is required with connector = 'simple-cpu'")
