@@ -154,7 +154,7 @@ fn read_main() -> String {
 #[test]
 fn the_mooncake_recorder_parts_pass_their_own_tests() {
     // The [mooncake] table and the fake worker's rules, without vLLM.
-    python_unittest("tests/conformance/vllm/test_mcstore.py", 4);
+    python_unittest("tests/conformance/vllm/test_mcstore.py", 5);
 }
 
 /// Finding 20 with the MooncakeStoreConnector on real vLLM
@@ -217,5 +217,44 @@ fn mooncake_under_async_scheduling_conforms_on_real_vllm() {
         assert_eq!(r.steps, 21, "{release}");
         let d = conform::check(&f, release, Some("mut-mc-no-save-pin"), 8).unwrap().divergence.expect("diverges");
         assert_eq!((d.step, d.what.as_str()), (1, "mooncake"), "{release}");
+    }
+}
+
+/// `save_decode_cache = true` (mooncake-decode-save, and async-mooncake-decode-save under async
+/// scheduling; 0.32.0, 0.33.0, 0.34.0): decode steps save the blocks they complete. Under
+/// async scheduling the tracker grows by the tokens vLLM knows
+/// (`all_token_ids[token_len:token_len + scheduled]`), a decode step's token being a
+/// placeholder then: every decode save comes a step later and A's last block is never saved.
+/// kvmc once grew it by the scheduled count and diverged at step 3 of the async log.
+#[test]
+fn decode_saves_lag_a_step_under_async_scheduling() {
+    let saves = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains(r#""ev":"store""#))
+            .map(|l| {
+                let step = l.split(r#""step":"#).nth(1).unwrap().split(',').next().unwrap();
+                let keys = l.split(r#""keys":"#).nth(1).unwrap().split(']').next().unwrap();
+                format!("{step} {keys}]")
+            })
+            .collect()
+    };
+    for (dir, release) in [("vllm-0.32/", "vllm-0.32"), ("", "vllm-0.33"), ("vllm-0.34/", "vllm-0.34")] {
+        let sync = std::fs::read_to_string(fixture(dir, "mooncake-decode-save")).unwrap();
+        let asy = std::fs::read_to_string(fixture(dir, "async-mooncake-decode-save")).unwrap();
+        assert!(sync.contains(r#""mooncake":{"preload":[],"save_decode_cache":true}"#), "{release}");
+        assert_eq!(
+            saves(&sync),
+            ["1 [\"A.0\"]", "2 [\"B.0\",\"B.1\"]", "3 [\"A.1\"]", "5 [\"B.2\"]", "7 [\"A.2\"]", "11 [\"A.3\"]"],
+            "{release}"
+        );
+        assert_eq!(
+            saves(&asy),
+            ["1 [\"A.0\"]", "2 [\"B.0\",\"B.1\"]", "4 [\"A.1\"]", "6 [\"B.2\"]", "8 [\"A.2\"]"],
+            "{release}"
+        );
+        for name in ["mooncake-decode-save", "async-mooncake-decode-save"] {
+            let r = conform::check(&fixture(dir, name), release, None, 8).unwrap();
+            assert!(r.divergence.is_none() && r.partial.is_none(), "{release} {name}: {:?}", r.divergence);
+        }
     }
 }

@@ -133,8 +133,11 @@ class GenScenarios(unittest.TestCase):
         self.assertTrue(any(s.mooncake_preload for s in scs) and any(not s.mooncake_preload for s in scs))
         self.assertTrue(any(s.load_failures for s in scs) and any(s.delay_overrides for s in scs))
         self.assertIn(0, {s.store_delay for s in scs})
-        # Async scheduling sometimes (a quarter of the draws).
+        # Async scheduling and save_decode_cache sometimes, together too.
         self.assertTrue(any(s.async_scheduling for s in scs) and any(not s.async_scheduling for s in scs))
+        self.assertTrue(any(s.mooncake_save_decode_cache for s in scs))
+        self.assertTrue(any(not s.mooncake_save_decode_cache for s in scs))
+        self.assertTrue(any(s.mooncake_save_decode_cache and s.async_scheduling for s in scs))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,13 @@ class Scenario(unittest.TestCase):
         sc = scenario('[mooncake]\npreload = ["P:4", ["Q:2", "R:2"]]\n[worker]\nstore_delay = 0\n')
         self.assertEqual(sc.mooncake_preload, [["P:4"], ["Q:2", "R:2"]])
         self.assertEqual(sc.store_delay, 0)
+        self.assertFalse(sc.mooncake_save_decode_cache)
+
+    def test_save_decode_cache(self):
+        self.assertTrue(scenario('[mooncake]\nsave_decode_cache = true\n').mooncake_save_decode_cache)
+        with self.assertRaises(ScenarioError) as cm:
+            scenario('[mooncake]\nsave_decode_cache = 1\n')
+        self.assertIn("save_decode_cache", str(cm.exception))
 
     def test_what_is_refused(self):
         for extra, want in [
