@@ -107,11 +107,6 @@ fn bad_mooncake_lines_exit_2_naming_file_and_line() {
         (text.replacen(r#","kind":"load"}"#, "}", 1), ":9:", "a Mooncake transfer_done names its stream"),
         (text.replacen(r#""pinned":{}"#, r#""pinned":{"x":[1]}"#, 1), ":7:", "pinned key \"x\" is not a save job id"),
         (
-            text.replacen(r#""async_scheduling":false"#, r#""async_scheduling":true"#, 1),
-            ":1:",
-            "synchronous scheduling only",
-        ),
-        (
             text.replacen(r#""preload":[[45,520,995,473,139,614,92,567]]"#, r#""preload":[[45,520]]"#, 1),
             ":1:",
             "mooncake.preload[0] has no full block",
@@ -159,7 +154,7 @@ fn read_main() -> String {
 #[test]
 fn the_mooncake_recorder_parts_pass_their_own_tests() {
     // The [mooncake] table and the fake worker's rules, without vLLM.
-    python_unittest("tests/conformance/vllm/test_mcstore.py", 4);
+    python_unittest("tests/conformance/vllm/test_mcstore.py", 5);
 }
 
 /// Finding 20 with the MooncakeStoreConnector on real vLLM
@@ -190,5 +185,76 @@ fn finding_20_a_failed_pool_load_never_admits_its_request_again_on_real_vllm() {
         }
         let d = conform::check(&log, release, Some("fix-self-reservation"), 8).unwrap().divergence.expect("fixed");
         assert_eq!((d.step, d.what.as_str()), (3, "load"), "{release}: {d:?}");
+    }
+}
+
+/// The MooncakeStoreConnector under async scheduling (AsyncScheduler +
+/// step_with_batch_queue; tests/conformance/scenarios/async-mooncake-preempt.toml, recorded on
+/// 0.32.0, 0.33.0 and 0.34.0): the batch queue delays every worker output by a step; A's decode
+/// growth preempts B in step 8 while B's slow save job 4 still pins B's blocks; B comes back as
+/// a new request in step 16 whose G1 hit covers the pool's B.0 and B.1, and its new save starts
+/// at block 0. Every line conforms; without the save pins the log diverges at step 1.
+#[test]
+fn mooncake_under_async_scheduling_conforms_on_real_vllm() {
+    for (dir, release) in [("vllm-0.32/", "vllm-0.32"), ("", "vllm-0.33"), ("vllm-0.34/", "vllm-0.34")] {
+        let f = fixture(dir, "async-mooncake-preempt");
+        let text = std::fs::read_to_string(&f).unwrap();
+        for w in [
+            r#""connector":"mooncake","async_scheduling":true"#,
+            r#""preempted":["B"]"#,
+            r#"{"ev":"mooncake","step":8,"pool":["A.0","A.1","A.2","B.0","B.1"],"pinned":{"4":[4,6,7]}}"#,
+            r#"{"ev":"transfer_done","step":9,"job":4,"kind":"store"}"#,
+            r#"{"ev":"lookup","step":16,"req":"B","local":8,"external":0,"async":false}"#,
+            r#"{"ev":"store","step":16,"job":5,"req":"B","keys":["B.0","B.1","B.2"]"#,
+        ] {
+            assert!(text.contains(w), "{release}: {w}");
+        }
+        assert!(
+            text.contains(r#"{"ev":"schedule","step":8,"scheduled":[["A",1]],"new":[],"resumed":[],"preempted":["B"]"#)
+        );
+        let r = conform::check(&f, release, None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
+        assert_eq!(r.steps, 21, "{release}");
+        let d = conform::check(&f, release, Some("mut-mc-no-save-pin"), 8).unwrap().divergence.expect("diverges");
+        assert_eq!((d.step, d.what.as_str()), (1, "mooncake"), "{release}");
+    }
+}
+
+/// `save_decode_cache = true` (mooncake-decode-save, and async-mooncake-decode-save under async
+/// scheduling; 0.32.0, 0.33.0, 0.34.0): decode steps save the blocks they complete. Under
+/// async scheduling the tracker grows by the tokens vLLM knows
+/// (`all_token_ids[token_len:token_len + scheduled]`), a decode step's token being a
+/// placeholder then: every decode save comes a step later and A's last block is never saved.
+/// kvmc once grew it by the scheduled count and diverged at step 3 of the async log.
+#[test]
+fn decode_saves_lag_a_step_under_async_scheduling() {
+    let saves = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.contains(r#""ev":"store""#))
+            .map(|l| {
+                let step = l.split(r#""step":"#).nth(1).unwrap().split(',').next().unwrap();
+                let keys = l.split(r#""keys":"#).nth(1).unwrap().split(']').next().unwrap();
+                format!("{step} {keys}]")
+            })
+            .collect()
+    };
+    for (dir, release) in [("vllm-0.32/", "vllm-0.32"), ("", "vllm-0.33"), ("vllm-0.34/", "vllm-0.34")] {
+        let sync = std::fs::read_to_string(fixture(dir, "mooncake-decode-save")).unwrap();
+        let asy = std::fs::read_to_string(fixture(dir, "async-mooncake-decode-save")).unwrap();
+        assert!(sync.contains(r#""mooncake":{"preload":[],"save_decode_cache":true}"#), "{release}");
+        assert_eq!(
+            saves(&sync),
+            ["1 [\"A.0\"]", "2 [\"B.0\",\"B.1\"]", "3 [\"A.1\"]", "5 [\"B.2\"]", "7 [\"A.2\"]", "11 [\"A.3\"]"],
+            "{release}"
+        );
+        assert_eq!(
+            saves(&asy),
+            ["1 [\"A.0\"]", "2 [\"B.0\",\"B.1\"]", "4 [\"A.1\"]", "6 [\"B.2\"]", "8 [\"A.2\"]"],
+            "{release}"
+        );
+        for name in ["mooncake-decode-save", "async-mooncake-decode-save"] {
+            let r = conform::check(&fixture(dir, name), release, None, 8).unwrap();
+            assert!(r.divergence.is_none() && r.partial.is_none(), "{release} {name}: {:?}", r.divergence);
+        }
     }
 }

@@ -142,8 +142,9 @@ fn the_mooncake_table_is_validated() {
     let err = |text: String| Scope::parse("t", Path::new("t.toml"), &text).unwrap_err().to_string();
     let role = FULL_HIT.replace("preload = [\"R\"]", "kv_role = \"kv_decoder\"");
     assert!(err(role).contains("kv_role must be"));
+    // Async scheduling: the store's rules are the same (AsyncScheduler's, around it).
     let asynchronous = FULL_HIT.replace("block_size = 2", "block_size = 2\nasync_scheduling = true");
-    assert!(err(asynchronous).contains("synchronous scheduling only"));
+    assert!(Scope::parse("t", Path::new("t.toml"), &asynchronous).unwrap().cfg.async_scheduling);
     let short = FULL_HIT.replace("preload = [\"R\"]", "preload = [\"a\"]");
     assert!(err(short).contains("has no full block"));
     let other = FULL_HIT.replace("connector = \"mooncake\"", "connector = \"none\"");

@@ -100,7 +100,8 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
     // Finding 20: mooncake-load-retry (0.32, 0.33, 0.34) and offload-load-retry (0.24, 0.32,
     // 0.33); stream-sessions-hold-pool (finding 33: 0.24 to 0.34), stream-park-count (finding 30:
     // 0.24), stream-preempt-lost (finding 36: 0.24, 0.32).
-    assert_eq!(hangs, 13, "the gate's requests-finish rows the recorder can drive");
+    // With finding 20 under async scheduling (mooncake-load-retry-async, 0.33).
+    assert_eq!(hangs, 14, "the gate's requests-finish rows the recorder can drive, and one more");
     assert_eq!(then_hangs, 1, "stream-preempt-lost, 0.32, session-history");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
     // observe.py splits `_prepare_eager_store_specs`'s store event per request.
@@ -508,4 +509,29 @@ fn finding_20_from_the_checker_is_the_hand_written_mooncake_scenario() {
         assert_eq!(hand[..n], ours[..n], "vLLM {v}");
         assert!(ours.last().unwrap().contains("did not finish in 43 steps"), "vLLM {v}");
     }
+}
+
+/// Finding 20 with the MooncakeStoreConnector under async scheduling: the committed scenario is
+/// what `kvmc reproduce` makes of the model today, and on vLLM 0.33.0 A's lookup finds the
+/// preloaded block again every step and nothing is scheduled until the recorder's bound.
+#[test]
+fn finding_20_under_async_scheduling_is_reproduced_on_vllm_033() {
+    let m = "tests/conformance/reproduced/mooncake-load-retry-async.model.toml";
+    let o = kvmc(&["reproduce", m, "--property", "requests-finish", "--name", "mooncake-load-retry-async"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let committed =
+        std::fs::read_to_string(root().join("tests/conformance/reproduced/mooncake-load-retry-async.toml")).unwrap();
+    assert_eq!(stdout(&o), committed);
+    assert!(committed.contains("async_scheduling = true\nconnector = \"mooncake\""), "{committed}");
+    let log = root().join("tests/conformance/fixtures/reproduced/mooncake-load-retry-async.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""connector":"mooncake","async_scheduling":true"#));
+    assert!(text.lines().last().unwrap().contains("did not finish in 44 steps"));
+    for step in 4..=44 {
+        let lookup = format!(r#"{{"ev":"lookup","step":{step},"req":"A","local":0,"external":2,"async":true}}"#);
+        assert!(text.contains(&lookup), "step {step}: A's lookup finds the block again");
+    }
+    let r = conform::check(&log, "vllm-0.33", None, 8).unwrap();
+    assert!(r.divergence.is_none(), "{:?}", r.divergence);
+    assert_eq!(r.steps, 44);
 }

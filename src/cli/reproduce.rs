@@ -101,7 +101,7 @@ fn emit(r: &Reproduction, output: Option<&Path>) -> Result<()> {
         "reproduce on vLLM {}: {} engine steps; the counterexample violates {}{}",
         r.version,
         r.steps,
-        r.violated.join(", "),
+        if r.violated.is_empty() { "no safety property".to_string() } else { r.violated.join(", ") },
         if r.unfinished.is_empty() { String::new() } else { format!("; never finishes: {}", r.unfinished.join(", ")) }
     );
     Ok(())

@@ -62,6 +62,9 @@ pub struct MooncakeHeader {
     /// Token sequences whose full blocks another instance put into the pool before step 1.
     #[serde(default)]
     pub preload: Vec<Vec<u32>>,
+    /// `save_decode_cache` (absent: vLLM's default, off): decode steps save their full blocks.
+    #[serde(default)]
+    pub save_decode_cache: bool,
 }
 
 fn half() -> f64 {

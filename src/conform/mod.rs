@@ -196,11 +196,11 @@ pub fn scope_of(
             },
         }),
         "simple-cpu" => ConnectorConfig::SimpleCpu(SimpleCpuConfig { cpu_blocks: h.cpu_blocks, lazy: h.lazy_offload }),
-        // The recorder runs vLLM's defaults (kv_both, save_decode_cache off, lookups on); the
-        // preload's keys are filled in once the workload can name them.
+        // The recorder runs vLLM's defaults (kv_both, lookups on; save_decode_cache as the
+        // header says); the preload's keys are filled in once the workload can name them.
         "mooncake" => ConnectorConfig::Mooncake(MooncakeConfig {
             kv_role: KvRole::Both,
-            save_decode_cache: false,
+            save_decode_cache: h.mooncake.as_ref().is_some_and(|m| m.save_decode_cache),
             enable_lookup: true,
             preload: Vec::new(),
         }),

@@ -183,16 +183,12 @@ pub(super) fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
     }
 }
 
-/// A Mooncake header kvmc cannot replay: the model runs the store with synchronous scheduling
-/// only, and a `mooncake` object goes with that connector. Preloaded sequences are bounded
-/// like a model file's prompts.
+/// A Mooncake header kvmc cannot replay: a `mooncake` object goes with that connector.
+/// Preloaded sequences are bounded like a model file's prompts.
 pub(super) fn mooncake_header_error(h: &Header) -> Option<String> {
     let mc = h.connector == "mooncake";
     if !mc {
         return h.mooncake.is_some().then(|| "a \"mooncake\" object goes with \"connector\": \"mooncake\"".into());
-    }
-    if h.async_scheduling {
-        return Some("the mooncake connector is modelled with synchronous scheduling only".into());
     }
     let pre = h.mooncake.as_ref().map_or(&[][..], |m| m.preload.as_slice());
     if pre.len() > 64 || pre.iter().any(|p| p.len() > 4096) {

@@ -162,19 +162,14 @@ pub(crate) fn parse_engine(path: &Path, text: &str) -> Result<(RawScope, String,
                     if let Some(sp) = super::mooncake::role_span(mc) {
                         return Err(bad(sp, "a P/D pair sets kv_role itself (P kv_producer, D kv_consumer)".into()));
                     }
-                    let mut m = super::mooncake::config(Some(mc), false, e.connector.span(), &bad)?;
+                    let mut m = super::mooncake::config(Some(mc), &bad)?;
                     m.kv_role = crate::system::KvRole::Producer;
                     ConnectorConfig::NixlStore(m)
                 }
                 None => ConnectorConfig::Nixl,
             }
         }
-        "mooncake" => ConnectorConfig::Mooncake(super::mooncake::config(
-            raw.mooncake.as_ref(),
-            e.async_scheduling,
-            e.connector.span(),
-            &bad,
-        )?),
+        "mooncake" => ConnectorConfig::Mooncake(super::mooncake::config(raw.mooncake.as_ref(), &bad)?),
         "offloading" => {
             let Some(o) = &raw.offload else {
                 return Err(bad(

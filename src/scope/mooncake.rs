@@ -35,8 +35,6 @@ pub(super) fn role_span(mc: &RawMooncake) -> Option<Range<usize>> {
 /// The connector's settings (the preload is resolved once the requests are known).
 pub(super) fn config(
     mc: Option<&RawMooncake>,
-    async_scheduling: bool,
-    connector: Range<usize>,
     bad: &impl Fn(Range<usize>, String) -> KvmcError,
 ) -> Result<MooncakeConfig> {
     let kv_role = match mc.and_then(|m| m.kv_role.as_ref()).map(|r| (r.get_ref().as_str(), r.span())) {
@@ -50,12 +48,6 @@ pub(super) fn config(
             ))
         }
     };
-    if async_scheduling {
-        return Err(bad(
-            connector,
-            "connector = \"mooncake\" is modelled with synchronous scheduling only (async_scheduling = false)".into(),
-        ));
-    }
     Ok(MooncakeConfig {
         kv_role,
         save_decode_cache: mc.is_some_and(|m| m.save_decode_cache),

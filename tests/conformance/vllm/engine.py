@@ -195,7 +195,8 @@ def build_engine(sc: Scenario) -> Engine:
         # client (no Mooncake master; the port is never opened).
         kv_transfer_config = KVTransferConfig(
             kv_role="kv_both", kv_connector="MooncakeStoreConnector",
-            kv_connector_extra_config={"load_async": True, "lookup_rpc_port": 4242},
+            kv_connector_extra_config={"load_async": True, "lookup_rpc_port": 4242,
+                                       "save_decode_cache": sc.mooncake_save_decode_cache},
             kv_load_failure_policy=sc.load_failure_policy)
     elif getattr(sc, "connector_class", None):
         raise ValueError(f"--connector-class {sc.connector_class}: scenario {sc.name} has "

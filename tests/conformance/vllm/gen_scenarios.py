@@ -23,7 +23,10 @@ but such scenarios only test the rejection path).
 `--kind` restricts the connector: offloading, simple-cpu, none, mooncake or any (default; it
 never draws mooncake, so earlier seeds keep their scenarios); `long` draws as `any` with
 prompts of up to 16 blocks, batches of up to 32 blocks and a host tier of up to 20 chunks a
-request. `mooncake`: the MooncakeStoreConnector with synchronous scheduling, no sessions, the
+request. `mooncake`: the MooncakeStoreConnector, async scheduling a quarter of the time (since
+the store is recorded so: a seed's earlier mooncake scenarios with that draw were synchronous,
+the others are unchanged), `save_decode_cache` 30% of the time (its own random stream), no
+sessions, the
 shared system prompt preloaded into the pool (probability 0.7), save delays from 0, failed
 loads and slow saves. `stress` draws
 any connector with 4 to 8 requests, a pool from one request's worth to two blocks more, async
@@ -99,8 +102,9 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     }
     if connector in ("offloading", "mooncake"):
         eng["load_failure_policy"] = rng.choice(["fail", "recompute"])
-    # (kvmc models the Mooncake store with synchronous scheduling only; the draw is kept.)
-    if rng.random() < (0.5 if stress else 0.25) and connector != "mooncake":
+    # mooncake with it since the recorder and kvmc run the store under async scheduling (the
+    # draw was made and dropped before, so only those scenarios changed).
+    if rng.random() < (0.5 if stress else 0.25):
         eng["async_scheduling"] = True
     if rng.random() < 0.15:
         eng["long_prefill_token_threshold"] = rng.choice([bs, 2 * bs])
@@ -131,10 +135,16 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
             scpu["mode"] = "lazy"
         _table(lines, "[simple_cpu]", scpu)
     preloaded = False
+    mc: dict = {}
     if connector == "mooncake" and sys_len >= bs and rng.random() < 0.7:
         # Another instance put (a block-aligned prefix of) the shared system prompt.
-        _table(lines, "[mooncake]", {"preload": [f"SYS:{rng.randint(1, sys_len // bs) * bs}"]})
+        mc["preload"] = [f"SYS:{rng.randint(1, sys_len // bs) * bs}"]
         preloaded = True
+    # Decode steps save too (its own stream: earlier seeds keep their scenarios otherwise).
+    if connector == "mooncake" and random.Random(f"{name}/save-decode").random() < 0.3:
+        mc["save_decode_cache"] = True
+    if mc:
+        _table(lines, "[mooncake]", mc)
     wrk = {"max_steps": 400}
     if connector != "none":
         wrk["store_delay"] = (rng.choice([1, 1, 2, 3]) if connector == "offloading"

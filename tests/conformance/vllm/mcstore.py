@@ -109,6 +109,10 @@ def attach(eng, sc, make_request) -> None:
         for j, h in enumerate(req.block_hashes):
             store.put(h)
             eng.mc_labels.setdefault(bytes(h), f"pool{i + 1}.{j}")
+    # The log header's "mooncake" object (save_decode_cache only when on: older logs match).
+    eng.mc_header = {"preload": eng.mc_preload}
+    if getattr(sc, "mooncake_save_decode_cache", False):
+        eng.mc_header["save_decode_cache"] = True
 
 
 class McFakeWorker:

@@ -114,7 +114,7 @@ class Recorder:
             "sync_load_budget_tokens": sc.sync_load_budget_tokens,
         }
         if sc.connector == "mooncake":
-            hdr["mooncake"] = {"preload": self.eng.mc_preload}
+            hdr["mooncake"] = self.eng.mc_header    # mcstore.attach
         if sc.connector == "simple-cpu":
             hdr["cpu_blocks"] = sc.cpu_blocks
             if sc.lazy_offload:

@@ -172,6 +172,8 @@ class Scenario:
     # [mooncake] preload (connector = "mooncake"): token sequences (prompt segments, no '@')
     # whose full blocks another instance already put into the Mooncake pool
     mooncake_preload: list[list[str]] = field(default_factory=list)
+    # [mooncake] save_decode_cache (kv_connector_extra_config; vLLM's default false)
+    mooncake_save_decode_cache: bool = False
 
     def request(self, name: str) -> RequestSpec:
         for r in self.requests:
@@ -205,7 +207,7 @@ _OFFLOAD_KEYS = {
     "sync_load_budget_tokens", "eviction_policy",
 }
 _SIMPLE_CPU_KEYS = {"cpu_blocks", "mode"}
-_MOONCAKE_KEYS = {"preload"}
+_MOONCAKE_KEYS = {"preload", "save_decode_cache"}
 _WORKER_KEYS = {"store_delay", "load_delay", "max_steps"}
 _REQUEST_KEYS = {"name", "prompt", "max_tokens", "eos_at", "arrive", "after",
                  "after_arrival", "delay", "input"}
@@ -345,8 +347,6 @@ def _load_scenario(path: Path) -> Scenario:
         raise ScenarioError("[mooncake] goes with connector = 'mooncake'")
     if connector == "mooncake" and off:
         raise ScenarioError("[offload] goes with connector = 'offloading' ([mooncake] here)")
-    if connector == "mooncake" and eng.get("async_scheduling", False):
-        raise ScenarioError("connector = 'mooncake' is recorded (and modelled) with synchronous scheduling only")
     if connector == "simple-cpu":
         if "cpu_blocks" not in scpu:
             raise ScenarioError("[simple_cpu] cpu_blocks is required with connector = 'simple-cpu'")
@@ -399,6 +399,7 @@ def _load_scenario(path: Path) -> Scenario:
         raise ScenarioError("[engine] enable_prefix_caching = false: SimpleCPU disables itself without it")
     if connector == "simple-cpu" and sc.cpu_blocks < 2:
         raise ScenarioError("[simple_cpu] cpu_blocks must be >= 2 (block 0 is the null block)")
+    sc.mooncake_save_decode_cache = _bool(mc.get("save_decode_cache", False), "[mooncake] save_decode_cache")
     for i, p in enumerate(mc.get("preload", [])):
         segs = [p] if isinstance(p, str) else list(p)
         for seg in segs:

@@ -122,7 +122,6 @@ class GenScenarios(unittest.TestCase):
     def test_mooncake_draws_what_the_store_is_recorded_with(self):
         scs = [load_scenario(p) for p in self.generate(12, 200, "mooncake")]
         for sc in scs:
-            self.assertFalse(sc.async_scheduling, sc.name)
             self.assertFalse(any(r.inputs for r in sc.requests), sc.name)
             for name, n in _longest(sc).items():
                 self.assertLessEqual(n, sc.max_model_len, f"{sc.name}: {name}")
@@ -134,6 +133,11 @@ class GenScenarios(unittest.TestCase):
         self.assertTrue(any(s.mooncake_preload for s in scs) and any(not s.mooncake_preload for s in scs))
         self.assertTrue(any(s.load_failures for s in scs) and any(s.delay_overrides for s in scs))
         self.assertIn(0, {s.store_delay for s in scs})
+        # Async scheduling and save_decode_cache sometimes, together too.
+        self.assertTrue(any(s.async_scheduling for s in scs) and any(not s.async_scheduling for s in scs))
+        self.assertTrue(any(s.mooncake_save_decode_cache for s in scs))
+        self.assertTrue(any(not s.mooncake_save_decode_cache for s in scs))
+        self.assertTrue(any(s.mooncake_save_decode_cache and s.async_scheduling for s in scs))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,13 @@ class Scenario(unittest.TestCase):
         sc = scenario('[mooncake]\npreload = ["P:4", ["Q:2", "R:2"]]\n[worker]\nstore_delay = 0\n')
         self.assertEqual(sc.mooncake_preload, [["P:4"], ["Q:2", "R:2"]])
         self.assertEqual(sc.store_delay, 0)
+        self.assertFalse(sc.mooncake_save_decode_cache)
+
+    def test_save_decode_cache(self):
+        self.assertTrue(scenario('[mooncake]\nsave_decode_cache = true\n').mooncake_save_decode_cache)
+        with self.assertRaises(ScenarioError) as cm:
+            scenario('[mooncake]\nsave_decode_cache = 1\n')
+        self.assertIn("save_decode_cache", str(cm.exception))
 
     def test_what_is_refused(self):
         for extra, want in [
@@ -57,9 +64,8 @@ class Scenario(unittest.TestCase):
                                              'connector = "mooncake"\nasync_scheduling = true')
         with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
             f.write(text)
-        with self.assertRaises(ScenarioError) as cm:
-            load_scenario(f.name)
-        self.assertIn("synchronous scheduling only", str(cm.exception))
+        # Recorded under async scheduling too (AsyncScheduler + step_with_batch_queue).
+        self.assertTrue(load_scenario(f.name).async_scheduling)
 
 
 class Store:

@@ -332,7 +332,12 @@ impl MooncakeState {
                 if is_decode && !cfg.save_decode_cache {
                     continue;
                 }
-                t.token_len += s.tokens;
+                // vLLM grows token_len by the tokens it knows, `len(all_token_ids[token_len:
+                // token_len + scheduled])` (MooncakeStoreScheduler.build_connector_meta): under
+                // async scheduling a decode step's token is a placeholder not yet appended, so
+                // the tracker lags the computed tokens (no-op when every token is known).
+                let known = reqs[s.req as usize].num_tokens(wl.spec(s.req, reqs[s.req as usize].turn));
+                t.token_len = (t.token_len + s.tokens).min(known.max(t.token_len));
                 if is_consumer && !is_decode {
                     continue;
                 }
