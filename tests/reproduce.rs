@@ -130,9 +130,9 @@ fn check_hang(log: &std::path::Path, name: &str, sc: &str, profile: &str) {
         "{name}: {last}"
     );
     for r in header(sc, "expect-unfinished").split_whitespace() {
-        let finish = format!(r#""ev":"finish","#);
+        let finish = r#""ev":"finish","#;
         let req = format!(r#""req":"{r}""#);
-        assert!(!text.lines().any(|l| l.contains(&finish) && l.contains(&req)), "{name}: {r} finishes");
+        assert!(!text.lines().any(|l| l.contains(finish) && l.contains(&req)), "{name}: {r} finishes");
     }
     let r = conform::check(log, profile, None, 8).unwrap();
     assert!(r.divergence.is_none() && r.partial.is_some(), "{name}: {:?}", r.divergence);

@@ -108,17 +108,18 @@ const UNSENT_TOKEN: u32 = 0x7fff_fff0;
 /// out over the previous one is read from the log too ([`stale_session`]), and the workload
 /// gets every other layout the model may take.
 ///
-/// `raised`: the log is partial because the implementation raised in the step after its last
-/// one; a session the log leaves open (no `stream_end`) then also gets the placeholder of a
-/// next input, which the death search ([`death::after`]) may send: the input of the step that
-/// raised is not in the log (finding 28's crash comes when that input arrives).
+/// `unsent_next`: every session the log leaves open (no `stream_end`) also gets the placeholder
+/// of a next input, which the death search ([`death::after`]) may send when the implementation
+/// raised in the step after the log's last one: that step's input is not in the log (finding
+/// 28's crash comes when a session's next input arrives). `check_text` asks for it only when
+/// the plain replay finds no death.
 pub fn scope_of(
     path: &Path,
     h: &Header,
     lines: &[Line],
     dropped: &[usize],
     rules: &Rules,
-    raised: bool,
+    unsent_next: bool,
 ) -> Result<Scope> {
     let input_max_tokens = rules.session_max_tokens;
     let offered = Offered {
@@ -162,7 +163,7 @@ pub fn scope_of(
                 inputs.into_iter().map(|(p, _, e)| (p, *max_tokens, e)).collect()
             };
             let ended = lines.iter().any(|x| matches!(&x.ev, Ev::StreamEnd { req: r, .. } if r == req));
-            if inputs.is_empty() || (raised && !ended) {
+            if inputs.is_empty() || (unsent_next && !ended) {
                 // A partial log that ends before the session's next input (`log::parse` refuses
                 // it in a whole log): the session parks, holding its blocks, and waits for an
                 // input the log never sends; this one stands for it and is never sent.
@@ -478,8 +479,20 @@ pub fn check_text(path: &Path, text: &str, profile: &str, variant: Option<&str>,
     });
     loop {
         let (mut report, newly) =
-            replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref(), raised)?;
+            replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref(), raised, false)?;
         if newly.is_empty() {
+            // The model did not die after the last step: the input of the step that raised may
+            // be a session's next input, which the log never shows. Replay once more with a
+            // placeholder for it (it changes how a session without one ends, so only the death
+            // search takes it, and only from a replay that conforms as well).
+            let found = |r: &Report| r.death.as_ref().is_some_and(|d| d.found.is_some());
+            if raised && report.divergence.is_none() && !found(&report) {
+                let (again, _) =
+                    replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref(), raised, true)?;
+                if again.divergence.is_none() && found(&again) {
+                    report.death = again.death;
+                }
+            }
             report.partial = partial;
             return Ok(report);
         }

@@ -49,9 +49,10 @@ pub(super) fn replay(
     window: usize,
     bad: Option<&BadTransfer>,
     raised: bool,
+    unsent_next: bool,
 ) -> Result<(Report, Vec<usize>)> {
     let rules = crate::system::rules::resolve(profile, variant).map_err(KvmcError::Usage)?;
-    let mut scope = scope_of(path, h, lines, dropped, &rules, raised)?;
+    let mut scope = scope_of(path, h, lines, dropped, &rules, unsent_next)?;
     let kv_cpu_as_gpu = h.connector == "simple-cpu" && !rules.scpu_cpu_kv_events;
     let safety: Vec<_> = props::REGISTRY
         .iter()

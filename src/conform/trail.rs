@@ -40,7 +40,8 @@ pub fn trail(path: &Path, text: &str, profile: &str, variant: Option<&str>, wind
     // The sampled lines the implementation dropped, as `check_text` finds them.
     let mut dropped: Vec<usize> = Vec::new();
     loop {
-        let (_, newly) = replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref(), false)?;
+        let (_, newly) =
+            replay::replay(path, &h, &lines, &dropped, profile, variant, window, bad.as_ref(), false, false)?;
         if newly.is_empty() {
             break;
         }
