@@ -60,6 +60,17 @@ mkdir -p "$out"
 out="$(abs "$out")"
 
 header() { sed -n "s/^# $2: //p" "$1" | head -1; }
+# The properties scenario $1 expects violated that conform's report $2 does not show.
+not_shown() {
+  local p
+  for p in $(header "$1" expect-violated); do
+    grep -q "invariant $p is violated" <<<"$2" || printf '%s ' "$p"
+  done
+}
+# The properties conform's report $1 shows violated, as "name @step ...".
+shown() {
+  grep -o 'invariant [a-z0-9-]* is violated from step [0-9]*' <<<"$1" | sed 's/invariant //; s/ is violated from step / @/' | paste -sd' '
+}
 
 declare -A by_version=()
 for s in "${scenarios[@]}"; do
@@ -104,10 +115,7 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
       for r in $unfinished; do
         grep -q "\"ev\":\"finish\",\"step\":[0-9]*,\"req\":\"$r\"" "$log.partial" && done_early+=("$r")
       done
-      missing=()
-      for p in $(header "$s" expect-violated); do
-        grep -q "invariant $p is violated" <<<"$res" || missing+=("$p")
-      done
+      read -r -a missing <<<"$(not_shown "$s" "$res")"
       if grep -q "PARTIAL log: the [0-9]* steps recorded conform" <<<"$res" && [ ${#done_early[@]} -eq 0 ] && [ ${#missing[@]} -eq 0 ]; then
         echo "   ok   $name: $unfinished never finish; $hung"
       else
@@ -133,24 +141,18 @@ for v in $(printf '%s\n' "${!by_version[@]}" | sort); do
       # its step bound): reproduced when the recorded steps conform and show every property.
       if [ $dies -eq 0 ] && [ -f "$log.partial" ] && tail -1 "$log.partial" | grep -q 'did not finish in [0-9]* steps\|the engine went idle'; then
         res="$("$KVMC" conform --strict --profile "$profile" "$log.partial" 2>&1)"
-        missing=()
-        for p in $(header "$s" expect-violated); do
-          grep -q "invariant $p is violated" <<<"$res" || missing+=("$p")
-        done
+        read -r -a missing <<<"$(not_shown "$s" "$res")"
         if grep -q "PARTIAL log: the [0-9]* steps recorded conform" <<<"$res" && [ ${#missing[@]} -eq 0 ]; then
-          echo "   ok   $name: $(grep -o 'invariant [a-z0-9-]* is violated from step [0-9]*' <<<"$res" | sed 's/invariant //; s/ is violated from step / @/' | paste -sd' '); then vLLM hangs"
+          echo "   ok   $name: $(shown "$res"); then vLLM hangs"
           continue
         fi
       fi
       echo "   FAIL $name: no log (recorder error; a partial log may be at $log.partial)"; fail=$((fail + 1)); continue
     fi
     res="$("$KVMC" conform --strict --profile "$profile" "$log" 2>&1)"
-    missing=()
-    for p in $(header "$s" expect-violated); do
-      grep -q "invariant $p is violated" <<<"$res" || missing+=("$p")
-    done
+    read -r -a missing <<<"$(not_shown "$s" "$res")"
     if grep -q ": conforms" <<<"$res" && [ ${#missing[@]} -eq 0 ]; then
-      echo "   ok   $name: $(grep -o 'invariant [a-z0-9-]* is violated from step [0-9]*' <<<"$res" | sed 's/invariant //; s/ is violated from step / @/' | paste -sd' ')"
+      echo "   ok   $name: $(shown "$res")"
     else
       fail=$((fail + 1))
       echo "   FAIL $name: ${missing[*]:+not violated: ${missing[*]}; }$(head -1 <<<"$res")"
