@@ -535,3 +535,21 @@ fn finding_20_under_async_scheduling_is_reproduced_on_vllm_033() {
     assert!(r.divergence.is_none(), "{:?}", r.divergence);
     assert_eq!(r.steps, 44);
 }
+
+/// A Mooncake model with `save_decode_cache` is written with that key (the recorder takes it
+/// since it records decode saves; recorded on 0.33.0 the scenario hangs as finding 20 does).
+#[test]
+fn a_mooncake_scenario_keeps_save_decode_cache() {
+    let d = tempdir("reproduce-sdc");
+    let text = std::fs::read_to_string(root().join("models/mooncake-load-retry.toml")).unwrap();
+    let model = d.join("mlr-sdc.toml");
+    std::fs::write(&model, text.replacen("preload = [\"ab\"]", "preload = [\"ab\"]\nsave_decode_cache = true", 1))
+        .unwrap();
+    let o = kvmc(&["reproduce", model.to_str().unwrap(), "--property", "requests-finish"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("[mooncake]\npreload = [[\"t97:1\", \"t98:1\"]]\nsave_decode_cache = true\n"),
+        "{}",
+        stdout(&o)
+    );
+}

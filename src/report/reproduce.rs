@@ -69,12 +69,8 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
             if m.kv_role != crate::system::config::KvRole::Both {
                 return Some("the recorder runs the MooncakeStoreConnector as kv_both only".into());
             }
-            if m.save_decode_cache || !m.enable_lookup {
-                return Some(
-                    "the recorder runs the MooncakeStoreConnector's defaults (save_decode_cache off, \
-                     enable_lookup on)"
-                        .into(),
-                );
+            if !m.enable_lookup {
+                return Some("the recorder runs the MooncakeStoreConnector with its lookup on (enable_lookup)".into());
             }
         }
         ConnectorConfig::Nixl
@@ -486,12 +482,18 @@ pub fn to_recorder(
         ConnectorConfig::SimpleCpu(c) => {
             let _ = writeln!(s, "connector = \"simple-cpu\"\n\n[simple_cpu]\ncpu_blocks = {}", c.cpu_blocks);
         }
-        ConnectorConfig::Mooncake(_) => {
+        ConnectorConfig::Mooncake(m) => {
             let _ = writeln!(s, "connector = \"mooncake\"");
+            if !preload.is_empty() || m.save_decode_cache {
+                let _ = writeln!(s, "\n[mooncake]");
+            }
             if !preload.is_empty() {
                 // Another instance's puts: the full blocks of each sequence.
                 let seqs: Vec<String> = preload.iter().map(|t| segments(prefix, t, &spelled)).collect();
-                let _ = writeln!(s, "\n[mooncake]\npreload = [{}]", seqs.join(", "));
+                let _ = writeln!(s, "preload = [{}]", seqs.join(", "));
+            }
+            if m.save_decode_cache {
+                let _ = writeln!(s, "save_decode_cache = true");
             }
         }
         _ => {
