@@ -97,12 +97,12 @@ fn a_shared_prefix_hit_is_copied_again_with_the_new_request_s_full_table() {
         assert_eq!(crate::rows::lookup(&ev, b), (2, Some(0)), "B hits A's first block in G1");
         assert_eq!(saves(&ev), vec![(b, e.reqs[b as usize].table.clone())]);
         assert_eq!(e.reqs[b as usize].table[0], 1, "A's first block");
-        assert_eq!(e.pool.ref_cnt[1], holders, "A's held table and B, or B alone");
+        assert_eq!(e.pool.ref_cnt(1), holders, "A's held table and B, or B alone");
     }
     // A's read after B's hit: A's blocks go back, B keeps the shared one.
     let (e, _) = run(&m, &[arrive_a, step, step, Action::Arrive(b), step, Action::ConsumerRead(a), step]);
     assert!(e.reqs[a as usize].table.is_empty());
-    assert_eq!(e.pool.ref_cnt[1], 1);
+    assert_eq!(e.pool.ref_cnt(1), 1);
     let r = check("pd-shared", None, Some("fix-59102"));
     for p in ["g1-accounting", "g1-cache-sound", "kv-read-integrity", "handoff-integrity", "requests-finish"] {
         assert_eq!(r.verdict(p), Verdict::Holds, "{p}");

@@ -29,7 +29,7 @@ fn free_queue_order_follows_block_pool() {
     // a touched ref-0 hit leaves the queue
     p.touch(&[2], true);
     assert_eq!(p.free_queue(), vec![3, 4, 5, 1]);
-    assert_eq!(p.ref_cnt[2], 1);
+    assert_eq!(p.ref_cnt(2), 1);
     // handing out a cached block evicts its hash lazily
     let _ = p.get_new_blocks(4, &mut g, &mut ev);
     assert_eq!(p.get_one_block(h(10)), None, "block 1 was handed out: its hash is gone");

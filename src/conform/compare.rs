@@ -272,7 +272,8 @@ pub fn step(
     }
     flush_loads(&mut loads_done, &mut push_model);
     // End-of-step snapshots.
-    let cached: BTreeMap<String, Vec<u32>> = e.pool.cached().map(|(h, b)| (label(h), b.to_vec())).collect();
+    let cached: BTreeMap<String, Vec<u32>> =
+        e.pool.cached().into_iter().map(|(h, b)| (label(&h), b.to_vec())).collect();
     push_model("g1", format!("free={:?} cached={cached:?}", e.pool.free_queue()));
     if let Some(oc) = e.conn.offloading() {
         let mut es: Vec<String> =
@@ -286,10 +287,11 @@ pub fn step(
         push_model("host", format!("entries={es:?} order={order:?}{arc}"));
     }
     if let Some(sc) = sc {
-        let cached: BTreeMap<String, Vec<u32>> = sc.cpu.cached().map(|(h, b)| (label(h), b.to_vec())).collect();
+        let cached: BTreeMap<String, Vec<u32>> =
+            sc.cpu.cached().into_iter().map(|(h, b)| (label(&h), b.to_vec())).collect();
         let refs: BTreeMap<u32, u32> = (1..sc.cpu.num_blocks())
-            .filter(|&b| sc.cpu.ref_cnt[b as usize] > 0)
-            .map(|b| (b, u32::from(sc.cpu.ref_cnt[b as usize])))
+            .filter(|&b| sc.cpu.ref_cnt(b) > 0)
+            .map(|b| (b, u32::from(sc.cpu.ref_cnt(b))))
             .collect();
         let pins: BTreeMap<String, Vec<u32>> = sc
             .reqs

@@ -51,7 +51,7 @@ pub fn engine_accounting(e: &Engine, rules: &Rules) -> bool {
         seen[b as usize] = true;
     }
     (1..n).all(|b| {
-        let rc = u32::from(e.pool.ref_cnt[b]);
+        let rc = u32::from(e.pool.ref_cnt(b as u32));
         rc == holders[b] && (rc == 0) == seen[b]
     })
 }
@@ -66,16 +66,16 @@ pub fn cache_sound(s: &Scope, e: &Engine) -> bool {
 
 /// `g1-cache-sound` over an engine.
 pub fn engine_cache_sound(e: &Engine, b: u32) -> bool {
-    e.pool.cached().all(|(h, blocks)| blocks.iter().all(|&blk| cached_block_sound(e, b, *h, blk)))
+    e.pool.cached_blocks().all(|(h, blk)| cached_block_sound(e, b, h, blk))
 }
 
 /// One entry of the cached map (`h` lists `blk`) is sound.
 #[inline(always)]
 pub fn cached_block_sound(e: &Engine, b: u32, h: BlockHash, blk: BlockId) -> bool {
-    if e.pool.hash[blk as usize] != Some(h) {
+    if e.pool.block_hash(blk) != Some(h) {
         return false;
     }
-    let c = e.pool.content[blk as usize];
+    let c = e.pool.content(blk);
     if c == ContentTag::full(h, b) {
         return true;
     }

@@ -45,11 +45,9 @@ pub fn entry_intact(k: &Key, en: &HostEntry, b: u32, bpc: u32, wl: &Workload) ->
 /// SimpleCPU: every CPU block registered in the CPU pool's cached map under a hash holds
 /// exactly that prefix's KV.
 fn integrity_simple_cpu(b: u32, sc: &SimpleCpuState) -> bool {
-    sc.cpu.cached().all(|(h, blocks)| {
-        blocks
-            .iter()
-            .all(|&cb| sc.cpu.hash[cb as usize] == Some(*h) && sc.cpu.content[cb as usize] == ContentTag::full(*h, b))
-    })
+    sc.cpu
+        .cached_blocks()
+        .all(|(h, cb)| sc.cpu.block_hash(cb) == Some(h) && sc.cpu.content(cb) == ContentTag::full(h, b))
 }
 
 /// The ARC lists of an OffloadingConnector run with `eviction_policy = "arc"`.
@@ -156,7 +154,7 @@ fn accounting_simple_cpu(rules: &Rules, sc: &SimpleCpuState) -> bool {
         seen[b as usize] = true;
     }
     (1..n).all(|b| {
-        let rc = u32::from(p.ref_cnt[b]);
+        let rc = u32::from(p.ref_cnt(b as u32));
         rc == holders[b] && (rc == 0) == seen[b]
     })
 }

@@ -321,7 +321,7 @@ impl Checker {
                     let mut seen = std::mem::take(&mut self.seen_pairs);
                     seen.clear();
                     let mut cands: Vec<(BlockHash, BlockId)> = Vec::with_capacity(cached_pairs.len() + content.len());
-                    let current = content.iter().filter_map(|&blk| e.pool.hash[blk as usize].map(|h| (h, blk)));
+                    let current = content.iter().filter_map(|&blk| e.pool.block_hash(blk).map(|h| (h, blk)));
                     for p in cached_pairs.iter().copied().chain(current).chain(self.watch.iter().copied()) {
                         let m = &mut self.pair_mark[p.1 as usize];
                         let new = if m.epoch != self.epoch {
@@ -342,7 +342,7 @@ impl Checker {
                     self.seen_pairs = seen;
                     self.examined += cands.len() as u64;
                     // Looked up in a tight loop first, so that their cache misses overlap.
-                    let listed: Vec<bool> = cands.iter().map(|(h, blk)| e.pool.cached_under(h).contains(blk)).collect();
+                    let listed: Vec<bool> = cands.iter().map(|(h, blk)| e.pool.cached_under(h, *blk)).collect();
                     for ((h, blk), listed) in cands.into_iter().zip(listed) {
                         if !listed {
                             self.watch.remove(&(h, blk));
@@ -350,7 +350,7 @@ impl Checker {
                         }
                         if !g1::cached_block_sound(e, self.b, h, blk) {
                             first(v(name, format!("cached block {blk} ({h:?}) does not hold that prefix's KV")));
-                        } else if e.pool.content[blk as usize] != ContentTag::full(h, self.b) {
+                        } else if e.pool.content(blk) != ContentTag::full(h, self.b) {
                             self.watch.insert((h, blk));
                         } else {
                             self.watch.remove(&(h, blk));

@@ -140,7 +140,7 @@ impl PoolCounts {
         let mut found = None;
         for &b in &self.dirty {
             let i = b as usize;
-            let rc = u32::from(p.ref_cnt[i]);
+            let rc = u32::from(p.ref_cnt(i as u32));
             let iq = p.in_free_queue(b);
             if iq != self.in_queue[i] {
                 self.in_queue[i] = iq;
@@ -179,14 +179,14 @@ pub fn cpu_integrity(
     content: &[BlockId],
 ) -> (Option<String>, u64) {
     let p = &sc.cpu;
-    let current = content.iter().filter_map(|&cb| p.hash[cb as usize].map(|h| (h, cb)));
+    let current = content.iter().filter_map(|&cb| p.block_hash(cb).map(|h| (h, cb)));
     let mut examined = 0;
     for (h, cb) in cached.iter().copied().chain(current) {
         examined += 1;
-        if !p.cached_under(&h).contains(&cb) {
+        if !p.cached_under(&h, cb) {
             continue;
         }
-        if p.hash[cb as usize] != Some(h) || p.content[cb as usize] != ContentTag::full(h, b) {
+        if p.block_hash(cb) != Some(h) || p.content(cb) != ContentTag::full(h, b) {
             return (Some(format!("CPU block {cb}, listed under {h:?}, does not hold that prefix's KV")), examined);
         }
     }

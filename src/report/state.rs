@@ -42,11 +42,11 @@ fn pool_blocks(sys: &System, p: &crate::system::gpu_pool::GpuPool, unsound: &dyn
     let queue = p.free_queue();
     let blocks: Vec<Value> = (1..p.num_blocks())
         .map(|b| {
-            let h = p.hash[b as usize];
-            let c = p.content[b as usize];
+            let h = p.block_hash(b);
+            let c = p.content(b);
             let mut v = json!({
                 "id": b,
-                "ref": p.ref_cnt[b as usize],
+                "ref": p.ref_cnt(b),
                 "hash": h.map_or("-".to_string(), |h| label(sys, h)),
                 "content": content(sys, c),
                 "free_pos": queue.iter().position(|&x| x == b).map_or(-1, |i| i as i64),
@@ -80,7 +80,7 @@ pub fn state_json(sys: &System, e: &Engine) -> Value {
     let mut unsound_g1 = vec![false; e.pool.num_blocks() as usize];
     for (h, blocks) in e.pool.cached() {
         for &blk in blocks.iter() {
-            if !g1_props::cached_block_sound(e, b, *h, blk) {
+            if !g1_props::cached_block_sound(e, b, h, blk) {
                 unsound_g1[blk as usize] = true;
             }
         }
@@ -283,9 +283,9 @@ fn host(sys: &System, e: &Engine) -> Option<Value> {
     }
     if let Some(sc) = e.conn.simple_cpu() {
         let unsound = |blk: u32| {
-            sc.cpu.hash[blk as usize].is_some_and(|h| {
-                sc.cpu.cached_under(&h).contains(&blk) && sc.cpu.content[blk as usize] != ContentTag::full(h, b)
-            })
+            sc.cpu
+                .block_hash(blk)
+                .is_some_and(|h| sc.cpu.cached_under(&h, blk) && sc.cpu.content(blk) != ContentTag::full(h, b))
         };
         let mut v = pool_blocks(sys, &sc.cpu, &unsound);
         v["kind"] = json!("simple_cpu");

@@ -186,15 +186,8 @@ pub fn render(sys: &System, e: &Engine) -> String {
     let _ = writeln!(s, "G1  free queue (head first): {:?}", e.pool.free_queue());
     let _ = writeln!(s, "    block  ref  hash      content");
     for b in 1..e.pool.num_blocks() {
-        let h = e.pool.hash[b as usize].map_or("-".to_string(), |h| label(sys, h));
-        let _ = writeln!(
-            s,
-            "    {:<6} {:<4} {:<9} {}",
-            b,
-            e.pool.ref_cnt[b as usize],
-            h,
-            content(sys, e.pool.content[b as usize])
-        );
+        let h = e.pool.block_hash(b).map_or("-".to_string(), |h| label(sys, h));
+        let _ = writeln!(s, "    {:<6} {:<4} {:<9} {}", b, e.pool.ref_cnt(b), h, content(sys, e.pool.content(b)));
     }
     let _ = writeln!(
         s,
@@ -329,15 +322,8 @@ fn render_simple_cpu(s: &mut String, sys: &System, sc: &crate::system::connector
     );
     let _ = writeln!(s, "    block  ref  hash      content");
     for b in 1..sc.cpu.num_blocks() {
-        let h = sc.cpu.hash[b as usize].map_or("-".to_string(), |h| label(sys, h));
-        let _ = writeln!(
-            s,
-            "    {:<6} {:<4} {:<9} {}",
-            b,
-            sc.cpu.ref_cnt[b as usize],
-            h,
-            content(sys, sc.cpu.content[b as usize])
-        );
+        let h = sc.cpu.block_hash(b).map_or("-".to_string(), |h| label(sys, h));
+        let _ = writeln!(s, "    {:<6} {:<4} {:<9} {}", b, sc.cpu.ref_cnt(b), h, content(sys, sc.cpu.content(b)));
     }
     for (i, q) in sc.reqs.iter().enumerate() {
         if q.store.is_none() && q.pending.is_none() && q.load.is_none() {
@@ -457,9 +443,9 @@ pub fn diff(sys: &System, a: &Engine, b: &Engine) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut g1 = Vec::new();
     for blk in 1..a.pool.num_blocks() as usize {
-        let (ra, rb) = (a.pool.ref_cnt[blk], b.pool.ref_cnt[blk]);
-        let (ha, hb) = (a.pool.hash[blk], b.pool.hash[blk]);
-        let (ca, cb) = (a.pool.content[blk], b.pool.content[blk]);
+        let (ra, rb) = (a.pool.ref_cnt(blk as u32), b.pool.ref_cnt(blk as u32));
+        let (ha, hb) = (a.pool.block_hash(blk as u32), b.pool.block_hash(blk as u32));
+        let (ca, cb) = (a.pool.content(blk as u32), b.pool.content(blk as u32));
         let mut d = Vec::new();
         if ra != rb {
             d.push(format!("ref {ra}->{rb}"));
@@ -517,15 +503,19 @@ pub fn diff(sys: &System, a: &Engine, b: &Engine) -> String {
         let mut d = Vec::new();
         for blk in 1..ca.cpu.num_blocks() as usize {
             let mut x = Vec::new();
-            if ca.cpu.ref_cnt[blk] != cb.cpu.ref_cnt[blk] {
-                x.push(format!("ref {}->{}", ca.cpu.ref_cnt[blk], cb.cpu.ref_cnt[blk]));
+            if ca.cpu.ref_cnt(blk as u32) != cb.cpu.ref_cnt(blk as u32) {
+                x.push(format!("ref {}->{}", ca.cpu.ref_cnt(blk as u32), cb.cpu.ref_cnt(blk as u32)));
             }
-            if ca.cpu.hash[blk] != cb.cpu.hash[blk] {
+            if ca.cpu.block_hash(blk as u32) != cb.cpu.block_hash(blk as u32) {
                 let l = |h: Option<BlockHash>| h.map_or("none".to_string(), |h| label(sys, h));
-                x.push(format!("hash {}->{}", l(ca.cpu.hash[blk]), l(cb.cpu.hash[blk])));
+                x.push(format!("hash {}->{}", l(ca.cpu.block_hash(blk as u32)), l(cb.cpu.block_hash(blk as u32))));
             }
-            if ca.cpu.content[blk] != cb.cpu.content[blk] {
-                x.push(format!("kv {}->{}", content(sys, ca.cpu.content[blk]), content(sys, cb.cpu.content[blk])));
+            if ca.cpu.content(blk as u32) != cb.cpu.content(blk as u32) {
+                x.push(format!(
+                    "kv {}->{}",
+                    content(sys, ca.cpu.content(blk as u32)),
+                    content(sys, cb.cpu.content(blk as u32))
+                ));
             }
             if !x.is_empty() {
                 d.push(format!("cpu{blk} {}", x.join(" ")));

@@ -5,15 +5,22 @@
 //!
 //! Block 0 is the null block: never free, never hashed, never handed out. The free queue is
 //! a doubly linked list over block ids (pop at the head, unhashed blocks freed to the head,
-//! hashed ones to the tail), kept as arrays so that it is both O(1) and canonical. A cached
-//! block keeps its hash while it sits in the free queue; the hash is dropped only when the
-//! slot is handed out again (`get_new_blocks`).
+//! hashed ones to the tail), its links kept in the blocks' records so that it is both O(1) and
+//! canonical. A cached block keeps its hash while it sits in the free queue; the hash is
+//! dropped only when the slot is handed out again (`get_new_blocks`).
+//!
+//! Every block's state is one plain record (`slots.rs`), so a copy of the pool is one `memcpy`
+//! and the checker's codec writes it as one byte string; the checker keeps no cached map beside
+//! the records (it is a function of them), replay keeps a hash map (see [`GpuPool`]).
 
-use super::collections::side::{KeyMap, KeyMapIter, PoolLog, Side};
+use super::collections::side::{KeyMap, PoolLog, Side};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
 use crate::system::collections::clone_fields;
+use slots::{Slot, Slots, HAS_HASH, LOADED};
+
+mod slots;
 
 const NIL: u32 = u32::MAX;
 const OUT: u32 = u32::MAX - 1;
@@ -28,28 +35,27 @@ pub enum Medium {
 }
 
 /// The G1 pool (or, with [`Medium::Cpu`], SimpleCPU's CPU pool).
+///
+/// Each block's state is one record of [`slots::Slot`] (a copy of the pool is one `memcpy`).
+/// The cached map has two forms. The checker's keeps no map: a block is in it under its own
+/// hash, and its record's `rank` is its place among the blocks under that hash, so the map is
+/// a function of the records. Replay's (after [`GpuPool::enable_log`]) is a hash map beside the
+/// records (O(1) lookups in pools of tens of thousands of blocks), and every `rank` is 0.
 #[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct GpuPool {
     pub medium: Medium,
-    pub ref_cnt: Vec<u16>,
-    pub hash: Vec<Option<BlockHash>>,
-    /// What each block really holds (ghost: the content oracle).
-    pub content: Vec<ContentTag>,
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    slots: Slots,
     head: u32,
     tail: u32,
     num_free: u32,
-    /// The cached map: hash -> blocks carrying it, in insertion order (duplicates allowed).
+    /// Replay's cached map: hash -> blocks carrying it, in insertion order (duplicates
+    /// allowed); empty in the checker's form (see above).
     cached: KeyMap<BlockHash, BlockIds>,
-    /// prime-rl's scheduler-side marks (`_track_externally_loaded_blocks`): blocks an external
-    /// load filled; cleared when `get_new_blocks` hands the block out again.
-    pub loaded: Vec<bool>,
     /// Trace replay's change log and read-cache counts (not state; off in the checker).
     pub log: Side<PoolLog>,
 }
 
-clone_fields!(GpuPool { medium, ref_cnt, hash, content, prev, next, head, tail, num_free, cached, loaded, log });
+clone_fields!(GpuPool { medium, slots, head, tail, num_free, cached, log });
 
 impl GpuPool {
     /// `BlockPool.__init__`: blocks 1..n-1 free in id order; block 0 is the null block.
@@ -63,15 +69,10 @@ impl GpuPool {
     }
 
     fn with_medium(num_blocks: u32, medium: Medium) -> Self {
-        let n = num_blocks as usize;
+        let blank = Slot::unlinked(OUT);
         let mut pool = GpuPool {
             medium,
-            ref_cnt: vec![0; n],
-            hash: vec![None; n],
-            content: vec![ContentTag::Empty; n],
-            loaded: vec![false; n],
-            prev: vec![OUT; n],
-            next: vec![OUT; n],
+            slots: Slots(vec![blank; num_blocks as usize]),
             head: NIL,
             tail: NIL,
             num_free: 0,
@@ -86,9 +87,19 @@ impl GpuPool {
 
     /// Replay: log every change and keep the read cache's counts.
     pub fn enable_log(&mut self) {
-        let verified_by = vec![0; self.ref_cnt.len()];
+        let verified_by = vec![0; self.slots.0.len()];
         self.log = Side(Some(Box::new(PoolLog { verified_by, ..Default::default() })));
-        self.cached.use_hash(self.ref_cnt.len());
+        if !self.indexed() {
+            // Replay's form: the map beside the records, built in each hash's order.
+            let mut held: Vec<(BlockHash, u16, BlockId)> =
+                (0..self.num_blocks()).filter_map(|b| self.slot(b).hash().map(|h| (h, self.slot(b).rank, b))).collect();
+            held.sort_unstable();
+            self.cached.use_hash(self.slots.0.len());
+            for (h, _, b) in held {
+                self.cached.entry_or_default(h).push(b);
+                self.slots.0[b as usize].rank = 0;
+            }
+        }
     }
 
     #[inline]
@@ -130,7 +141,7 @@ impl GpuPool {
     /// Write what block `b` now holds (the forward pass, a landed load).
     #[inline]
     pub fn set_content(&mut self, b: BlockId, tag: ContentTag) {
-        self.content[b as usize] = tag;
+        self.slots.0[b as usize].set_content(tag);
         if let Some(l) = self.log.get_mut() {
             l.content.push(b);
             if l.verified_by[b as usize] > 0 {
@@ -140,7 +151,7 @@ impl GpuPool {
     }
 
     pub fn num_blocks(&self) -> u32 {
-        self.ref_cnt.len() as u32
+        self.slots.0.len() as u32
     }
 
     /// `get_num_free_blocks`: free blocks, cached or not.
@@ -149,7 +160,7 @@ impl GpuPool {
     }
 
     pub fn in_free_queue(&self, b: BlockId) -> bool {
-        self.prev[b as usize] != OUT
+        self.slots.0[b as usize].prev != OUT
     }
 
     /// The free queue, head (next to hand out) first.
@@ -158,7 +169,7 @@ impl GpuPool {
         let mut cur = self.head;
         while cur != NIL {
             out.push(cur);
-            cur = self.next[cur as usize];
+            cur = self.slots.0[cur as usize].next;
         }
         out
     }
@@ -168,39 +179,148 @@ impl GpuPool {
     pub fn free_after(&self, b: Option<BlockId>) -> impl Iterator<Item = BlockId> + '_ {
         let start = match b {
             None => self.head,
-            Some(b) if self.in_free_queue(b) => self.next[b as usize],
+            Some(b) if self.in_free_queue(b) => self.slots.0[b as usize].next,
             Some(_) => NIL,
         };
         std::iter::successors((start != NIL).then_some(start), move |&x| {
-            let n = self.next[x as usize];
+            let n = self.slots.0[x as usize].next;
             (n != NIL).then_some(n)
         })
     }
 
-    /// The cached map as (hash, blocks) pairs.
-    pub fn cached(&self) -> KeyMapIter<'_, BlockHash, BlockIds> {
-        self.cached.iter()
-    }
-
-    /// The blocks the cached map lists under `h`.
     #[inline(always)]
-    pub fn cached_under(&self, h: &BlockHash) -> &[BlockId] {
-        self.cached.get(h).map_or(&[], |v| v.as_slice())
+    fn slot(&self, b: BlockId) -> &Slot {
+        &self.slots.0[b as usize]
     }
 
+    /// Block `b`'s reference count.
+    #[inline(always)]
+    pub fn ref_cnt(&self, b: BlockId) -> u16 {
+        self.slot(b).ref_cnt
+    }
+
+    /// Block `b`'s hash (`block_hash`), if it has one.
+    #[inline(always)]
+    pub fn block_hash(&self, b: BlockId) -> Option<BlockHash> {
+        self.slot(b).hash()
+    }
+
+    /// What block `b` really holds (ghost: the content oracle).
+    #[inline(always)]
+    pub fn content(&self, b: BlockId) -> ContentTag {
+        self.slot(b).content()
+    }
+
+    /// prime-rl's scheduler-side mark (`_track_externally_loaded_blocks`): an external load
+    /// filled block `b`; cleared when `get_new_blocks` hands the block out again.
+    #[inline(always)]
+    pub fn loaded(&self, b: BlockId) -> bool {
+        self.slot(b).flags & LOADED != 0
+    }
+
+    pub fn set_loaded(&mut self, b: BlockId) {
+        self.slots.0[b as usize].flags |= LOADED;
+    }
+
+    /// Replay's form of the cached map (a hash map beside the records).
+    #[inline(always)]
+    fn indexed(&self) -> bool {
+        matches!(self.cached, KeyMap::Hash(_))
+    }
+
+    /// Every (hash, block) pair of the cached map (blocks in id order in the checker's form;
+    /// in no particular order in replay's).
+    pub fn cached_blocks(&self) -> Box<dyn Iterator<Item = (BlockHash, BlockId)> + '_> {
+        if self.indexed() {
+            Box::new(self.cached.iter().flat_map(|(h, v)| v.iter().map(move |&b| (*h, b))))
+        } else {
+            Box::new((0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, b))))
+        }
+    }
+
+    /// The cached map as (hash, blocks in insertion order) pairs, by hash.
+    pub fn cached(&self) -> Vec<(BlockHash, BlockIds)> {
+        let mut out: Vec<(BlockHash, BlockIds)> = if self.indexed() {
+            self.cached.iter().map(|(h, v)| (*h, v.clone())).collect()
+        } else {
+            let mut held: Vec<(BlockHash, u16, BlockId)> =
+                (0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, self.slot(b).rank, b))).collect();
+            held.sort_unstable();
+            let mut out: Vec<(BlockHash, BlockIds)> = Vec::new();
+            for (h, _, b) in held {
+                match out.last_mut() {
+                    Some((k, v)) if *k == h => v.push(b),
+                    _ => out.push((h, std::iter::once(b).collect())),
+                }
+            }
+            out
+        };
+        out.sort_unstable_by_key(|(h, _)| *h);
+        out
+    }
+
+    /// Whether the cached map lists block `b` under `h`.
+    pub fn cached_under(&self, h: &BlockHash, b: BlockId) -> bool {
+        if self.indexed() {
+            self.cached.get(h).is_some_and(|v| v.contains(&b))
+        } else {
+            self.block_hash(b) == Some(*h)
+        }
+    }
+
+    /// The number of hashes the cached map holds.
     pub fn num_cached_entries(&self) -> usize {
-        self.cached.len()
+        if self.indexed() {
+            self.cached.len()
+        } else {
+            self.slots.0.iter().filter(|s| s.flags & HAS_HASH != 0 && s.rank == 0).count()
+        }
+    }
+
+    /// Block `b` now carries `h` and joins the end of the cached map's list under it.
+    #[inline(always)]
+    fn map_insert(&mut self, b: BlockId, h: BlockHash) {
+        let rank = if self.indexed() {
+            self.cached.entry_or_default(h).push(b);
+            0
+        } else {
+            self.slots.0.iter().filter(|s| s.flags & HAS_HASH != 0 && s.hash == h.0).count() as u16
+        };
+        let s = &mut self.slots.0[b as usize];
+        s.set_hash(Some(h));
+        s.rank = rank;
+        self.note_cached(h, b);
+    }
+
+    /// Block `b` drops its hash `h` and leaves the cached map's list under it.
+    #[inline(always)]
+    fn map_remove(&mut self, b: BlockId, h: BlockHash) {
+        let s = &mut self.slots.0[b as usize];
+        let rank = s.rank;
+        s.set_hash(None);
+        s.rank = 0;
+        if self.indexed() {
+            self.cached.update_or_remove(h, |v| {
+                v.retain(|x| *x != b);
+                v.is_empty()
+            });
+        } else {
+            for s in self.slots.0.iter_mut().filter(|s| s.flags & HAS_HASH != 0 && s.hash == h.0 && s.rank > rank) {
+                s.rank -= 1;
+            }
+        }
+        self.note_cached(h, b);
     }
 
     #[inline(always)]
     fn push_tail(&mut self, b: BlockId) {
         let i = b as usize;
-        self.prev[i] = self.tail;
-        self.next[i] = NIL;
+        self.slots.0[i].prev = self.tail;
+        self.slots.0[i].next = NIL;
         if self.tail == NIL {
             self.head = b;
         } else {
-            self.next[self.tail as usize] = b;
+            self.slots.0[self.tail as usize].next = b;
         }
         self.tail = b;
         self.num_free += 1;
@@ -209,12 +329,12 @@ impl GpuPool {
 
     fn push_head(&mut self, b: BlockId) {
         let i = b as usize;
-        self.next[i] = self.head;
-        self.prev[i] = NIL;
+        self.slots.0[i].next = self.head;
+        self.slots.0[i].prev = NIL;
         if self.head == NIL {
             self.tail = b;
         } else {
-            self.prev[self.head as usize] = b;
+            self.slots.0[self.head as usize].prev = b;
         }
         self.head = b;
         self.num_free += 1;
@@ -224,19 +344,19 @@ impl GpuPool {
     #[inline(always)]
     fn unlink(&mut self, b: BlockId) {
         let i = b as usize;
-        let (p, n) = (self.prev[i], self.next[i]);
+        let (p, n) = (self.slots.0[i].prev, self.slots.0[i].next);
         if p == NIL {
             self.head = n;
         } else {
-            self.next[p as usize] = n;
+            self.slots.0[p as usize].next = n;
         }
         if n == NIL {
             self.tail = p;
         } else {
-            self.prev[n as usize] = p;
+            self.slots.0[n as usize].prev = p;
         }
-        self.prev[i] = OUT;
-        self.next[i] = OUT;
+        self.slots.0[i].prev = OUT;
+        self.slots.0[i].next = OUT;
         self.num_free -= 1;
         self.note(b);
     }
@@ -244,7 +364,12 @@ impl GpuPool {
     /// `get_one_block`: the first-inserted block still carrying `h`.
     #[inline(always)]
     pub fn get_one_block(&self, h: BlockHash) -> Option<BlockId> {
-        self.cached.get(&h).and_then(|v| v.first().copied())
+        if self.indexed() {
+            self.cached.get(&h).and_then(|v| v.first().copied())
+        } else {
+            let i = self.slots.0.iter().position(|s| s.flags & HAS_HASH != 0 && s.hash == h.0 && s.rank == 0)?;
+            Some(i as BlockId)
+        }
     }
 
     /// The breach a broken reference count is for this pool's accounting property.
@@ -258,12 +383,8 @@ impl GpuPool {
     /// `_maybe_evict_cached_block`: drop every cached-map entry of `b` and its hash.
     #[inline(always)]
     fn evict_cached(&mut self, b: BlockId, ghost: &mut Ghost, ev: &mut Events) {
-        if let Some(h) = self.hash[b as usize].take() {
-            self.cached.update_or_remove(h, |v| {
-                v.retain(|x| *x != b);
-                v.is_empty()
-            });
-            self.note_cached(h, b);
+        if let Some(h) = self.block_hash(b) {
+            self.map_remove(b, h);
             match self.medium {
                 Medium::Gpu => {
                     ev.stat(|s| s.g1_evictions += 1);
@@ -289,13 +410,13 @@ impl GpuPool {
             let b = self.head;
             self.unlink(b);
             self.evict_cached(b, ghost, ev);
-            if self.ref_cnt[b as usize] != 0 {
+            if self.slots.0[b as usize].ref_cnt != 0 {
                 // Only reachable when a referenced block sat in the free queue
                 // (mut-no-touch-dequeue): vLLM asserts here; we record it and go on.
                 ghost.breach(self.bad_ref());
             }
-            self.ref_cnt[b as usize] = 1;
-            self.loaded[b as usize] = false;
+            self.slots.0[b as usize].ref_cnt = 1;
+            self.slots.0[b as usize].flags &= !LOADED;
             self.note(b);
             out.push(b);
         }
@@ -315,10 +436,10 @@ impl GpuPool {
             if b == NIL {
                 break;
             }
-            if let Some(h) = self.hash[b as usize] {
+            if let Some(h) = self.block_hash(b) {
                 sum += self.cached.get(&h).map_or(0, |v| v.len());
             }
-            b = self.next[b as usize];
+            b = self.slots.0[b as usize].next;
         }
         std::hint::black_box(sum);
     }
@@ -329,10 +450,10 @@ impl GpuPool {
             if b == NULL_BLOCK {
                 continue;
             }
-            if self.ref_cnt[b as usize] == 0 && dequeue && self.in_free_queue(b) {
+            if self.slots.0[b as usize].ref_cnt == 0 && dequeue && self.in_free_queue(b) {
                 self.unlink(b);
             }
-            self.ref_cnt[b as usize] += 1;
+            self.slots.0[b as usize].ref_cnt += 1;
             self.note(b);
         }
     }
@@ -352,7 +473,7 @@ impl GpuPool {
             if b == NULL_BLOCK {
                 continue;
             }
-            let rc = &mut self.ref_cnt[b as usize];
+            let rc = &mut self.slots.0[b as usize].ref_cnt;
             if *rc == 0 {
                 // Reference counts are already broken (a mutation handed this block out
                 // twice, or freed it twice); record it instead of underflowing.
@@ -363,7 +484,7 @@ impl GpuPool {
             let rc = *rc;
             self.note(b);
             if rc == 0 && !self.in_free_queue(b) {
-                if self.hash[b as usize].is_none() || evict_first {
+                if self.block_hash(b).is_none() || evict_first {
                     first.push(b);
                 } else {
                     last.push(b);
@@ -394,19 +515,13 @@ impl GpuPool {
                 continue;
             }
             let h = hashes[i];
-            if let Some(old) = self.hash[b as usize] {
+            if let Some(old) = self.block_hash(b) {
                 if old == h {
                     continue;
                 }
-                self.cached.update_or_remove(old, |v| {
-                    v.retain(|x| *x != b);
-                    v.is_empty()
-                });
-                self.note_cached(old, b);
+                self.map_remove(b, old);
             }
-            self.hash[b as usize] = Some(h);
-            self.cached.entry_or_default(h).push(b);
-            self.note_cached(h, b);
+            self.map_insert(b, h);
             ev.emit(|| Event::G1Cached { block: b, hash: h });
         }
     }
@@ -416,13 +531,10 @@ impl GpuPool {
     /// Returns false when nothing changed (already registered). Secondary hashes of a block
     /// that already carries another one (fine-grained hash blocks) are not modelled.
     pub fn insert_hash(&mut self, b: BlockId, h: BlockHash) -> bool {
-        match self.hash[b as usize] {
-            Some(old) if old == h => false,
+        match self.block_hash(b) {
             Some(_) => false,
             None => {
-                self.hash[b as usize] = Some(h);
-                self.cached.entry_or_default(h).push(b);
-                self.note_cached(h, b);
+                self.map_insert(b, h);
                 true
             }
         }

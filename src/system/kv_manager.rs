@@ -46,7 +46,7 @@ fn num_blocks_to_allocate(pool: &GpuPool, req: &ReqState, num_tokens: u32, hits:
     }
     let fresh = required.saturating_sub(hits.len() as u32 + have);
     // Hit blocks with ref 0 sit in the free queue: touching them consumes free capacity.
-    let evictable = hits.iter().filter(|&&b| pool.ref_cnt[b as usize] == 0).count() as u32;
+    let evictable = hits.iter().filter(|&&b| pool.ref_cnt(b) == 0).count() as u32;
     fresh + evictable
 }
 

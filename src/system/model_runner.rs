@@ -187,7 +187,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
     // request wrote or that was written twice: `once` and `twice` answer every other read
     // (nearly all of them; a decode step reads the block it writes).
     let mut written: Option<FastMap<BlockId, (ReqId, ContentTag)>> = None;
-    let room = e.pool.content.len();
+    let room = e.pool.num_blocks() as usize;
     let (mut once, mut twice) = (BitSet::with_room(room), BitSet::with_room(room));
     for w in &writes {
         if once.contains(w.block) {
@@ -220,7 +220,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                     !twice.contains(blk) && writes.get(own_first[si]).is_some_and(|w| w.block == blk && w.req == s.req)
                 };
                 let view = if !once.contains(blk) || own_only() {
-                    e.pool.content[blk as usize]
+                    e.pool.content(blk)
                 } else {
                     let written =
                         written.get_or_insert_with(|| writes.iter().map(|w| (w.block, (w.req, w.tag))).collect());
@@ -232,7 +232,7 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
                                 tag
                             }
                         }
-                        _ => e.pool.content[blk as usize],
+                        _ => e.pool.content(blk),
                     }
                 };
                 if loading.contains(&blk) {

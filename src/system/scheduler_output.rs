@@ -370,7 +370,7 @@ fn handle_stopped_request(e: &mut Engine, ctx: Ctx, r: ReqId, reason: FinishReas
         let i = (frontier / b) as usize;
         if let Some(&blk) = q.table.get(i) {
             let keep = frontier % b;
-            if model_runner::tag_serves(e.pool.content[blk as usize], spec, i, keep, b) {
+            if model_runner::tag_serves(e.pool.content(blk), spec, i, keep, b) {
                 e.pool.set_content(blk, model_runner::written_tag(spec, i, keep, b));
             }
         }

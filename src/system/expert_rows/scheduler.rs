@@ -87,14 +87,14 @@ pub fn cut_hits(
         return hits.len(); // resumed and decode-side requests are exempt
     }
     let from = (spec.rows_start / b) as usize + usize::from(cut == Cut::AfterStart);
-    (from..hits.len()).find(|&i| pool.loaded[hits[i] as usize]).unwrap_or(hits.len())
+    (from..hits.len()).find(|&i| pool.loaded(hits[i])).unwrap_or(hits.len())
 }
 
 /// prime-rl `_track_externally_loaded_blocks`: mark the blocks an external load fills.
 pub fn mark_loaded(pool: &mut GpuPool, q: &ReqState, local: u32, ext: u32, b: u32) {
     for i in (local / b)..cdiv(local + ext, b) {
         if let Some(&blk) = q.table.get(i as usize) {
-            pool.loaded[blk as usize] = true;
+            pool.set_loaded(blk);
         }
     }
 }

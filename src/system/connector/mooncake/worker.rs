@@ -70,7 +70,7 @@ fn put(mc: &mut MooncakeState, pool: &GpuPool, ctx: Ctx, id: JobId, ghost: &mut 
             if mc.has(&key) {
                 continue; // batch_is_exist: already in the pool
             }
-            let tag = pool.content[blk as usize];
+            let tag = pool.content(blk);
             if tag != ContentTag::full(key, b) {
                 stale.push((ctx.wl.label(key), blk));
             }

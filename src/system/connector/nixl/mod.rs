@@ -216,7 +216,7 @@ impl NixlState {
             let q = &reqs[*r as usize];
             let prompt = wl.spec(*r, q.turn).prompt_len;
             for &blk in blocks {
-                let tag = pool.content[blk as usize];
+                let tag = pool.content(blk);
                 self.host[blk as usize] = tag;
                 let Some(i) = q.table.iter().position(|&x| x == blk) else { continue };
                 let need = prompt.saturating_sub(i as u32 * b).min(b);

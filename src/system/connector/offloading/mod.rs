@@ -360,7 +360,7 @@ impl OffloadingState {
         let load_start = (first_fresh..num_gpu_blocks)
             .find(|&i| {
                 let blk = req.table[i as usize];
-                blk != NULL_BLOCK && (sync || pool.hash[blk as usize].is_none())
+                blk != NULL_BLOCK && (sync || pool.block_hash(blk).is_none())
             })
             .unwrap_or(num_gpu_blocks);
         let num_chunks = cdiv(num_cached, tokens_per_chunk);

@@ -25,7 +25,7 @@ fn submit_store(oc: &mut OffloadingState, pool: &GpuPool, ctx: Ctx, id: JobId, g
     let blocks_per_chunk = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     let job = oc.job_mut(id).expect("submitted job exists");
     job.phase = Phase::Submitted;
-    job.snapshot = job.blocks.iter().map(|&blk| pool.content[blk as usize]).collect();
+    job.snapshot = job.blocks.iter().map(|&blk| pool.content(blk)).collect();
     let mut stale = Vec::new();
     for (i, key) in job.keys.iter().enumerate() {
         // The chunk's block hashes, oldest first (`Workload::chain_ending_at` without allocating).

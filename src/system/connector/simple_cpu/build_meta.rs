@@ -161,7 +161,7 @@ impl SimpleCpuState {
                 ev.emit(|| Event::LoadJob {
                     job: id,
                     req: r,
-                    keys: l.cpu.iter().filter_map(|&x| self.cpu.hash[x as usize]).collect(),
+                    keys: l.cpu.iter().filter_map(|&x| self.cpu.block_hash(x)).collect(),
                     blocks: l.gpu.clone(),
                     slots: l.cpu.clone(),
                     sync: false,
@@ -184,7 +184,7 @@ impl SimpleCpuState {
     fn lazy_store(&mut self, cx: &mut HookCtx) -> Option<Transfer> {
         let (pool, c) = (&*cx.pool, &cx.c);
         let num_cpu_free = self.cpu.num_free();
-        if self.cursor.is_some_and(|b| pool.ref_cnt[b as usize] > 0) {
+        if self.cursor.is_some_and(|b| pool.ref_cnt(b) > 0) {
             self.cursor = None; // stale: the block left the free queue
         }
         let (mut gpu, mut hashes) = (Vec::new(), Vec::new());
@@ -194,7 +194,7 @@ impl SimpleCpuState {
                 break;
             }
             last = Some(blk);
-            if let Some(h) = pool.hash[blk as usize].filter(|_| blk != NULL_BLOCK) {
+            if let Some(h) = pool.block_hash(blk).filter(|_| blk != NULL_BLOCK) {
                 if self.cpu.get_one_block(h).is_none() {
                     gpu.push(blk);
                     hashes.push(h);
@@ -260,7 +260,7 @@ impl SimpleCpuState {
         let mut i = cursor;
         while i < ready {
             let blk = ids[i as usize];
-            let h = if blk == NULL_BLOCK { None } else { pool.hash[blk as usize] };
+            let h = if blk == NULL_BLOCK { None } else { pool.block_hash(blk) };
             let Some(h) = h else {
                 i += 1; // NULL_BLOCK / NOT_HASHED: skipped, the cursor moves on
                 continue;
@@ -315,7 +315,7 @@ impl SimpleCpuState {
             // No room for these (every CPU block pinned or being written): a capacity loss,
             // not a coverage one, and this was the request's last offer (final-store-kept).
             for &blk in &table[from as usize..to as usize] {
-                if let Some(h) = pool.hash.get(blk as usize).copied().flatten() {
+                if let Some(h) = (blk < pool.num_blocks()).then(|| pool.block_hash(blk)).flatten() {
                     self.pay(r, spec, h);
                     refused.push(h);
                 }

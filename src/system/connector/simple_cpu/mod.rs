@@ -177,7 +177,7 @@ impl SimpleCpuState {
     /// `cpu_block_pool.touch`: a ref-0 block leaves the free queue (and the reference list).
     pub(super) fn cpu_touch(&mut self, blocks: &[BlockId]) {
         for &b in blocks {
-            if b != NULL_BLOCK && self.cpu.ref_cnt[b as usize] == 0 {
+            if b != NULL_BLOCK && self.cpu.ref_cnt(b) == 0 {
                 self.fifo.retain(|&x| x != b);
             }
         }
@@ -192,10 +192,10 @@ impl SimpleCpuState {
         self.cpu.free_blocks(pool_order.iter().copied(), ghost);
         let mut head = Vec::new();
         for &b in blocks {
-            if b == NULL_BLOCK || self.cpu.ref_cnt[b as usize] != 0 || self.fifo.contains(&b) {
+            if b == NULL_BLOCK || self.cpu.ref_cnt(b) != 0 || self.fifo.contains(&b) {
                 continue;
             }
-            if self.cpu.hash[b as usize].is_some() {
+            if self.cpu.block_hash(b).is_some() {
                 self.fifo.push(b);
             } else {
                 head.push(b);
@@ -463,7 +463,7 @@ impl SimpleCpuState {
         let cpu: Vec<BlockId> = event.cpu().collect();
         let mut stored = Vec::new();
         for ((&g, &cb), stamped) in gpu.iter().zip(&cpu).zip(event.hashes()) {
-            let h = if rules.scpu_hash_at_prep { Some(stamped) } else { pool.hash[g as usize] };
+            let h = if rules.scpu_hash_at_prep { Some(stamped) } else { pool.block_hash(g) };
             match h {
                 Some(h) => {
                     if self.cpu.insert_hash(cb, h) {

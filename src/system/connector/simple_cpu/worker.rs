@@ -53,7 +53,7 @@ pub fn complete(sc: &mut SimpleCpuState, pool: &mut GpuPool, d: Direction, id: J
             e.phase = Phase::Done;
             let pairs: Vec<(BlockId, BlockId)> = e.gpu.iter().copied().zip(e.cpu.iter().copied()).collect();
             for (g, cb) in pairs {
-                let tag = sc.cpu.content[cb as usize];
+                let tag = sc.cpu.content(cb);
                 pool.set_content(g, tag);
             }
         }
@@ -94,7 +94,7 @@ pub fn wait_for_save(sc: &mut SimpleCpuState, pool: &GpuPool, ctx: Ctx, ghost: &
     let b = ctx.cfg.block_size;
     for e in sc.stores.iter_mut().filter(|e| e.phase == Phase::Built) {
         e.phase = Phase::Submitted;
-        e.snapshot = e.gpu().map(|g| pool.content[g as usize]).collect();
+        e.snapshot = e.gpu().map(|g| pool.content(g)).collect();
         let stale: Vec<(String, BlockId)> = e
             .gpu()
             .zip(e.hashes())
