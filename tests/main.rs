@@ -11,6 +11,7 @@ mod common;
 mod conform;
 mod conform_async;
 mod conform_classpath;
+mod conform_findings;
 mod conform_fuzz;
 mod conform_logs;
 mod conform_mooncake;
