@@ -125,3 +125,53 @@ pub fn python_unittest(script: &str, tests: usize) {
     let err = stderr(&o);
     assert!(err.contains(&format!("Ran {tests} tests")) && err.contains("OK"), "{script}: {err}");
 }
+
+/// `sessions` sessions of `turns` turns: a first turn of 200 new tokens (four 64-token trace
+/// blocks), each later turn 64 new tokens (one block), 30 generated tokens per turn, no delay.
+pub fn session_trace(sessions: usize, turns: usize) -> String {
+    let mut out = String::new();
+    let mut id = 0;
+    for s in 0..sessions {
+        let ids: Vec<String> = (id..id + 4).map(|x: u32| x.to_string()).collect();
+        id += 4;
+        out.push_str(&format!(
+            "{{\"session_id\": \"s{s}\", \"input_length\": 200, \"output_length\": 30, \"hash_ids\": [{}]}}\n",
+            ids.join(", ")
+        ));
+        for _ in 1..turns {
+            out.push_str(&format!(
+                "{{\"session_id\": \"s{s}\", \"delay\": 0, \"input_length\": 64, \"output_length\": 30, \"hash_ids\": [{id}]}}\n"
+            ));
+            id += 1;
+        }
+    }
+    out
+}
+
+/// The session replay model: OffloadingConnector, a 4096-chunk host tier (nothing is ever
+/// evicted), one request at a time.
+pub fn session_model(prefix_caching: bool) -> String {
+    format!(
+        r#"description = "synthetic sessions"
+[engine]
+profile = "vllm-0.33"
+connector = "offloading"
+block_size = 16
+gpu_blocks = 256
+max_num_batched_tokens = 2048
+enable_prefix_caching = {prefix_caching}
+[offload]
+host_chunks = 4096
+[replay]
+load = "closed-loop"
+concurrency = 1
+trace_block_size = 64
+"#
+    )
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
