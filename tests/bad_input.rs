@@ -43,12 +43,6 @@ fn kvmc_bounded(dir: &Path, args: &[&str]) -> Output {
     o
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
 /// Exit 2, no panic, and stderr names `at` (FILE:LINE) and `says`.
 fn assert_refused(o: &Output, at: &str, says: &str) {
     let e = stderr(o);

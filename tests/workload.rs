@@ -12,12 +12,6 @@ use std::sync::Arc;
 
 const BASE: &str = "description = \"test family\"\n\n[engine]\nprofile = \"vllm-0.33\"\nconnector = \"offloading\"\nblock_size = 2\ngpu_blocks = 4\nmax_num_batched_tokens = 2\n\n[offload]\nhost_chunks = 2\n\n";
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
 fn req(blocks: &[u8], tail: u8, tail_letter: u8, after: Option<u8>) -> Req {
     Req {
         prompt: Shape { blocks: blocks.to_vec(), tail, tail_letter },
