@@ -18,8 +18,9 @@ use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
 use crate::system::collections::clone_fields;
-use slots::{Slot, Slots, HAS_HASH, LOADED};
+use slots::{Slot, Slots, LOADED};
 
+mod cached;
 mod slots;
 
 const NIL: u32 = u32::MAX;
@@ -222,96 +223,6 @@ impl GpuPool {
         self.slots.0[b as usize].flags |= LOADED;
     }
 
-    /// Replay's form of the cached map (a hash map beside the records).
-    #[inline(always)]
-    fn indexed(&self) -> bool {
-        matches!(self.cached, KeyMap::Hash(_))
-    }
-
-    /// Every (hash, block) pair of the cached map (blocks in id order in the checker's form;
-    /// in no particular order in replay's).
-    pub fn cached_blocks(&self) -> Box<dyn Iterator<Item = (BlockHash, BlockId)> + '_> {
-        if self.indexed() {
-            Box::new(self.cached.iter().flat_map(|(h, v)| v.iter().map(move |&b| (*h, b))))
-        } else {
-            Box::new((0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, b))))
-        }
-    }
-
-    /// The cached map as (hash, blocks in insertion order) pairs, by hash.
-    pub fn cached(&self) -> Vec<(BlockHash, BlockIds)> {
-        let mut out: Vec<(BlockHash, BlockIds)> = if self.indexed() {
-            self.cached.iter().map(|(h, v)| (*h, v.clone())).collect()
-        } else {
-            let mut held: Vec<(BlockHash, u16, BlockId)> =
-                (0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, self.slot(b).rank, b))).collect();
-            held.sort_unstable();
-            let mut out: Vec<(BlockHash, BlockIds)> = Vec::new();
-            for (h, _, b) in held {
-                match out.last_mut() {
-                    Some((k, v)) if *k == h => v.push(b),
-                    _ => out.push((h, std::iter::once(b).collect())),
-                }
-            }
-            out
-        };
-        out.sort_unstable_by_key(|(h, _)| *h);
-        out
-    }
-
-    /// Whether the cached map lists block `b` under `h`.
-    pub fn cached_under(&self, h: &BlockHash, b: BlockId) -> bool {
-        if self.indexed() {
-            self.cached.get(h).is_some_and(|v| v.contains(&b))
-        } else {
-            self.block_hash(b) == Some(*h)
-        }
-    }
-
-    /// The number of hashes the cached map holds.
-    pub fn num_cached_entries(&self) -> usize {
-        if self.indexed() {
-            self.cached.len()
-        } else {
-            self.slots.0.iter().filter(|s| s.flags & HAS_HASH != 0 && s.rank == 0).count()
-        }
-    }
-
-    /// Block `b` now carries `h` and joins the end of the cached map's list under it.
-    #[inline(always)]
-    fn map_insert(&mut self, b: BlockId, h: BlockHash) {
-        let rank = if self.indexed() {
-            self.cached.entry_or_default(h).push(b);
-            0
-        } else {
-            self.slots.0.iter().filter(|s| s.flags & HAS_HASH != 0 && s.hash == h.0).count() as u16
-        };
-        let s = &mut self.slots.0[b as usize];
-        s.set_hash(Some(h));
-        s.rank = rank;
-        self.note_cached(h, b);
-    }
-
-    /// Block `b` drops its hash `h` and leaves the cached map's list under it.
-    #[inline(always)]
-    fn map_remove(&mut self, b: BlockId, h: BlockHash) {
-        let s = &mut self.slots.0[b as usize];
-        let rank = s.rank;
-        s.set_hash(None);
-        s.rank = 0;
-        if self.indexed() {
-            self.cached.update_or_remove(h, |v| {
-                v.retain(|x| *x != b);
-                v.is_empty()
-            });
-        } else {
-            for s in self.slots.0.iter_mut().filter(|s| s.flags & HAS_HASH != 0 && s.hash == h.0 && s.rank > rank) {
-                s.rank -= 1;
-            }
-        }
-        self.note_cached(h, b);
-    }
-
     #[inline(always)]
     fn push_tail(&mut self, b: BlockId) {
         let i = b as usize;
@@ -359,17 +270,6 @@ impl GpuPool {
         self.slots.0[i].next = OUT;
         self.num_free -= 1;
         self.note(b);
-    }
-
-    /// `get_one_block`: the first-inserted block still carrying `h`.
-    #[inline(always)]
-    pub fn get_one_block(&self, h: BlockHash) -> Option<BlockId> {
-        if self.indexed() {
-            self.cached.get(&h).and_then(|v| v.first().copied())
-        } else {
-            let i = self.slots.0.iter().position(|s| s.flags & HAS_HASH != 0 && s.hash == h.0 && s.rank == 0)?;
-            Some(i as BlockId)
-        }
     }
 
     /// The breach a broken reference count is for this pool's accounting property.
