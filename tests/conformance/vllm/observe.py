@@ -32,6 +32,7 @@ order ``LRUCachePolicy.evict`` pops its heap in).
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -45,6 +46,10 @@ _REASONS = {
     "FINISHED_ERROR": "error",
     "FINISHED_REPETITION": "repetition",
 }
+
+
+# Connectors whose lines and snapshot a module of their own writes (install, snapshot).
+_OWN_MODULE = {"mooncake": "mcstore", "nixl": "nixlprod"}
 
 
 class H:
@@ -265,9 +270,8 @@ class Recorder:
         if scpu is not None:
             self._install_scpu(scpu)
             return
-        if self.sc.connector == "mooncake":
-            import mcstore
-            return mcstore.install(self)
+        if self.sc.connector in _OWN_MODULE:   # mcstore.py, nixlprod.py
+            return importlib.import_module(_OWN_MODULE[self.sc.connector]).install(self)
         if self.eng.manager is None:
             raise RuntimeError(
                 f"connector {type(conn).__module__}:{type(conn).__name__} is not vLLM's "
@@ -562,9 +566,8 @@ class Recorder:
         if scpu is not None:
             self._cpu_snapshot(scpu, labels)
             return
-        if self.sc.connector == "mooncake":
-            import mcstore
-            return mcstore.snapshot(self)
+        if self.sc.connector in _OWN_MODULE:
+            return importlib.import_module(_OWN_MODULE[self.sc.connector]).snapshot(self)
         mgr = self.eng.manager
         if mgr is None:
             return
