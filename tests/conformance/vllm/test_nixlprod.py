@@ -1,0 +1,176 @@
+"""Tests of the NIXL producer parts of the recorder without vLLM: the scenario's
+connector = "nixl" and [[consumer_read]] tables, and the fake worker's rules
+(nixlprod.NixlFakeWorker: when the consumer reads, what it finds stale, what get_finished
+reports).
+
+    python3 tests/conformance/vllm/test_nixlprod.py
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+from types import SimpleNamespace as NS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import nixlprod  # noqa: E402
+from scenario import ScenarioError, load_scenario  # noqa: E402
+
+BASE = """
+[engine]
+block_size = 2
+gpu_blocks = 4
+max_num_batched_tokens = 3
+max_num_seqs = 3
+connector = "nixl"
+{engine}
+[[request]]
+name = "A"
+prompt = ["a:4"]
+max_tokens = {max_tokens}
+arrive = 1
+{extra}
+"""
+
+
+def scenario(extra: str = "", engine: str = "", max_tokens: int = 1):
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(BASE.format(extra=extra, engine=engine, max_tokens=max_tokens))
+    return load_scenario(f.name)
+
+
+class Scenario(unittest.TestCase):
+    def test_consumer_reads(self):
+        sc = scenario('[[consumer_read]]\nrequest = "A"\nat_step = 4\n')
+        self.assertEqual([(r.req, r.at_step) for r in sc.consumer_reads], [("A", 4)])
+        sc = scenario('[[consumer_read]]\nrequest = "A"\ndelay = 3\n')
+        self.assertEqual([(r.req, r.at_step, r.delay) for r in sc.consumer_reads], [("A", None, 3)])
+        self.assertEqual(scenario().consumer_reads, [])
+
+    def test_what_is_refused(self):
+        for kw, want in [
+            (dict(max_tokens=2), "max_tokens = 1"),
+            (dict(engine="async_scheduling = true"), "synchronous scheduling only"),
+            (dict(extra='[[consumer_read]]\nrequest = "B"\n'), "unknown request 'B'"),
+            (dict(extra='[[consumer_read]]\nrequest = "A"\n[[consumer_read]]\nrequest = "A"\n'),
+             "a second read"),
+            (dict(extra='[[consumer_read]]\nrequest = "A"\nat_step = 3\ndelay = 1\n'), "not both"),
+            (dict(extra='[[consumer_read]]\nrequest = "A"\nat_step = 1\n'), "at_step must be >= 2"),
+            (dict(extra='[[consumer_read]]\nrequest = "A"\ndelay = 0\n'), "delay must be >= 1"),
+            (dict(extra='[[consumer_read]]\nreq = "A"\n'), "unknown key"),
+            (dict(extra='[[transfer_delay]]\nreq = "A"\nkind = "store"\ndelay = 2\n'), "no load or store jobs"),
+        ]:
+            with self.assertRaises(ScenarioError) as cm:
+                scenario(**kw)
+            self.assertIn(want, str(cm.exception), kw)
+
+    def test_consumer_read_goes_with_nixl(self):
+        text = BASE.format(extra='[[consumer_read]]\nrequest = "A"\n', engine="",
+                           max_tokens=1).replace('"nixl"', '"none"')
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(text)
+        with self.assertRaises(ScenarioError) as cm:
+            load_scenario(f.name)
+        self.assertIn("goes with connector = 'nixl'", str(cm.exception))
+
+
+class Rec:
+    def __init__(self):
+        self.lines = []
+
+    def emit(self, ev, **kw):
+        self.lines.append({"ev": ev, **kw})
+
+
+def worker(extra: str = ""):
+    rec = Rec()
+    w = nixlprod.NixlFakeWorker(scenario(extra), NS(), rec)
+    return w, rec
+
+
+IDS = [10, 11, 12, 13]
+
+
+def labels(n):
+    """The KV labels of A's first n positions (its token prefixes)."""
+    return [tuple(IDS[:p + 1]) for p in range(n)]
+
+
+class Worker(unittest.TestCase):
+    def test_a_half_written_copy_is_stale(self):
+        w, rec = worker()
+        lab = labels(4)
+        w.host = {1: lab[0:2], 2: [lab[2], None]}   # block 2 copied after position 2 only
+        w.held["A"] = ([1, 2], 4, IDS + [99])
+        w.consumer_reads(3, {"A": 2})
+        self.assertEqual(rec.lines, [{"ev": "consumer_read", "req": "A", "blocks": [1, 2],
+                                      "tokens": 4, "stale": [2]}])
+        self.assertEqual(w.notifs, ["A"])
+
+    def test_a_whole_copy_is_not_stale_and_tokens_bound_the_read(self):
+        w, rec = worker()
+        lab = labels(3)
+        # 3 tokens: block 2's second position is not sent (its stale content is never read).
+        w.host = {1: lab[0:2], 2: [lab[2], ("other",)]}
+        w.held["A"] = ([1, 2], 3, IDS[:3] + [99])
+        w.consumer_reads(3, {"A": 2})
+        self.assertEqual(rec.lines[0]["stale"], [])
+
+    def test_when_reads_happen(self):
+        w, rec = worker('[[consumer_read]]\nrequest = "A"\ndelay = 2\n')
+        w.held["A"] = ([1], 2, IDS[:2])
+        w.host = {1: labels(2)}
+        w.consumer_reads(3, {"A": 2})
+        self.assertEqual(rec.lines, [], "due at step 4")
+        w.consumer_reads(4, {"A": 2})
+        self.assertEqual(len(rec.lines), 1)
+        w.consumer_reads(5, {"A": 2})
+        self.assertEqual(len(rec.lines), 1, "read once")
+        self.assertEqual(w.unused(), [])
+        # A request aborted (no kv_transfer_params to read with) is not read by default...
+        w, rec = worker()
+        w.consumer_reads(3, {"A": 2})
+        self.assertEqual(rec.lines, [])
+        self.assertEqual(w.unused(), [])
+        # ... and a scripted read of it is a scenario error.
+        w, rec = worker('[[consumer_read]]\nrequest = "A"\n')
+        with self.assertRaises(ScenarioError) as cm:
+            w.consumer_reads(3, {"A": 2})
+        self.assertIn("holds no blocks", str(cm.exception))
+        w, rec = worker('[[consumer_read]]\nrequest = "A"\nat_step = 3\n')
+        with self.assertRaises(ScenarioError) as cm:
+            w.consumer_reads(4, {})
+        self.assertIn("had not finished", str(cm.exception))
+        self.assertEqual(w.unused(), ["consumer read of A (step 3)"])
+
+    def test_get_finished_reports_a_read_request_once(self):
+        w, rec = worker()
+        meta = NS(reqs_in_batch={"A"}, reqs_not_processed=set(), reqs_to_send={"A": 1.0},
+                  reqs_to_save={})
+        w.register(2, meta)
+        self.assertEqual((w.to_process, w.to_send), ({"A"}, {"A"}))
+        w.notifs = ["A"]
+        w.so = None
+        self.assertEqual(w.complete(3, NS(reqs_to_save={})), [])
+        self.assertEqual(w.finished_sending, ["A"])
+        self.assertEqual(rec.lines, [{"ev": "finished_sending", "req": "A"}])
+        self.assertEqual((w.to_process, w.to_send), (set(), set()))
+        w.complete(4, NS(reqs_to_save={}))
+        self.assertEqual(w.finished_sending, [])
+        # An aborted request leaves _reqs_to_process; a notification for it is refused.
+        w.register(5, NS(reqs_in_batch={"B"}, reqs_not_processed={"B"}, reqs_to_send={}))
+        w.notifs = ["B"]
+        with self.assertRaises(RuntimeError):
+            w.complete(6, NS(reqs_to_save={}))
+
+    def test_block_ids_of_one_group(self):
+        self.assertEqual(nixlprod._blocks(([3, 4],)), [3, 4])
+        self.assertEqual(nixlprod._blocks([3, 4]), [3, 4])
+        self.assertEqual(nixlprod._blocks(()), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
