@@ -10,12 +10,14 @@ use kvmc::conform;
 use std::path::PathBuf;
 
 /// (scenario, the step from which handoff-integrity is violated, if it is).
-const LOGS: [(&str, Option<u32>); 5] = [
+const LOGS: [(&str, Option<u32>); 7] = [
     ("pd-chunked", Some(3)),
     ("pd-shared-held-hit", Some(3)),
     ("pd-shared-freed-hit", Some(3)),
     ("pd-shared-preempt", Some(5)),
     ("pd-shared-abort", None),
+    ("pd-shared-heal", Some(6)),
+    ("pd-finish-kinds", Some(4)),
 ];
 
 /// (fixture directory, profile): 0.33's fixtures are at the top, the others per release.
@@ -101,6 +103,31 @@ fn what_the_pd_shared_logs_show() {
             r#""preempted":["C"],"finished":["A"]"#,
             r#"{"ev":"nixl","step":3,"need_save":["A","C"],"held":{"A":[1,2]}}"#,
             r#"{"ev":"nixl_save","step":6,"req":"C","blocks":[3,2],"filled":[2,1]}"#,
+        ],
+    );
+    // B's whole-table save copies the block A left half written again, whole: A's late read
+    // finds it whole; D's half-written block is read stale.
+    has(
+        "pd-shared-heal",
+        &[
+            r#"{"ev":"nixl_save","step":1,"req":"A","blocks":[1,2],"filled":[2,1]}"#,
+            r#"{"ev":"nixl_save","step":2,"req":"A","blocks":[3],"filled":[2]}"#,
+            r#"{"ev":"nixl_save","step":4,"req":"B","blocks":[1,2,4],"filled":[2,2,2]}"#,
+            r#"{"ev":"consumer_read","step":6,"req":"A","blocks":[1,2,3],"tokens":6,"stale":[]}"#,
+            r#"{"ev":"consumer_read","step":6,"req":"D","blocks":[1,5,6],"tokens":5,"stale":[5]}"#,
+        ],
+    );
+    // EOS as the one token holds the blocks too; an abort of a finished request is ignored;
+    // an error mid-prefill frees at once.
+    has(
+        "pd-finish-kinds",
+        &[
+            r#"{"ev":"finish","step":2,"req":"B","reason":"stop"}"#,
+            r#"{"ev":"nixl","step":2,"need_save":["A"],"held":{"A":[1,2],"B":[3]}}"#,
+            r#"{"ev":"abort","step":3,"req":"A"}"#,
+            r#"{"ev":"consumer_read","step":4,"req":"A","blocks":[1,2],"tokens":4,"stale":[2]}"#,
+            r#"{"ev":"finish","step":5,"req":"C","reason":"error"}"#,
+            r#"{"ev":"nixl","step":5,"need_save":["A"],"held":{}}"#,
         ],
     );
     // An aborted request frees at once and leaves _reqs_need_save: nothing to read.

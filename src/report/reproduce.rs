@@ -19,7 +19,9 @@
 //!   becomes a `[[load_failure]]` of that request's nth load from block k;
 //! - preemption pressure comes from the pool sizes, which are copied;
 //! - MooncakeStoreConnector: the pool's keys at start become `[mooncake] preload` sequences
-//!   (prompt prefixes that spell them); save and load jobs are timed and failed as above.
+//!   (prompt prefixes that spell them); save and load jobs are timed and failed as above;
+//! - NixlConnector's P/D producer: `consumer reads X` becomes a `[[consumer_read]]`
+//!   (src/report/reproduce_pd.rs).
 //!
 //! A requests-finish counterexample (deadlock or livelock) is written with `max_steps` 40 past
 //! it: vLLM reproduces it by not finishing (the recorder's bound, or an idle engine with

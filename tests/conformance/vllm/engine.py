@@ -19,7 +19,11 @@ Drives, in the order of ``vllm.v1.engine.core.EngineCore._initialize_kv_caches``
   ``KVConnectorFactory``; the CPU tier is its ``CPUOffloadingManager`` with the
   ``LRUCachePolicy``; or the ``SimpleCPUOffloadConnector``, whose
   ``SimpleCPUOffloadScheduler`` (eager) keeps a CPU ``BlockPool`` (``Scheduler.__init__``
-  binds it to the GPU block pool through ``bind_kv_cache_manager``);
+  binds it to the GPU block pool through ``bind_kv_cache_manager``); or the
+  ``MooncakeStoreConnector`` (mcstore.py); or the ``NixlConnector`` as the P/D producer
+  (``kv_producer``, ``kv_buffer_device = "cpu"``: its ``NixlPullConnectorScheduler`` in
+  host-buffer mode; nixlprod.py), whose requests carry ``kv_transfer_params`` with
+  ``do_remote_decode`` (``make_request``);
 * the block hasher: ``get_hash_fn_by_name("sha256")``, ``init_none_hash``,
   ``get_request_block_hasher``;
 * ``vllm.v1.request.Request`` objects with ``SamplingParams``.

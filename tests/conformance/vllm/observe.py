@@ -24,6 +24,8 @@ Wraps (instance attributes shadowing the class methods; nothing in vLLM is patch
   ``evict``; ``update_connector_output`` -> ``load_completed``; ``_process_store_event``
   -> ``store_completed``; end of step: ``cpu`` (free queue, cached map, ref counts,
   ``_pending_cpu_hits``).
+* MooncakeStoreConnector and NixlConnector (the P/D producer): their own modules' ``install``
+  and ``snapshot`` (mcstore.py, nixlprod.py; ``_OWN_MODULE``).
 Reads read-only: ``BlockPool.free_block_queue.get_all_free_blocks()``,
 ``BlockPool.cached_block_hash_to_block._cache``, ``LRUCachePolicy.chunks`` / ``_ranks`` /
 ``_evictable`` (eviction order = ascending (rank, key) among evictable keys, which is the

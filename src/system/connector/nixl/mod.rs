@@ -36,6 +36,9 @@
 //! allocates no new block. (The PR text was not available; this is the
 //! rule its summary names, "re-save the block that straddles a chunked-prefill boundary".)
 //!
+//! Held against real vLLM 0.24 to 0.34 by the conformance recorder
+//! (tests/conformance/vllm/nixlprod.py, tests/conform_nixl.rs): every `pd-*` log conforms.
+//!
 //! Not modelled: the consumer's own instance (its allocation, its load into G1, its
 //! recompute of the backoff tokens), direct GPU-to-GPU transfer (no host buffer), push mode,
 //! send leases and their expiry (`_reap_expired_send_leases`), heartbeats, handshakes,
