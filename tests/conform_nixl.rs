@@ -10,7 +10,7 @@ use kvmc::conform;
 use std::path::PathBuf;
 
 /// (scenario, the step from which handoff-integrity is violated, if it is).
-const LOGS: [(&str, Option<u32>); 7] = [
+const LOGS: [(&str, Option<u32>); 8] = [
     ("pd-chunked", Some(3)),
     ("pd-shared-held-hit", Some(3)),
     ("pd-shared-freed-hit", Some(3)),
@@ -18,6 +18,7 @@ const LOGS: [(&str, Option<u32>); 7] = [
     ("pd-shared-abort", None),
     ("pd-shared-heal", Some(6)),
     ("pd-finish-kinds", Some(4)),
+    ("pd-small-budget", Some(14)),
 ];
 
 /// (fixture directory, profile): 0.33's fixtures are at the top, the others per release.
@@ -130,6 +131,18 @@ fn what_the_pd_shared_logs_show() {
             r#"{"ev":"nixl","step":5,"need_save":["A"],"held":{}}"#,
         ],
     );
+    // A budget below the block size: every block of B copied half written, all read stale;
+    // C re-admitted into the block it half wrote before its preemption: the copy holds only
+    // what C wrote since (found by random scenarios: the recorder had counted the freed
+    // block's leftover position, the model does not).
+    has(
+        "pd-small-budget",
+        &[
+            r#"{"ev":"consumer_read","step":14,"req":"B","blocks":[2,1,3],"tokens":11,"stale":[2,1,3]}"#,
+            r#"{"ev":"schedule","step":11,"scheduled":[],"new":[],"resumed":[],"preempted":["C"]"#,
+            r#"{"ev":"nixl_save","step":12,"req":"C","blocks":[4],"filled":[2]}"#,
+        ],
+    );
     // An aborted request frees at once and leaves _reqs_need_save: nothing to read.
     let abort = read("", "pd-shared-abort");
     assert!(abort.contains(r#"{"ev":"abort","step":2,"req":"A"}"#));
@@ -238,5 +251,5 @@ fn bad_nixl_lines_exit_2_naming_file_and_line() {
 #[test]
 fn the_nixl_recorder_parts_pass_their_own_tests() {
     // The connector = "nixl" and [[consumer_read]] tables and the fake worker's rules, without vLLM.
-    python_unittest("tests/conformance/vllm/test_nixlprod.py", 8);
+    python_unittest("tests/conformance/vllm/test_nixlprod.py", 9);
 }

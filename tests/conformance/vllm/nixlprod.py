@@ -22,7 +22,8 @@ order of the real worker (``KVConnectorModelRunnerMixin``):
 * ``register`` (``start_load_kv``): ``reqs_in_batch`` join ``_reqs_to_process``,
   ``reqs_not_processed`` leave it, ``reqs_to_send`` (the requests that finished with their free
   delayed) start their lease (``_reqs_to_send``);
-* ``complete``: the forward pass writes the scheduled positions; ``wait_for_save`` ->
+* ``complete``: the forward pass writes the scheduled positions (a block it starts at its
+  first position is fresh: earlier content of a freed block is dropped); ``wait_for_save`` ->
   ``save_kv_to_host`` copies the labels of every block of ``reqs_to_save`` into the host buffer
   (indexed by GPU block id; one ``nixl_save`` line per request, with how many leading
   positions of each copied block held the request's KV); ``get_finished``: the requests a
@@ -136,17 +137,24 @@ class NixlFakeWorker:
         self.to_send.update(r for r in meta.reqs_to_send if r in self.to_process)
 
     def _forward(self) -> None:
-        """The model runner writes the KV of the step's scheduled positions."""
+        """The model runner writes the KV of the step's scheduled positions. A block the
+        request starts to write at its first position (one past its computed frontier: newly
+        allocated to it) holds nothing of it before: what a freed block kept from an earlier
+        owner, even the request's own KV from before a preemption, is dropped (the kvmc model's
+        content is what was written since allocation)."""
         so = self.so
         r2b = self.eng.req_to_blocks()
+        b = self.b
         for rid, n in so.num_scheduled_tokens.items():
             req = self.eng.scheduler.requests[rid]
             ids = list(req.all_token_ids)
             table = r2b[rid]
             start = req.num_computed_tokens - n   # advanced by _update_after_schedule
             for p in range(start, start + n):
-                blk = table[p // self.b].block_id
-                self.gpu.setdefault(blk, [None] * self.b)[p % self.b] = tuple(ids[:p + 1])
+                blk = table[p // b].block_id
+                if p % b == 0 or blk not in self.gpu:
+                    self.gpu[blk] = [None] * b
+                self.gpu[blk][p % b] = tuple(ids[:p + 1])
 
     def complete(self, step: int, meta) -> list:
         """Forward pass, ``wait_for_save`` (``save_kv_to_host``), ``get_finished``. The NIXL

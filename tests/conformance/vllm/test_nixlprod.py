@@ -166,6 +166,26 @@ class Worker(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             w.complete(6, NS(reqs_to_save={}))
 
+    def test_a_block_started_at_its_first_position_keeps_nothing_from_before(self):
+        # C wrote 3 positions of block 4, was preempted, and is re-admitted into block 4: its
+        # first chunk writes positions 0 and 1; position 2's old KV is not the copy's.
+        w, rec = worker()
+        w.b = 4   # a block of 4 positions
+        ids = [20, 21, 22, 23]
+        req = NS(all_token_ids=ids, num_computed_tokens=2)
+        w.eng = NS(scheduler=NS(requests={"C": req}),
+                   req_to_blocks=lambda: {"C": [NS(block_id=4)]})
+        w.gpu[4] = [tuple(ids[:1]), tuple(ids[:2]), tuple(ids[:3]), None]
+        w.so = NS(num_scheduled_tokens={"C": 2}, total_num_scheduled_tokens=2)
+        w.complete(12, NS(reqs_to_save={"C": NS(local_block_ids=([4],))}))
+        self.assertEqual(rec.lines, [{"ev": "nixl_save", "req": "C", "blocks": [4], "filled": [2]}])
+        self.assertEqual(w.host[4], [(20,), (20, 21), None, None])
+        # A chunk that continues a block keeps what the request wrote before.
+        req.num_computed_tokens = 3
+        w.so = NS(num_scheduled_tokens={"C": 1}, total_num_scheduled_tokens=1)
+        w.complete(13, NS(reqs_to_save={}))
+        self.assertEqual(w.gpu[4], [(20,), (20, 21), (20, 21, 22), None])
+
     def test_block_ids_of_one_group(self):
         self.assertEqual(nixlprod._blocks(([3, 4],)), [3, 4])
         self.assertEqual(nixlprod._blocks([3, 4]), [3, 4])
