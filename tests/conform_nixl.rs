@@ -251,5 +251,5 @@ fn bad_nixl_lines_exit_2_naming_file_and_line() {
 #[test]
 fn the_nixl_recorder_parts_pass_their_own_tests() {
     // The connector = "nixl" and [[consumer_read]] tables and the fake worker's rules, without vLLM.
-    python_unittest("tests/conformance/vllm/test_nixlprod.py", 9);
+    python_unittest("tests/conformance/vllm/test_nixlprod.py", 10);
 }

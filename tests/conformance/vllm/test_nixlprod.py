@@ -77,6 +77,36 @@ class Scenario(unittest.TestCase):
         self.assertIn("goes with connector = 'nixl'", str(cm.exception))
 
 
+class Generator(unittest.TestCase):
+    def test_gen_scenarios_kind_nixl_draws_pd_prefill_requests_that_fit(self):
+        import random
+
+        from gen_nixl import gen_nixl
+
+        scs = []
+        with tempfile.TemporaryDirectory() as d:
+            for i in range(200):
+                p = Path(d) / f"n{i}.toml"
+                p.write_text(gen_nixl(random.Random(f"13/{i}/nixl"), f"n{i}"))
+                scs.append(load_scenario(p))
+        for sc in scs:
+            self.assertEqual(sc.connector, "nixl")
+            self.assertFalse(sc.async_scheduling, sc.name)
+            self.assertTrue(all(r.max_tokens == 1 for r in sc.requests), sc.name)
+            # vLLM computes at most max_model_len - 1 tokens of a request: every prompt fits.
+            for r in sc.requests:
+                n = sum(int(seg.split(":")[1]) for seg in r.prompt)
+                self.assertLess(n, sc.max_model_len, sc.name)
+            for e in sc.events:   # an abort comes after its request arrived
+                self.assertGreater(e.when.step, sc.request(e.req).when.step, sc.name)
+        # Chunks that end mid-block, shared prefixes, late reads, aborts, whole-sequence
+        # admission off: all drawn.
+        self.assertTrue(any(s.max_num_batched_tokens < s.block_size for s in scs))
+        self.assertTrue(any(len(r.prompt) > 1 for s in scs for r in s.requests))
+        self.assertTrue(any(s.consumer_reads for s in scs) and any(s.events for s in scs))
+        self.assertTrue(any(not s.scheduler_reserve_full_isl for s in scs))
+
+
 class Rec:
     def __init__(self):
         self.lines = []
