@@ -2,7 +2,7 @@
 # Conformance fuzzing: random workloads recorded on real vLLM, each checked against the model.
 #
 #   scripts/fuzz-conform.sh --vllm VERSION [--seed S] [--count N] [--hash-seed H|random]
-#                           [--kind any|offloading|simple-cpu|none|mooncake|stress|long] [--out DIR]
+#                           [--kind any|offloading|simple-cpu|none|mooncake|stress|long|nixl] [--out DIR]
 #
 # 1. tests/conformance/vllm/gen_scenarios.py writes N random scenarios (seed S) to
 #    DIR/scenarios/ (docs/conformance.md, "Conformance fuzzing", says what it draws);

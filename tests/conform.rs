@@ -63,6 +63,10 @@ fn alter_more(line: &str) -> Option<String> {
         "mooncake" => {
             v["pinned"].as_object_mut()?.insert("99".into(), serde_json::json!([99]));
         }
+        "nixl_save" => v["blocks"].as_array_mut()?.push(serde_json::json!(99)),
+        "nixl" => {
+            v["held"].as_object_mut()?.insert("Z".into(), serde_json::json!([99]));
+        }
         _ => return None,
     }
     (v != serde_json::from_str::<serde_json::Value>(line).ok()?).then(|| v.to_string())
@@ -87,6 +91,8 @@ fn alter(line: &str) -> Option<String> {
         "store_completed" | "load_completed" => bump(&mut v["job"]),
         "cpu" => v["free"].as_array_mut()?.push(serde_json::json!(999)),
         "mooncake" => v["pool"].as_array_mut()?.push(serde_json::json!("X.9")),
+        "nixl_save" => v["filled"].as_array_mut()?.push(serde_json::json!(9)),
+        "nixl" => v["need_save"].as_array_mut()?.push(serde_json::json!("X")),
         _ => return None,
     }
     Some(v.to_string())
@@ -111,6 +117,8 @@ fn deleting_or_altering_any_decision_line_is_caught_at_that_line() {
             "scpu "
         } else if lines[0].contains(r#""connector":"mooncake""#) {
             "mc "
+        } else if lines[0].contains(r#""connector":"nixl""#) {
+            "nx "
         } else {
             ""
         };
@@ -189,6 +197,12 @@ fn deleting_or_altering_any_decision_line_is_caught_at_that_line() {
         "mc g1",
         "mc mooncake",
         "mc mooncake (second field)",
+        "nx nixl_save",
+        "nx nixl_save (second field)",
+        "nx nixl",
+        "nx nixl (second field)",
+        "nx schedule",
+        "nx g1",
     ] {
         assert!(kinds.get(k).copied().unwrap_or(0) > 0, "{k} lines are checked: {kinds:?}");
     }

@@ -84,6 +84,8 @@ fn each_seed_dependent_case_needs_an_order_the_model_does_not_take_first() {
         ("seed-fail-async", "finished_recving"),
         ("seed-fail-sync", "finish_requests"),
         ("seed-scpu-recving", "finished_recving"),
+        // NIXL: A and D sent in one step, freed in the finished_sending set's order.
+        ("pd-shared-heal", "finished_sending"),
     ];
     let mut logs: Vec<PathBuf> = seed_fixtures();
     logs.extend(cases.iter().map(|(n, _)| conf().join(format!("fixtures/{n}.jsonl"))));

@@ -15,6 +15,7 @@ mod conform_findings;
 mod conform_fuzz;
 mod conform_logs;
 mod conform_mooncake;
+mod conform_nixl;
 mod conform_releases;
 mod conform_scpu;
 mod conform_seeds;

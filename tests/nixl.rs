@@ -12,7 +12,7 @@ use stateright::Model;
 fn saves(ev: &[Event]) -> Vec<(u16, Vec<u32>)> {
     ev.iter()
         .filter_map(|e| match e {
-            Event::PdSaved { req, blocks } => Some((*req, blocks.clone())),
+            Event::PdSaved { req, blocks, .. } => Some((*req, blocks.clone())),
             _ => None,
         })
         .collect()

@@ -200,7 +200,13 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
         assert_eq!(std::fs::read_to_string(c).unwrap(), std::fs::read_to_string(w).unwrap(), "{}", c.display());
     }
     // Every released-profile violation of the gate is either written or listed with a reason.
-    assert!(out.contains("pd-chunked__vllm-0.33__handoff-integrity") && out.contains("NixlConnector"), "{out}");
+    // NIXL's producer (#59102, pd-chunked on every release and pd-shared on 0.33) is written
+    // since the recorder drives NixlConnector's scheduler side and plays the consumer's reads.
+    for p in ["vllm-0.24", "vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        assert!(dir.join(format!("pd-chunked__{p}__handoff-integrity.toml")).exists(), "{out}");
+    }
+    assert!(dir.join("pd-shared__vllm-0.33__handoff-integrity.toml").exists(), "{out}");
+    assert!(!out.contains("NixlConnector"), "{out}");
     // A requests-finish counterexample is written (vLLM does not finish either), Mooncake's
     // too; not one that ends with every request finished and work held (finding 27).
     assert!(dir.join("mooncake-load-retry__vllm-0.33__requests-finish.toml").exists(), "{out}");
@@ -238,8 +244,9 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     let written = out.lines().filter(|l| l.contains("__vllm-0.") && l.contains(" -> ")).count();
     // 44 with the nine requests-finish rows the recorder can drive (a hang: `# expect-unfinished:`),
     // 46 with stream-preempt-lost's two session-history rows (finding 34), 53 with vllm-0.34's
-    // four and mooncake-load-retry's three (Mooncake scenarios: `[mooncake] preload`).
-    assert_eq!(written, 53, "{out}");
+    // four and mooncake-load-retry's three (Mooncake scenarios: `[mooncake] preload`), 58
+    // with NIXL's five (pd-chunked on 0.24, 0.32, 0.33 and 0.34, pd-shared on 0.33).
+    assert_eq!(written, 58, "{out}");
     // 66 with vllm-0.34's seven rows (mooncake-load-retry, scpu-async-abort, scpu-pressure
     // and stream-sessions-hold-pool written; final-store, pd-chunked and scpu-lazy listed).
     assert!(dir.join("scpu-async-abort__vllm-0.34__store-coverage.toml").exists(), "{out}");
@@ -326,7 +333,7 @@ fn reproduce_refuses_what_released_vllm_cannot_run_and_bad_files() {
     let o = kvmc(&["reproduce", &p]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains(&format!("{p}:2:")), "{}", stderr(&o));
-    // A variant is not released code; vllm-main is no release; NIXL is not recorded.
+    // A variant is not released code; vllm-main is no release.
     let p = w(
         "var.toml",
         &format!("model = {m:?}\nprofile = \"vllm-0.33\"\nvariant = \"fix-63937\"\nactions = [\"arrive A\"]\n"),
@@ -338,9 +345,6 @@ fn reproduce_refuses_what_released_vllm_cannot_run_and_bad_files() {
         kvmc(&["reproduce", "models/error-mid-prefill.toml", "--property", "host-integrity", "--profile", "vllm-main"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("no vLLM release"), "{}", stderr(&o));
-    let o = kvmc(&["reproduce", "models/pd-chunked.toml", "--property", "handoff-integrity"]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-    assert!(stderr(&o).contains("NixlConnector"), "{}", stderr(&o));
     // The MooncakeStoreConnector with router replay: the recorder captures no rows.
     let o = kvmc(&["reproduce", "models/mooncake-a.toml", "--property", "rows-present", "--profile", "vllm-0.32"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -552,4 +556,31 @@ fn a_mooncake_scenario_keeps_save_decode_cache() {
         "{}",
         stdout(&o)
     );
+}
+
+/// NIXL's producer (#59102): the counterexample's `consumer reads A` becomes a
+/// `[[consumer_read]]` before the recorder step it precedes, and the model's pool (3 blocks,
+/// `max_model_len` 6) grows to one vLLM's planner accepts (4: the pool holds `max_model_len`).
+/// Recorded on every release, the consumer reads A's half-written copy (handoff-integrity).
+#[test]
+fn reproduce_writes_a_nixl_producer_scenario() {
+    let o = kvmc(&["reproduce", "models/pd-chunked.toml", "--property", "handoff-integrity", "--name", "pdc"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let a = stdout(&o);
+    for want in [
+        "# expect-violated: handoff-integrity",
+        "# 3 GPU blocks in the model: vLLM's pool must hold max_model_len\ngpu_blocks = 4\n",
+        "max_model_len = 6",
+        "connector = \"nixl\"",
+        "max_tokens = 1",
+        "[[consumer_read]]\nrequest = \"A\"\nat_step = 3",
+    ] {
+        assert!(a.contains(want), "{want:?} not in\n{a}");
+    }
+    for p in ["vllm-0.24", "vllm-0.32", "vllm-0.33", "vllm-0.34"] {
+        let log =
+            root().join(format!("tests/conformance/fixtures/reproduced/pd-chunked__{p}__handoff-integrity.jsonl"));
+        let r = conform::check(&log, p, None, 8).unwrap();
+        assert_eq!(r.findings, vec![("handoff-integrity".to_string(), 3)], "{p}");
+    }
 }

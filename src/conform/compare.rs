@@ -36,6 +36,10 @@ fn rank(kind: &str) -> usize {
         "lookup" | "load" | "evict" | "store" | "store_refused" | "flush" => 10,
         // Queued at input time, right after its `stream_input` / `stream_end` line.
         "stream_queued" => 0,
+        // NIXL: the consumer's read is an input before the step; the host-buffer copies and
+        // `finished_sending` come from the worker, after `schedule`.
+        "consumer_read" => 0,
+        "nixl_save" | "finished_sending" => 30,
         "schedule" => 20,
         "sampled" => 40,
         // In update_from_output (turn_start also at input time, for a parked session).
@@ -91,13 +95,17 @@ pub fn step(
         "host",
         "cpu",
         "mooncake",
+        "nixl_save",
+        "consumer_read",
+        "finished_sending",
+        "nixl",
     ]
     .iter()
     .map(|&n| Kind {
         name: n,
         logged: Vec::new(),
         model: Vec::new(),
-        optional: matches!(n, "g1" | "host" | "cpu" | "mooncake" | "schedule") && !snapshots.contains(&n),
+        optional: matches!(n, "g1" | "host" | "cpu" | "mooncake" | "nixl" | "schedule") && !snapshots.contains(&n),
     })
     .collect();
     let mut push_log =
@@ -154,6 +162,16 @@ pub fn step(
                     pinned.iter().map(|(k, v)| (k.parse().unwrap_or(u32::MAX), v)).collect();
                 push_log("mooncake", l.no, format!("pool={:?} pinned={pinned:?}", sorted(pool)))
             }
+            Ev::NixlSave { req, blocks, filled, .. } => {
+                push_log("nixl_save", l.no, format!("{req} blocks={blocks:?} filled={filled:?}"))
+            }
+            Ev::ConsumerRead { req, blocks, tokens, stale, .. } => {
+                push_log("consumer_read", l.no, format!("{req} blocks={blocks:?} tokens={tokens} stale={stale:?}"))
+            }
+            Ev::FinishedSending { req, .. } => push_log("finished_sending", l.no, req.clone()),
+            Ev::Nixl { need_save, held, .. } => {
+                push_log("nixl", l.no, format!("need_save={:?} held={held:?}", sorted(need_save)))
+            }
             Ev::Host { entries, order, arc, .. } => {
                 let mut es: Vec<String> = entries.iter().map(|x| format!("{} slot={} ref={}", x.key, x.slot, x.ref_cnt)).collect();
                 es.sort();
@@ -186,6 +204,8 @@ pub fn step(
             .unwrap_or_default()
     };
     let mut last_stored: Vec<BlockHash> = Vec::new();
+    // NIXL's `finished_sending` (a set; the recorder writes it sorted).
+    let mut sent: Vec<String> = Vec::new();
     let mut loads_done: Vec<(String, String)> = Vec::new();
     for ev in events {
         match ev {
@@ -233,6 +253,13 @@ pub fn step(
                 format!("{} keys={:?}", name(req), keys.iter().map(label).collect::<Vec<_>>()),
             ),
             Event::HostEvicted { key } => push_model("evict", label(key)),
+            Event::PdSaved { req, blocks, filled } => {
+                push_model("nixl_save", format!("{} blocks={blocks:?} filled={filled:?}", name(req)))
+            }
+            Event::PdRead { req, blocks, tokens, stale } => {
+                push_model("consumer_read", format!("{} blocks={blocks:?} tokens={tokens} stale={stale:?}", name(req)))
+            }
+            Event::PdSent { req } => sent.push(name(req)),
             Event::JobsToFlush { jobs } => push_model("flush", format!("{jobs:?}")),
             Event::StepScheduled { scheduled, new, resumed, preempted, finished, tables } => {
                 let sched: Vec<(String, i64)> = scheduled.iter().map(|(r, n)| (name(r), *n)).collect();
@@ -271,6 +298,10 @@ pub fn step(
         }
     }
     flush_loads(&mut loads_done, &mut push_model);
+    sent.sort();
+    for r in sent {
+        push_model("finished_sending", r);
+    }
     // End-of-step snapshots.
     let cached: BTreeMap<String, Vec<u32>> =
         e.pool.cached().into_iter().map(|(h, b)| (label(&h), b.to_vec())).collect();
@@ -307,6 +338,11 @@ pub fn step(
         let pinned: BTreeMap<u32, &Vec<u32>> =
             mc.saves.iter().filter(|j| !j.pinned.is_empty()).map(|j| (j.id, &j.pinned)).collect();
         push_model("mooncake", format!("pool={:?} pinned={pinned:?}", sorted(&pool)));
+    }
+    if let Some(nx) = e.conn.nixl() {
+        let need_save: Vec<String> = nx.need_save.iter().map(name).collect();
+        let held: BTreeMap<String, &Vec<u32>> = nx.sending.iter().map(|x| (name(&x.req), &x.blocks)).collect();
+        push_model("nixl", format!("need_save={:?} held={held:?}", sorted(&need_save)));
     }
     let last_line = lines.last().map_or(0, |l| l.no);
     let matched = |kind: &str, idx: usize| -> Option<usize> {

@@ -4,6 +4,7 @@
 
 mod compare;
 pub mod death;
+pub mod header;
 pub mod kv_events;
 pub mod log;
 pub mod profile;
@@ -205,6 +206,8 @@ pub fn scope_of(
             enable_lookup: true,
             preload: Vec::new(),
         }),
+        // NixlConnector's producer in host-buffer mode (the recorder's nixlprod.py).
+        "nixl" => ConnectorConfig::Nixl,
         _ => ConnectorConfig::None,
     };
     let threshold = crate::system::config::threshold_permille(h.cache_aware_admission_threshold)

@@ -76,6 +76,7 @@ pub(super) fn replay(
         ("host", lines.iter().any(|l| matches!(l.ev, Ev::Host { .. }))),
         ("cpu", lines.iter().any(|l| matches!(l.ev, Ev::Cpu { .. }))),
         ("mooncake", lines.iter().any(|l| matches!(l.ev, Ev::Mooncake { .. }))),
+        ("nixl", lines.iter().any(|l| matches!(l.ev, Ev::Nixl { .. }))),
     ]
     .iter()
     .filter(|(_, on)| *on)
@@ -311,6 +312,12 @@ pub(super) fn apply_step(
                 }
             }
             Ev::Abort { req, .. } => engine.abort(ctx, idx(req), ev),
+            // NIXL: the decode instance reads a request it may read (one that holds its blocks
+            // for the consumer); a read the model does not allow shows as a difference in the
+            // step's `consumer_read` decision.
+            Ev::ConsumerRead { req, .. } if engine.consumer_readable().contains(&idx(req)) => {
+                engine.consumer_read(ctx, idx(req), ev)
+            }
             Ev::Error { req, .. } => engine.error(ctx, idx(req), ev),
             // SimpleCPU's store and load events (Mooncake's save and load jobs) have separate
             // counters. A job reported

@@ -152,11 +152,34 @@ pub fn bad_failure_form(lines: &[Line], offloading: bool, request_level: bool) -
 
 /// A line that does not fit the header's connector: SimpleCPU logs name each completion's
 /// stream and the pins of every lookup, and have `cpu` snapshots; the other connectors none
-/// of these.
+/// of these. A NIXL producer's log has its own lines and no transfer jobs, and each of its
+/// requests is a P/D prefill request (kvmc's `connector = "nixl"` model).
 pub(super) fn connector_mismatch(h: &Header, ev: &Ev) -> Option<String> {
     let scpu = h.connector == "simple-cpu";
     let mc = h.connector == "mooncake";
+    let nixl = h.connector == "nixl";
     match ev {
+        Ev::NixlSave { .. } | Ev::ConsumerRead { .. } | Ev::FinishedSending { .. } | Ev::Nixl { .. } if !nixl => {
+            Some("nixl_save, consumer_read, finished_sending and nixl lines go with the nixl connector".into())
+        }
+        Ev::Load { .. }
+        | Ev::Store { .. }
+        | Ev::StoreRefused { .. }
+        | Ev::Evict { .. }
+        | Ev::Flush { .. }
+        | Ev::Host { .. }
+        | Ev::TransferDone { .. }
+        | Ev::TransferFailed { .. }
+            if nixl =>
+        {
+            Some(
+                "the NIXL producer has no load or store jobs and no host tier (its host-buffer copies are nixl_save lines)"
+                    .into(),
+            )
+        }
+        Ev::Arrive { req, max_tokens, resumable, .. } if nixl && (*max_tokens != 1 || *resumable) => Some(format!(
+            "request {req}: with the nixl connector every request is a P/D prefill request (max_tokens 1, not resumable)"
+        )),
         Ev::TransferDone { kind: None, .. } if scpu || mc => Some(format!(
             "a {} transfer_done names its stream (\"kind\": \"store\" or \"load\")",
             if mc { "Mooncake" } else { "SimpleCPU" }

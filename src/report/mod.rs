@@ -5,6 +5,7 @@ pub mod counterexample;
 pub mod coverage;
 pub mod link;
 pub mod reproduce;
+mod reproduce_pd;
 pub mod rows;
 pub mod state;
 pub mod testgen;

@@ -19,7 +19,9 @@
 //!   becomes a `[[load_failure]]` of that request's nth load from block k;
 //! - preemption pressure comes from the pool sizes, which are copied;
 //! - MooncakeStoreConnector: the pool's keys at start become `[mooncake] preload` sequences
-//!   (prompt prefixes that spell them); save and load jobs are timed and failed as above.
+//!   (prompt prefixes that spell them); save and load jobs are timed and failed as above;
+//! - NixlConnector's P/D producer: `consumer reads X` becomes a `[[consumer_read]]`
+//!   (src/report/reproduce_pd.rs).
 //!
 //! A requests-finish counterexample (deadlock or livelock) is written with `max_steps` 40 past
 //! it: vLLM reproduces it by not finishing (the recorder's bound, or an idle engine with
@@ -73,13 +75,16 @@ pub fn unsupported(cfg: &EngineConfig) -> Option<String> {
                 return Some("the recorder runs the MooncakeStoreConnector with its lookup on (enable_lookup)".into());
             }
         }
+        // The producer alone: the recorder runs NixlConnector's scheduler side in host-buffer
+        // mode and plays the decode instance's reads (nixlprod.py).
+        ConnectorConfig::Nixl if cfg.router_replay.is_none() => {}
         ConnectorConfig::Nixl
         | ConnectorConfig::NixlDecode
         | ConnectorConfig::NixlStore(_)
         | ConnectorConfig::NixlDecodeStore(_) => {
             return Some(
-                "NixlConnector (P/D) needs a second instance reading over NIXL; the recorder drives one \
-                 engine with the OffloadingConnector, the SimpleCPUOffloadConnector or no connector"
+                "a NixlConnector P/D pair (router replay) needs a decode instance reading over NIXL; the \
+                 recorder drives the producer alone"
                     .into(),
             )
         }
@@ -307,6 +312,7 @@ pub fn to_recorder(
     let mut events: Vec<(&str, u16, u32)> = Vec::new();
     let mut jobs: Vec<JobRec> = Vec::new();
     let mut labels: Vec<(u32, String)> = Vec::new();
+    let mut reads: Vec<(u16, u32)> = Vec::new();
     let mut engine = sys.init();
     let mut step = 0u32;
     for a in actions {
@@ -322,7 +328,8 @@ pub fn to_recorder(
             Input::Error(r) => events.push(("error", r, step + 1)),
             // The recorder sends a session's inputs due before one step in order.
             Input::StreamInput(r) => sent[r as usize].push(step + 1),
-            Input::ConsumerRead(_) => return Err("a P/D consumer read is not recorded".into()),
+            // NIXL P/D: the decode instance reads before the recorder's next step.
+            Input::ConsumerRead(r) => reads.push((r, step + 1)),
             a if a.is_step() => step += 1,
             _ => {}
         }
@@ -443,7 +450,11 @@ pub fn to_recorder(
     let _ = writeln!(s, "\n[engine]");
     let _ = writeln!(s, "profile = {:?}", model.profile);
     let _ = writeln!(s, "block_size = {}", cfg.block_size);
-    let _ = writeln!(s, "gpu_blocks = {}", cfg.num_gpu_blocks);
+    let blocks = super::reproduce_pd::gpu_blocks(cfg.num_gpu_blocks, cfg.max_model_len, cfg.block_size);
+    if blocks > cfg.num_gpu_blocks {
+        let _ = writeln!(s, "# {} GPU blocks in the model: vLLM's pool must hold max_model_len", cfg.num_gpu_blocks);
+    }
+    let _ = writeln!(s, "gpu_blocks = {blocks}");
     let _ = writeln!(s, "max_num_batched_tokens = {}", cfg.max_num_batched_tokens);
     // vLLM refuses max_num_seqs above the token budget (SchedulerConfig); no step can
     // schedule more requests than tokens anyway.
@@ -496,6 +507,9 @@ pub fn to_recorder(
                 let _ = writeln!(s, "save_decode_cache = true");
             }
         }
+        ConnectorConfig::Nixl => {
+            let _ = writeln!(s, "connector = \"nixl\"");
+        }
         _ => {
             let _ = writeln!(s, "connector = \"none\"");
         }
@@ -536,6 +550,9 @@ pub fn to_recorder(
     }
     for (kind, r, st) in &events {
         let _ = writeln!(s, "\n[[event]]\n{kind} = {:?}\nstep = {st}", wl.requests[*r as usize].name);
+    }
+    if matches!(cfg.connector, ConnectorConfig::Nixl) {
+        s.push_str(&super::reproduce_pd::consumer_reads(&reads, &engine, step, wl));
     }
     // The nth job of its kind for a request, as the recorder's fake worker counts them (per
     // request; SimpleCPU: the nth event holding a part of it).

@@ -107,8 +107,9 @@ fn event_text(sys: &System, e: &Event) -> Option<String> {
                 keys(k)
             )
         }
-        Event::PdSaved { req, blocks } => format!("{}'s blocks {blocks:?} copied to the host buffer", n(req)),
-        Event::PdRead { req, blocks } => {
+        Event::PdSaved { req, blocks, .. } => format!("{}'s blocks {blocks:?} copied to the host buffer", n(req)),
+        Event::PdSent { .. } => return None,
+        Event::PdRead { req, blocks, .. } => {
             format!("the consumer reads {}'s blocks {blocks:?} from the host buffer", n(req))
         }
         Event::Flush { job } => format!("flush job {job}"),

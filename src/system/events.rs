@@ -77,15 +77,26 @@ pub enum Event {
     HostEvicted {
         key: BlockHash,
     },
-    /// NIXL host-buffer mode: `save_kv_to_host` copied these blocks of the request.
+    /// NIXL host-buffer mode: `save_kv_to_host` copied these blocks of the request; `filled`:
+    /// how many leading positions of each copy hold the request's KV.
     PdSaved {
         req: ReqId,
         blocks: Vec<BlockId>,
+        filled: Vec<u32>,
     },
-    /// NIXL P/D: the consumer read the request's blocks from the host buffer.
+    /// NIXL P/D: the consumer read the request's blocks (`remote_block_ids`) over `tokens`
+    /// positions (`remote_num_tokens`) from the host buffer; `stale`: the blocks it used whose
+    /// copy did not hold the request's KV (handoff-integrity).
     PdRead {
         req: ReqId,
         blocks: Vec<BlockId>,
+        tokens: u32,
+        stale: Vec<BlockId>,
+    },
+    /// NIXL producer, `get_finished`: the request is in `finished_sending` (the consumer's
+    /// notification arrived).
+    PdSent {
+        req: ReqId,
     },
     /// `complete_store`: these write-pending keys became ready (vLLM's CPU BlockStored).
     HostStored {

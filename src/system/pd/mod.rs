@@ -307,7 +307,8 @@ pub fn apply_with(sys: &System, pd: &PdSys, e: &mut Engine, a: PdInput, ev: &mut
                 st.d.ghost.mark(Mark::PdRemoteLoad);
             }
             let blocks = x.blocks.clone();
-            dev.emit(|| Event::PdRead { req: x.req, blocks });
+            // D's own record of the read (P's consumer_read judged the copies).
+            dev.emit(|| Event::PdRead { req: x.req, blocks, tokens: 0, stale: Vec::new() });
             true
         }
     };

@@ -19,7 +19,11 @@ Drives, in the order of ``vllm.v1.engine.core.EngineCore._initialize_kv_caches``
   ``KVConnectorFactory``; the CPU tier is its ``CPUOffloadingManager`` with the
   ``LRUCachePolicy``; or the ``SimpleCPUOffloadConnector``, whose
   ``SimpleCPUOffloadScheduler`` (eager) keeps a CPU ``BlockPool`` (``Scheduler.__init__``
-  binds it to the GPU block pool through ``bind_kv_cache_manager``);
+  binds it to the GPU block pool through ``bind_kv_cache_manager``); or the
+  ``MooncakeStoreConnector`` (mcstore.py); or the ``NixlConnector`` as the P/D producer
+  (``kv_producer``, ``kv_buffer_device = "cpu"``: its ``NixlPullConnectorScheduler`` in
+  host-buffer mode; nixlprod.py), whose requests carry ``kv_transfer_params`` with
+  ``do_remote_decode`` (``make_request``);
 * the block hasher: ``get_hash_fn_by_name("sha256")``, ``init_none_hash``,
   ``get_request_block_hasher``;
 * ``vllm.v1.request.Request`` objects with ``SamplingParams``.
@@ -59,6 +63,7 @@ class Engine:
     kv_bytes_per_token: int
     num_host_chunks: int            # what the CPU manager really got (0 without connector)
     mc_store: object = None         # Mooncake: mcstore.FakeStore (the pool)
+    pd_producer: bool = False       # NIXL: every request is a P/D prefill (do_remote_decode)
 
     @property
     def batch_queue_size(self) -> int:
@@ -198,6 +203,14 @@ def build_engine(sc: Scenario) -> Engine:
             kv_connector_extra_config={"load_async": True, "lookup_rpc_port": 4242,
                                        "save_decode_cache": sc.mooncake_save_decode_cache},
             kv_load_failure_policy=sc.load_failure_policy)
+    elif sc.connector == "nixl":
+        # NixlConnector's scheduler side as the P/D producer (prefill instance) in host-buffer
+        # mode (nixlprod.py): kv_producer, one rank, KV copied to a host buffer. No worker is
+        # built, so neither the nixl package nor a handshake listener is needed.
+        kv_transfer_config = KVTransferConfig(
+            kv_role="kv_producer", kv_buffer_device="cpu",
+            kv_load_failure_policy=sc.load_failure_policy,
+            **connector_by_name(sc, "NixlConnector"))
     elif getattr(sc, "connector_class", None):
         raise ValueError(f"--connector-class {sc.connector_class}: scenario {sc.name} has "
                          f"connector = 'none'")
@@ -262,6 +275,10 @@ def build_engine(sc: Scenario) -> Engine:
         hasher = get_request_block_hasher(hash_block_size, hash_fn)
 
     eng = Engine(vllm_config, scheduler, hasher, kv_bytes_per_token, 0)
+    if sc.connector == "nixl":
+        import nixlprod
+        nixlprod.check(eng)
+        eng.pd_producer = True
     if eng.manager is not None:
         mgr = eng.manager   # 0.24 counts blocks (_num_blocks), 0.32+ chunks
         eng.num_host_chunks = getattr(mgr, "_num_chunks", None) or mgr._num_blocks
@@ -341,6 +358,11 @@ def make_request(eng: Engine, name: str, prompt: list[int], max_tokens: int,
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=not eos)
     # What the input processor does: eos_token_id is only kept without ignore_eos.
     params.update_from_generation_config({}, EOS_TOKEN_ID)
+    if eng.pd_producer:
+        # What a P/D proxy sends the prefill instance (vLLM's toy proxy's request to P).
+        params.extra_args = {"kv_transfer_params": {
+            "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+            "remote_block_ids": None, "remote_host": None, "remote_port": None}}
     extra = {"resumable": True} if resumable else {}   # 0.24 has no streaming sessions
     return Request(name, list(prompt), params, pooling_params=None,
                    block_hasher=eng.hasher, **extra)

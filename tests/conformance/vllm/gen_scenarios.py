@@ -31,7 +31,8 @@ shared system prompt preloaded into the pool (probability 0.7), save delays from
 loads and slow saves. `stress` draws
 any connector with 4 to 8 requests, a pool from one request's worth to two blocks more, async
 scheduling half the time, sessions with probability 0.3 (up to 3 inputs), more aborts, errors and
-failed loads (a load's first or second).
+failed loads (a load's first or second). `nixl` (never drawn by `any`): NixlConnector as the
+P/D producer in host-buffer mode (gen_nixl.py says what it draws).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gen_nixl import gen_nixl  # noqa: E402
 from scenario import load_scenario  # noqa: E402
 
 NAMES = ["A", "B", "C", "D", "E", "F", "G", "H"]
@@ -261,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none", "mooncake", "stress", "long"],
-                    default="any")
+    ap.add_argument("--kind", choices=["any", "offloading", "simple-cpu", "none", "mooncake", "stress", "long",
+                                       "nixl"], default="any")
     args = ap.parse_args(argv)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(f"{args.seed}/{i}/{args.kind}")
         name = f"fuzz-{args.seed}-{i}"
         path = out / f"{name}.toml"
-        path.write_text(gen(rng, name, args.kind))
+        path.write_text(gen_nixl(rng, name) if args.kind == "nixl" else gen(rng, name, args.kind))
         load_scenario(path)  # a generator bug is an error here, not a recording failure
     return 0
 

@@ -24,6 +24,8 @@ Wraps (instance attributes shadowing the class methods; nothing in vLLM is patch
   ``evict``; ``update_connector_output`` -> ``load_completed``; ``_process_store_event``
   -> ``store_completed``; end of step: ``cpu`` (free queue, cached map, ref counts,
   ``_pending_cpu_hits``).
+* MooncakeStoreConnector and NixlConnector (the P/D producer): their own modules' ``install``
+  and ``snapshot`` (mcstore.py, nixlprod.py; ``_OWN_MODULE``).
 Reads read-only: ``BlockPool.free_block_queue.get_all_free_blocks()``,
 ``BlockPool.cached_block_hash_to_block._cache``, ``LRUCachePolicy.chunks`` / ``_ranks`` /
 ``_evictable`` (eviction order = ascending (rank, key) among evictable keys, which is the
@@ -32,6 +34,7 @@ order ``LRUCachePolicy.evict`` pops its heap in).
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -45,6 +48,10 @@ _REASONS = {
     "FINISHED_ERROR": "error",
     "FINISHED_REPETITION": "repetition",
 }
+
+
+# Connectors whose lines and snapshot a module of their own writes (install, snapshot).
+_OWN_MODULE = {"mooncake": "mcstore", "nixl": "nixlprod"}
 
 
 class H:
@@ -265,9 +272,8 @@ class Recorder:
         if scpu is not None:
             self._install_scpu(scpu)
             return
-        if self.sc.connector == "mooncake":
-            import mcstore
-            return mcstore.install(self)
+        if self.sc.connector in _OWN_MODULE:   # mcstore.py, nixlprod.py
+            return importlib.import_module(_OWN_MODULE[self.sc.connector]).install(self)
         if self.eng.manager is None:
             raise RuntimeError(
                 f"connector {type(conn).__module__}:{type(conn).__name__} is not vLLM's "
@@ -562,9 +568,8 @@ class Recorder:
         if scpu is not None:
             self._cpu_snapshot(scpu, labels)
             return
-        if self.sc.connector == "mooncake":
-            import mcstore
-            return mcstore.snapshot(self)
+        if self.sc.connector in _OWN_MODULE:
+            return importlib.import_module(_OWN_MODULE[self.sc.connector]).snapshot(self)
         mgr = self.eng.manager
         if mgr is None:
             return

@@ -1,4 +1,4 @@
-"""Record a conformance event log by running vLLM 0.33.0's real scheduler side.
+"""Record a conformance event log by running vLLM's real scheduler side (0.24 to 0.34).
 
     python record.py SCENARIO.toml -o LOG.jsonl
 
@@ -13,7 +13,11 @@ False), ``schedule()``, the fake worker's ``ModelRunnerOutput`` (fakeworker.py),
 errors through ``Scheduler.finish_requests(..., FINISHED_ABORTED | FINISHED_ERROR)``,
 a streaming session's further inputs and its end-of-session sentinel through
 ``Scheduler.add_request`` with the session's id (as ``AsyncLLM`` sends them), all before
-the step's ``schedule()``. The log format is docs/conformance-format.md.
+the step's ``schedule()``. The connector's scheduler side is vLLM's and its worker a fake:
+fakeworker.py (OffloadingConnector, SimpleCPUOffloadConnector), mcstore.py
+(MooncakeStoreConnector), nixlprod.py (NixlConnector as the P/D producer in host-buffer mode;
+the decode instance's reads, ``[[consumer_read]]``, are inputs before a step's ``schedule()``).
+The log format is docs/conformance-format.md.
 """
 
 from __future__ import annotations
@@ -131,6 +135,9 @@ def run(sc: Scenario, out, debug: bool = False, kvevents: list | None = None,
     if sc.connector == "mooncake":
         from mcstore import McFakeWorker
         worker = McFakeWorker(sc, eng)
+    elif sc.connector == "nixl":
+        from nixlprod import NixlFakeWorker
+        worker = NixlFakeWorker(sc, eng, rec)
     else:
         worker = ScpuFakeWorker(sc) if sc.connector == "simple-cpu" else FakeWorker(sc)
     rec.worker = worker
@@ -171,6 +178,8 @@ def _steps(sc, eng, rec, cap, worker, t0, t_build) -> dict:
                 status = (RequestStatus.FINISHED_ABORTED if ev.kind == "abort"
                           else RequestStatus.FINISHED_ERROR)
                 sched.finish_requests([ev.req], status)
+        if sc.connector == "nixl":   # the decode instance's reads (nixlprod.py)
+            worker.consumer_reads(step, rec.finished_at)
         progress = True
         while progress:   # 'after_arrival' with delay 0 can chain within one step
             progress = False
@@ -389,6 +398,13 @@ def unsupported(sc: Scenario) -> str | None:
             return "no MooncakeStoreConnector (mooncake/store)"
         if "_pinned_saves" not in inspect.getsource(scheduler):
             return "this MooncakeStoreScheduler pins no save blocks (kvmc models 0.32+'s store)"
+    if sc.connector == "nixl":
+        try:
+            from vllm.distributed.kv_transfer.kv_connector.v1.nixl import base_scheduler as nb
+        except ImportError:
+            return "no NixlConnector package (kv_connector/v1/nixl/)"
+        if "_build_save_meta" not in inspect.getsource(nb):
+            return "this NixlConnector builds no host-buffer saves in _build_save_meta"
     if sc.connector == "simple-cpu":
         try:
             from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler

@@ -111,6 +111,22 @@ class InputEvent:
 
 
 @dataclass
+class ConsumerRead:
+    """NIXL P/D (``[[consumer_read]]``): the decode instance reads request ``req``'s blocks from
+    the producer's host buffer before step ``at_step`` (None: ``delay`` steps after ``req``
+    finished; 1, the earliest, the step after the one whose output carried its
+    ``kv_transfer_params``)."""
+
+    req: str
+    at_step: int | None = None
+    delay: int = 1
+
+    def describe(self) -> str:
+        when = f"step {self.at_step}" if self.at_step is not None else f"{self.delay} step(s) after it finishes"
+        return f"consumer read of {self.req} ({when})"
+
+
+@dataclass
 class LoadFailure:
     req: str
     nth: int = 1          # the nth load job created for `req` (1-based)
@@ -174,6 +190,9 @@ class Scenario:
     mooncake_preload: list[list[str]] = field(default_factory=list)
     # [mooncake] save_decode_cache (kv_connector_extra_config; vLLM's default false)
     mooncake_save_decode_cache: bool = False
+    # [[consumer_read]] (connector = "nixl"): when the decode instance reads each request; a
+    # request with none is read at the earliest step (ConsumerRead's delay 1)
+    consumer_reads: list[ConsumerRead] = field(default_factory=list)
 
     def request(self, name: str) -> RequestSpec:
         for r in self.requests:
@@ -214,7 +233,7 @@ _REQUEST_KEYS = {"name", "prompt", "max_tokens", "eos_at", "arrive", "after",
 _INPUT_KEYS = {"prompt", "max_tokens", "eos_at", "end", "send", "delay"}
 _EVENT_KEYS = {"abort", "error", "step", "after", "after_arrival", "delay"}
 _TOP_KEYS = {"name", "description", "engine", "offload", "simple_cpu", "mooncake", "worker", "request",
-             "event", "load_failure", "transfer_delay"}
+             "event", "load_failure", "transfer_delay", "consumer_read"}
 
 
 def _bool(v, where: str) -> bool:
@@ -341,8 +360,11 @@ def _load_scenario(path: Path) -> Scenario:
     block_size = int(eng["block_size"])
     gpu_blocks = int(eng["gpu_blocks"])
     connector = eng.get("connector", "offloading")
-    if connector not in ("offloading", "none", "simple-cpu", "mooncake"):
-        raise ScenarioError("[engine] connector must be 'offloading', 'simple-cpu', 'mooncake' or 'none'")
+    if connector not in ("offloading", "none", "simple-cpu", "mooncake", "nixl"):
+        raise ScenarioError("[engine] connector must be 'offloading', 'simple-cpu', 'mooncake', 'nixl' "
+                            "or 'none'")
+    if doc.get("consumer_read") and connector != "nixl":
+        raise ScenarioError("[[consumer_read]] goes with connector = 'nixl'")
     if mc and connector != "mooncake":
         raise ScenarioError("[mooncake] goes with connector = 'mooncake'")
     if connector == "mooncake" and off:
@@ -455,6 +477,9 @@ def _load_scenario(path: Path) -> Scenario:
                                                 nth=int(d.get("nth", 1)),
                                                 delay=int(d["delay"])))
 
+    if connector == "nixl":
+        _check_nixl(sc, doc, off)
+
     # Cross references.
     for r in sc.requests:
         for ref in (r.when.after, r.when.after_arrival):
@@ -464,13 +489,53 @@ def _load_scenario(path: Path) -> Scenario:
             is_ref, seg_name, _ = parse_segment(seg)
             if is_ref and seg_name not in names:
                 raise ScenarioError(f"request {r.name}: unknown request {seg_name!r}")
-    for x in (*sc.load_failures, *sc.delay_overrides):
+    for x in (*sc.load_failures, *sc.delay_overrides, *sc.consumer_reads):
         if x.req not in names:
             raise ScenarioError(f"{type(x).__name__} of unknown request {x.req!r}")
     for e in sc.events:
         if e.req not in names:
             raise ScenarioError(f"{e.kind} of unknown request {e.req!r}")
     return sc
+
+
+def _check_nixl(sc: Scenario, doc: dict, off: dict) -> None:
+    """``connector = "nixl"``: vLLM's NixlConnector as the P/D producer (prefill instance) in
+    host-buffer mode, as kvmc models it (docs/models.md): every request is a P/D prefill
+    request, which the proxy sends with max_tokens = 1; synchronous scheduling; no other
+    connector's tables. Parses ``[[consumer_read]]``."""
+    if off:
+        raise ScenarioError("[offload] goes with connector = 'offloading' (nixl here)")
+    if sc.async_scheduling:
+        raise ScenarioError("connector = 'nixl': synchronous scheduling only (kvmc models no async NIXL)")
+    for key in ("load_failure", "transfer_delay"):
+        if doc.get(key):
+            raise ScenarioError(f"[[{key}]]: the NIXL producer has no load or store jobs "
+                                f"(its host-buffer copies are synchronous)")
+    for r in sc.requests:
+        if r.max_tokens != 1:
+            raise ScenarioError(f"request {r.name}: a P/D prefill request has max_tokens = 1 "
+                                f"(the proxy's; got {r.max_tokens})")
+        if r.inputs:
+            raise ScenarioError(f"request {r.name}: no streaming inputs with connector = 'nixl'")
+    seen: set[str] = set()
+    for i, t in enumerate(doc.get("consumer_read", [])):
+        where = f"[[consumer_read]] #{i + 1}"
+        _check_keys(t, {"request", "at_step", "delay"}, where)
+        req = t["request"]
+        if req in seen:
+            raise ScenarioError(f"{where}: a second read of {req!r} (the consumer reads a request once)")
+        seen.add(req)
+        if "at_step" in t and "delay" in t:
+            raise ScenarioError(f"{where}: give 'at_step' or 'delay', not both")
+        at = t.get("at_step")
+        delay = int(t.get("delay", 1))
+        if at is not None and int(at) < 2:
+            raise ScenarioError(f"{where}: at_step must be >= 2 (a request finishes in step 1 at "
+                                f"the earliest, and is read before a later step)")
+        if delay < 1:
+            raise ScenarioError(f"{where}: delay must be >= 1 (the read follows the finish)")
+        sc.consumer_reads.append(ConsumerRead(req=req, at_step=int(at) if at is not None else None,
+                                              delay=delay))
 
 
 def build_prompt(spec: RequestSpec | StreamInputSpec, tokens_of: dict[str, list[int]],

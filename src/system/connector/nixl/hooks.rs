@@ -4,6 +4,7 @@
 
 use super::NixlState;
 use crate::system::connector::{HookCtx, KvConnector, RequestRef, SchedOut, StepScratch, WorkerCtx, WorkerStep};
+use crate::system::events::Event;
 use crate::system::model_runner::WorkerOut;
 use crate::system::request::ReqState;
 use crate::system::types::ReqId;
@@ -29,7 +30,11 @@ impl KvConnector for NixlState {
     fn worker_after_forward(&mut self, s: WorkerStep, cx: &mut WorkerCtx) -> WorkerOut {
         let b = cx.ctx.cfg.block_size;
         self.save_kv_to_host(cx.pool, s.reqs, cx.ctx.wl, b, s.scratch, cx.ghost, cx.ev);
-        WorkerOut { finished_sending: self.get_finished(), ..WorkerOut::default() }
+        let finished_sending = self.get_finished();
+        for &req in &finished_sending {
+            cx.ev.emit(|| Event::PdSent { req });
+        }
+        WorkerOut { finished_sending, ..WorkerOut::default() }
     }
 
     fn consumer_readable(&self) -> Vec<ReqId> {

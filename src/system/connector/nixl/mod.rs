@@ -36,6 +36,9 @@
 //! allocates no new block. (The PR text was not available; this is the
 //! rule its summary names, "re-save the block that straddles a chunked-prefill boundary".)
 //!
+//! Held against real vLLM 0.24 to 0.34 by the conformance recorder
+//! (tests/conformance/vllm/nixlprod.py, tests/conform_nixl.rs): every `pd-*` log conforms.
+//!
 //! Not modelled: the consumer's own instance (its allocation, its load into G1, its
 //! recompute of the backoff tokens), direct GPU-to-GPU transfer (no host buffer), push mode,
 //! send leases and their expiry (`_reap_expired_send_leases`), heartbeats, handshakes,
@@ -174,17 +177,19 @@ impl NixlState {
         };
         s.read = true;
         let mut stale = Vec::new();
+        let mut stale_blocks = Vec::new();
         let used = s.blocks.iter().enumerate().take(cdiv(s.tokens, b) as usize).skip(from as usize).take(n as usize);
         for (i, &blk) in used {
             let need = (s.tokens - i as u32 * b).min(b);
             let tag = self.host[blk as usize];
             if !tag_serves(tag, spec, i, need, b) {
                 stale.push(format!("block {blk} (its block {i}, {need} positions) holds {}", wl.describe(tag)));
+                stale_blocks.push(blk);
             }
         }
         ghost.mark(Mark::PdHandoff);
-        let blocks = s.blocks.clone();
-        ev.emit(|| Event::PdRead { req: r, blocks });
+        let (blocks, tokens) = (s.blocks.clone(), s.tokens);
+        ev.emit(|| Event::PdRead { req: r, blocks, tokens, stale: stale_blocks });
         if !stale.is_empty() {
             ghost.breach(Breach::PdStaleSend);
             ev.emit(|| Event::Violation {
@@ -225,8 +230,25 @@ impl NixlState {
                 }
             }
             ghost.mark(Mark::StoreCompleted);
-            let (req, blocks) = (*r, blocks.clone());
-            ev.emit(|| Event::PdSaved { req, blocks });
+            let spec = wl.spec(*r, q.turn);
+            let host = &self.host;
+            ev.emit(|| Event::PdSaved {
+                req: *r,
+                blocks: blocks.clone(),
+                // The leading positions of each copy that hold the request's own KV.
+                filled: blocks
+                    .iter()
+                    .map(|&blk| {
+                        let tag = host[blk as usize];
+                        match (tag, q.table.iter().position(|&x| x == blk)) {
+                            (ContentTag::Kv { len, .. }, Some(i)) if tag_serves(tag, spec, i, len.into(), b) => {
+                                len.into()
+                            }
+                            _ => 0,
+                        }
+                    })
+                    .collect(),
+            });
         }
     }
 
