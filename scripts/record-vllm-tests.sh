@@ -6,7 +6,7 @@
 #   scripts/record-vllm-tests.sh --vllm 0.34.0 [--out DIR] [--sdist FILE] [TEST_FILE...]
 #
 # --vllm      0.24.0, 0.32.0, 0.33.0 (default) or 0.34.0; the venv is /work/venv-vllm-VERSION
-#             (0.33.0: /work/venv-vllm; VLLM_VENV overrides)
+#             (0.33.0: /work/venv-vllm if it exists; VLLM_VENV overrides)
 # --sdist     vLLM's sdist of that version (default /tmp/vllm-VERSION.tar.gz; PyPI's sdists
 #             carry tests/); unpacked under /tmp/kvmc-vllm-tests-VERSION, never in the repo
 # --out       where the logs, summary.json, tests.jsonl (one line per test) and conform.txt
@@ -48,7 +48,8 @@ while [ $# -gt 0 ]; do
 done
 case "$version" in
   0.24.0|0.32.0|0.34.0) VENV="${VLLM_VENV:-/work/venv-vllm-$version}" ;;
-  0.33.0) VENV="${VLLM_VENV:-/work/venv-vllm}" ;;
+  0.33.0) VENV="${VLLM_VENV:-/work/venv-vllm}"
+          [ -n "${VLLM_VENV:-}" ] || [ -x "$VENV/bin/python" ] || VENV=/work/venv-vllm-$version ;;
   *) echo "--vllm $version: one of 0.24.0, 0.32.0, 0.33.0, 0.34.0" >&2; exit 2 ;;
 esac
 PY="$VENV/bin/python"
@@ -115,23 +116,25 @@ logs=()
 for log in "$out"/*.jsonl; do   # tests.jsonl is the plugin's per-test record, not a log
   [ "$(basename "$log")" = tests.jsonl ] || logs+=("$log")
 done
+# Logs of schedulers with 0.34's cache_aware_admission_window > 0 (header fields
+# cache_aware_admission_window / _threshold) are kept apart in OUT/cache-aware-window/ and
+# counted apart; they are conformed too (the 0.34 profile models the window).
+win=("$out"/cache-aware-window/*.jsonl)
 : > "$out/conform.txt"
 pass=0
-for log in "${logs[@]}"; do
+wpass=0
+for log in "${logs[@]}" "${win[@]}"; do
+  case "$log" in */cache-aware-window/*) name="cache-aware-window/$(basename "$log")" ;; *) name="$(basename "$log")" ;; esac
   if "$KVMC" conform --profile "vllm-${version%.0}" "$log" > "$out/conform.tmp" 2>&1; then
-    pass=$((pass + 1)); echo "conforms: $(basename "$log")" >> "$out/conform.txt"
+    case "$name" in cache-aware-window/*) wpass=$((wpass + 1)) ;; *) pass=$((pass + 1)) ;; esac
+    echo "conforms: $name" >> "$out/conform.txt"
   else
-    echo "FAILS ($?): $(basename "$log")" >> "$out/conform.txt"
+    echo "FAILS ($?): $name" >> "$out/conform.txt"
     sed 's/^/    /' "$out/conform.tmp" | head -n 20 >> "$out/conform.txt"
   fi
 done
 rm -f "$out/conform.tmp"
 echo "vLLM $version: ${#logs[@]} logs, $pass conform (details: $out/conform.txt, counts: $out/summary.json)" >&2
-# Logs of schedulers with 0.34's cache_aware_admission_window > 0 (header fields
-# cache_aware_admission_window / _threshold) are kept apart: they conform only against a
-# vllm-0.34 profile that models the window, so they are listed, not conformed, here.
-win=("$out"/cache-aware-window/*.jsonl)
 if [ ${#win[@]} -gt 0 ]; then
-  echo "${#win[@]} more logs use cache_aware_admission_window; once the model has it:" >&2
-  echo "  $KVMC conform --profile vllm-${version%.0} $out/cache-aware-window/*.jsonl" >&2
+  echo "and ${#win[@]} logs with cache_aware_admission_window, $wpass conform" >&2
 fi

@@ -13,8 +13,8 @@ A step is one ``schedule()`` and the ``update_from_output()`` that follows; inpu
 them belong to the next step. A test's last ``schedule()`` without an update is closed by the
 plugin (``TestRecorder.close_step``). A (test, scheduler) pair yields ``OUT/TEST.sN.jsonl`` when the
 test passed, the scheduler was stepped at least once and nothing kvmc does not model was
-seen; otherwise the first reason is counted in ``OUT/summary.json`` (see ``_config_limits``
-and the ``_flag`` calls). Every test's outcome is counted there too: collected, passed,
+seen; otherwise the first reason is counted in ``OUT/summary.json`` (see
+vllm_tests_limits.py and the ``flag`` calls). Every test's outcome is counted there too: collected, passed,
 failed, skipped by pytest, and "did not run" (needs a GPU, Triton or a model download).
 """
 
@@ -31,6 +31,8 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from vllm_tests_limits import Eng, config_limits, request_limits  # noqa: E402
+
 _OUT = Path(os.environ.get("KVMC_VLLM_TESTS_OUT", "/tmp/kvmc-vllm-tests"))
 _current: dict = {"test": None, "scheds": []}
 _summary = {"collected": 0, "outcomes": Counter(), "did_not_run": Counter(),
@@ -38,7 +40,7 @@ _summary = {"collected": 0, "outcomes": Counter(), "did_not_run": Counter(),
             "tests_with_log": 0, "logs_of": {}, "recorder_errors": Counter(),
             "failures": {}, "logs_window": 0,
             "logs_last_schedule_unrecorded": 0, "steps_closed": 0,
-            "close_step_errors": Counter()}
+            "close_step_errors": Counter(), "logs_reserve_full_isl_off": 0}
 # Logs of schedulers with 0.34's cache_aware_admission_window > 0 (kept apart: see _finish).
 _WINDOW = "cache-aware-window"
 
@@ -53,156 +55,6 @@ _DID_NOT_RUN = [
 ]
 
 
-class _Eng:
-    """What observe.Recorder reads of engine.Engine, for a scheduler a test built."""
-
-    def __init__(self, sched):
-        self.scheduler = sched
-
-    @property
-    def connector(self):
-        return self.scheduler.connector
-
-    @property
-    def manager(self):
-        conn = self.scheduler.connector
-        cs = getattr(conn, "connector_scheduler", None) if conn is not None else None
-        return getattr(cs, "manager", None)
-
-    @property
-    def scpu(self):
-        conn = self.scheduler.connector
-        return getattr(conn, "scheduler_manager", None) if conn is not None else None
-
-    @property
-    def block_pool(self):
-        return self.scheduler.kv_cache_manager.block_pool
-
-    def req_to_blocks(self):
-        (mgr,) = self.scheduler.kv_cache_manager.coordinator.single_type_managers
-        return mgr.req_to_blocks
-
-
-def _config_limits(sched) -> tuple[str | None, dict]:
-    """(why kvmc does not model this scheduler's configuration or None, header fields)."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
-    vc = sched.vllm_config
-    sc, cc = vc.scheduler_config, vc.cache_config
-    kcc = sched.kv_cache_config
-    if type(sched).__name__ != "Scheduler":
-        name = type(sched).__name__
-        return f"scheduler class {name}" + (" (async scheduling)" if "Async" in name else ""), {}
-    groups = kcc.kv_cache_groups
-    if len(groups) != 1:
-        return f"{len(groups)} KV cache groups (hybrid)", {}
-    spec = groups[0].kv_cache_spec
-    if type(spec) is not FullAttentionSpec:
-        return f"KV cache spec {type(spec).__name__}", {}
-    if getattr(spec, "sliding_window", None) or getattr(spec, "attention_chunk_size", None):
-        return "sliding window / chunked local attention", {}
-    checks = [
-        (vc.speculative_config is not None, "spec decode"),
-        (getattr(vc, "lora_config", None) is not None, "LoRA"),
-        (getattr(vc, "ec_transfer_config", None) is not None, "encoder cache connector"),
-        (vc.model_config.is_encoder_decoder, "encoder-decoder model"),
-        (getattr(sc, "policy", "fcfs") != "fcfs", "priority scheduling"),
-        (not sc.enable_chunked_prefill, "chunked prefill off"),
-        (getattr(sc, "max_num_active_seqs", None) is not None, "max_num_active_seqs"),
-        (getattr(sc, "long_prefill_token_threshold_adaptive", False),
-         "long_prefill_token_threshold_adaptive"),
-        (getattr(sc, "watermark", 0.0) > 0.0, "scheduler watermark"),
-        (getattr(sc, "prefill_schedule_interval", 1) != 1, "prefill_schedule_interval"),
-        (not getattr(sc, "scheduler_reserve_full_isl", True), "scheduler_reserve_full_isl off"),
-        (vc.parallel_config.pipeline_parallel_size > 1, "pipeline parallel"),
-        (sched.block_size > 64, f"block size {sched.block_size} (kvmc: 1..=64)"),
-        (getattr(sched.kv_cache_manager, "hash_block_size", sched.block_size)
-         not in (None, sched.block_size), "hash block size != block size"),
-        (kcc.num_blocks > 1_000_000, "more than 1,000,000 GPU blocks"),
-        (sched.max_num_scheduled_tokens != sc.max_num_batched_tokens,
-         "max_num_scheduled_tokens != max_num_batched_tokens"),
-        (getattr(sched, "dcp_world_size", 1) > 1 or getattr(sched, "pcp_world_size", 1) > 1,
-         "context parallel"),
-    ]
-    for bad, why in checks:
-        if bad:
-            return why, {}
-    conn = sched.connector
-    kvt = vc.kv_transfer_config
-    hdr = {"connector": "none", "host_chunks": 0, "blocks_per_chunk": 1,
-           "offload_prompt_only": True, "eviction_policy": "lru",
-           "sync_load_budget_tokens": 0, "load_failure_policy": "fail"}
-    if conn is not None:
-        name = type(conn).__name__
-        extra = dict(kvt.kv_connector_extra_config or {})
-        hdr["load_failure_policy"] = getattr(kvt, "kv_load_failure_policy", "fail")
-        if name == "OffloadingConnector":
-            eng = _Eng(sched)
-            mgr = eng.manager
-            if mgr is None or type(mgr).__name__ != "CPUOffloadingManager":
-                return f"offloading manager {type(mgr).__name__}", {}
-            pol = type(mgr._policy).__name__
-            if pol != "LRUCachePolicy":
-                return f"eviction policy {pol}", {}
-            cs = conn.connector_scheduler
-            if extra.get("sync_load_budget_bytes"):
-                return "sync_load_budget_bytes", {}
-            hdr.update(connector="offloading",
-                       host_chunks=getattr(mgr, "_num_chunks", None) or mgr._num_blocks,
-                       blocks_per_chunk=int(extra.get("blocks_per_chunk", 1)),
-                       offload_prompt_only=bool(extra.get("offload_prompt_only", True)))
-            if getattr(cs, "blocks_per_chunk", hdr["blocks_per_chunk"]) != hdr["blocks_per_chunk"]:
-                return "blocks_per_chunk not read from the extra config", {}
-        elif name == "SimpleCPUOffloadConnector":
-            scpu = _Eng(sched).scpu
-            if scpu is None or scpu._lazy_mode:
-                return "SimpleCPU lazy mode", {}
-            hdr.update(connector="simple-cpu",
-                       cpu_blocks=scpu.cpu_block_pool.num_gpu_blocks)
-        else:
-            return f"connector {name}", {}
-    hdr.update(block_size=sched.block_size, num_gpu_blocks=kcc.num_blocks,
-               max_num_batched_tokens=sc.max_num_batched_tokens,
-               max_num_seqs=sc.max_num_seqs, max_model_len=sched.max_model_len,
-               long_prefill_token_threshold=sc.long_prefill_token_threshold,
-               enable_prefix_caching=bool(cc.enable_prefix_caching))
-    # 0.34's cache-aware admission: written to the header (the 0.34 profile's rule reads it)
-    # and the log goes to OUT/cache-aware-window/, counted apart from the others.
-    window = getattr(sc, "cache_aware_admission_window", 0) or 0
-    if window > 0:
-        hdr.update(cache_aware_admission_window=int(window),
-                   cache_aware_admission_threshold=float(sc.cache_aware_admission_threshold))
-    return None, hdr
-
-
-def _request_limits(req) -> str | None:
-    """Why kvmc does not model this request (or None)."""
-    sp = req.sampling_params
-    rid = req.request_id
-    if not isinstance(rid, str) or "." in rid or "@" in rid:
-        return "request id with '.' or '@' (log labels)"
-    checks = [
-        (sp is None, "pooling request"),
-        (bool(getattr(req, "mm_features", None)), "multimodal / encoder inputs"),
-        (getattr(req, "lora_request", None) is not None, "LoRA request"),
-        (getattr(req, "structured_output_request", None) is not None, "structured output"),
-        (getattr(req, "priority", 0) != 0, "request priority"),
-        (getattr(req, "resumable", False), "streaming-input session"),
-        (bool(getattr(req, "kv_transfer_params", None)), "kv_transfer_params (P/D)"),
-        (sp is not None and sp.prompt_logprobs is not None, "prompt logprobs"),
-        (sp is not None and bool(sp.stop_token_ids), "stop_token_ids"),
-        (sp is not None and bool(sp.stop), "stop strings"),
-        (sp is not None and (sp.min_tokens or 0) > 0, "min_tokens"),
-        (sp is not None and sp.max_tokens is None, "max_tokens None"),
-        (getattr(req, "prompt_embeds", None) is not None, "prompt embeds"),
-        (req.num_prompt_tokens == 0, "empty prompt"),
-    ]
-    for bad, why in checks:
-        if bad:
-            return why
-    return None
-
-
 class TestRecorder:
     """One scheduler of one test: the log lines, or the reason there is none."""
 
@@ -210,7 +62,7 @@ class TestRecorder:
         from observe import Recorder
 
         self.sched = sched
-        self.why, self.hdr = _config_limits(sched)
+        self.why, self.hdr = config_limits(sched)
         self.steps = 0
         self.in_step = False       # schedule() returned, update_from_output() not yet called
         self.depth = 0             # inside one of the scheduler's public methods
@@ -218,8 +70,9 @@ class TestRecorder:
         self.rec = None
         if self.why is not None:
             return
-        sc = SimpleNamespace(name="", requests=[])
-        eng = _Eng(sched)
+        # What observe.Recorder reads of a scenario (record.py passes a Scenario).
+        sc = SimpleNamespace(name="", requests=[], connector=self.hdr["connector"])
+        eng = Eng(sched)
         objs = [o for o in (sched, sched.connector, eng.manager, eng.scpu,
                             getattr(eng.scpu, "cpu_block_pool", None)) if o is not None]
         before = [set(vars(o)) for o in objs]
@@ -270,7 +123,7 @@ class TestRecorder:
         def add_request(req, *a, **kw):
             if self.in_step:
                 self.flag("add_request between schedule() and update_from_output()")
-            why = _request_limits(req)
+            why = request_limits(req)
             if why is not None:
                 return self.flag(why)
             if req.request_id in self.sched.requests:
@@ -387,7 +240,7 @@ class TestRecorder:
             elif conn == "simple-cpu":
                 if invalid:
                     self.flag("invalid_block_ids with SimpleCPU")
-                scpu = _Eng(self.sched).scpu
+                scpu = Eng(self.sched).scpu
                 loads = sorted({scpu._reqs_to_load[r].load_event
                                 for r in (kvo.finished_recving or ())
                                 if r in scpu._reqs_to_load})
@@ -480,7 +333,26 @@ def _allow_cpu_platform_without_triton() -> bool:
     return True
 
 
+def _cpu_platform_when_unresolved() -> bool:
+    """0.24 resolves its platform from the build ("cpu" in vLLM's version) and ignores
+    ``VLLM_TARGET_DEVICE``: with the CUDA wheel on a machine without a GPU it is
+    ``UnspecifiedPlatform`` (device type ""), and every test's ``VllmConfig`` raises "Failed
+    to infer device type". That platform object (modules hold it since import) is made the
+    CPU platform, as 0.32+ choose under ``VLLM_TARGET_DEVICE=cpu``. Returns whether it was
+    needed."""
+    import vllm.platforms as vp
+
+    plat = vp.current_platform
+    if plat.device_type or os.environ.get("VLLM_TARGET_DEVICE") != "cpu":
+        return False
+    from vllm.platforms.cpu import CpuPlatform
+
+    plat.__class__ = CpuPlatform
+    return True
+
+
 def pytest_configure(config):
+    _summary["cpu_platform_forced"] = int(_cpu_platform_when_unresolved())
     from vllm.v1.core.sched.scheduler import Scheduler
 
     _summary["has_triton_forced"] = int(_allow_cpu_platform_without_triton())
@@ -571,6 +443,8 @@ def _finish(nodeid: str, passed: bool) -> None:
             _summary["not_modelled"][why] += 1
         else:
             name = f"{_safe(nodeid)}.s{i}"
+            # Counted: such logs were refused ("not modelled") before the header had the field.
+            _summary["logs_reserve_full_isl_off"] += tr.hdr.get("scheduler_reserve_full_isl") is False
             if tr.in_step:   # the test's last schedule() has no update: not in the log
                 _summary["logs_last_schedule_unrecorded"] += 1
             if tr.hdr.get("cache_aware_admission_window"):
