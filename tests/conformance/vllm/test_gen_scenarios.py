@@ -81,6 +81,55 @@ class GenScenarios(unittest.TestCase):
         self.assertEqual({s.load_failure_policy for s in scs if s.connector == "offloading"},
                          {"fail", "recompute"})
 
+    def test_whole_sequence_admission_off_is_drawn_for_a_share_with_every_connector(self):
+        # scheduler_reserve_full_isl = false: about 12% of `any`, with every connector, half of
+        # them with a pool tight against one request (the only pools where it changes an
+        # admission), every request still within max_model_len and the pool.
+        scs = [load_scenario(p) for p in self.generate(5, 300)]
+        off = [s for s in scs if not s.scheduler_reserve_full_isl]
+        self.assertTrue(0.06 * len(scs) <= len(off) <= 0.2 * len(scs), len(off))
+        self.assertEqual({s.connector for s in off}, {"offloading", "simple-cpu", "none"})
+        tight = [s for s in off if s.gpu_blocks <= min(x.gpu_blocks for x in scs) + 2]
+        self.assertTrue(tight and len(tight) < len(off), (len(tight), len(off)))
+        for s in off:
+            self.assertEqual(s.max_model_len, (s.gpu_blocks - 1) * s.block_size, s.name)
+            for name, n in _longest(s).items():
+                self.assertLessEqual(n, s.max_model_len, f"{s.name}: {name}")
+        for kind in ("mooncake", "stress"):
+            self.assertTrue(any(not load_scenario(p).scheduler_reserve_full_isl
+                                for p in self.generate(6, 100, kind)), kind)
+
+    def test_the_new_draw_leaves_the_rest_of_a_seed_as_it_was(self):
+        # Drawn from its own stream: a scenario without it is the one its seed gave before
+        # (text for text), and one with it differs only in the [engine] keys it sets.
+        keys = ("scheduler_reserve_full_isl", "gpu_blocks", "max_model_len")
+        for p in self.generate(9, 120):
+            sc = load_scenario(p)
+            name = p.stem
+            seed, i = name.split("-")[1:]
+            rng = gen_scenarios.random.Random(f"{seed}/{i}/any")
+            orig = gen_scenarios.random.Random
+            try:
+                # The generator with the stream of this draw never firing.
+                class NoIsl(orig):
+                    def __init__(self, x=None):
+                        super().__init__(x)
+                        self.isl = isinstance(x, str) and x.endswith("/reserve-full-isl")
+
+                    def random(self):
+                        return 1.0 if self.isl else super().random()
+
+                gen_scenarios.random.Random = NoIsl
+                before = gen_scenarios.gen(rng, name, "any")
+            finally:
+                gen_scenarios.random.Random = orig
+            now = p.read_text()
+            if sc.scheduler_reserve_full_isl:
+                self.assertEqual(now, before, name)
+            else:
+                drop = lambda t: [ln for ln in t.splitlines() if ln.split(" = ")[0] not in keys]
+                self.assertEqual(drop(now), drop(before), name)
+
     def test_stress_draws_larger_tighter_workloads_that_still_fit(self):
         scs = []
         for p in self.generate(4, 200, "stress"):
