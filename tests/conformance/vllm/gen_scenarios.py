@@ -9,7 +9,8 @@ What is drawn (per scenario): the connector (OffloadingConnector, SimpleCPU, non
 size 4, 8 or 16, a GPU pool from tight (preemptions, prefix-cache evictions) to roomy, a batch
 token budget (chunked prefill), `max_num_seqs` from 1, a long-prefill threshold, async
 scheduling, cache-aware admission (0.34+), whole-sequence admission off
-(`scheduler_reserve_full_isl = false`, 12% of scenarios, half of them with a tight pool), the
+(`scheduler_reserve_full_isl = false`, 12% of scenarios, with a tight pool and a small batch
+budget), the
 load-failure policy; for the OffloadingConnector
 a host tier from 2 chunks (evictions, refused stores) up, 1, 2 or 4 blocks per chunk,
 prompt-only stores or not, synchronous loads within a token budget (0.33+), store and load
@@ -124,16 +125,19 @@ def gen(rng: random.Random, name: str, kind: str) -> str:
     # scheduler passes full_sequence_must_fit=False to KVCacheManager.allocate_slots for a
     # waiting request, so it is admitted when its first chunk (or, with an async load, its
     # loaded blocks) fits, not its whole prompt; chunks past the free pool then preempt.
-    # Only a pool tight against a prompt tells the two apart, so half of these scenarios get
-    # the pool of `stress` (one request's worth and 1 to 3 blocks more). Every connector
-    # (the gate applies to connector loads alike). Its own stream: earlier seeds keep their
-    # scenarios.
+    # Only a prompt longer than its first chunk, in a pool tight against it, tells the two
+    # apart: these scenarios get the pool of `stress` (one request's worth and 1 to 3 blocks
+    # more) and a batch budget of at most 2 or 4 blocks (long: 4 or 8). Every connector (the
+    # gate applies to connector loads alike). Its own stream: earlier seeds keep their
+    # scenarios but for these keys.
     isl = random.Random(f"{name}/reserve-full-isl")
     if isl.random() < (0.2 if stress else 0.12):
         eng["scheduler_reserve_full_isl"] = False
-        if not stress and isl.random() < 0.5:
+        if not stress:
             eng["gpu_blocks"] = isl.randint(one + 1, one + 3)
             eng["max_model_len"] = (eng["gpu_blocks"] - 1) * bs
+        cap = isl.choice([4 * bs, 8 * bs] if long else [2 * bs, 4 * bs])
+        eng["max_num_batched_tokens"] = min(eng["max_num_batched_tokens"], cap)
     lines = [f'name = "{name}"', 'description = "gen_scenarios.py: a random workload"', ""]
     _table(lines, "[engine]", eng)
     if connector == "offloading":
