@@ -235,5 +235,5 @@ fn the_arc_lists_are_compared_step_by_step_and_a_wrong_target_diverges() {
 
 #[test]
 fn the_scenario_generator_is_reproducible_and_valid() {
-    python_unittest("tests/conformance/vllm/test_gen_scenarios.py", 8);
+    python_unittest("tests/conformance/vllm/test_gen_scenarios.py", 10);
 }
