@@ -97,6 +97,44 @@ fn finding_31_a_request_that_cannot_fit_starves_a_loaded_one_on_0_24() {
     assert!(r.divergence.is_none(), "{:?}", r.divergence);
 }
 
+/// Finding 31 with a streaming session as the holder (tests/conformance/findings/
+/// session-behind-head.toml, the shape of two hangs of fuzz seed 700 on 0.24.0): S's next input
+/// is queued while its first runs, so S goes back to the end of `waiting` holding its blocks; P
+/// preempts itself to the head. On 0.24.0 P never fits and `schedule()` stops at it: S is never
+/// served, nothing runs from step 6 until the recorder gives up after 40 steps, and every step
+/// conforms to the 0.24 model (also with `fix-session-hold`, which frees only the head's
+/// blocks). 0.32.0 to 0.34.0 serve S first (`kv_holding_waiting`) and finish both; the 0.24 log
+/// under the 0.33 rules diverges at step 7, where 0.33 schedules S.
+#[test]
+fn finding_31_a_preempted_head_starves_a_session_that_holds_its_blocks_on_0_24() {
+    let dir = root().join("tests/conformance/findings");
+    let log = dir.join("vllm-0.24/session-behind-head.jsonl.partial");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().last().unwrap().contains("did not finish in 40 steps"));
+    let schedules: Vec<&str> = text.lines().filter(|l| l.contains(r#""ev":"schedule""#)).collect();
+    assert!(schedules[5].contains(r#""preempted":["P"]"#), "{}", schedules[5]);
+    assert!(schedules[6..].iter().all(|l| l.contains(r#""scheduled":[]"#)), "nothing runs after step 6");
+    assert!(schedules.last().unwrap().contains(r#""tables":{"S":[6,7]}"#), "S keeps its blocks");
+    let finished = |text: &str, req: &str| {
+        let who = format!(r#""req":"{req}","reason""#);
+        text.lines().any(|l| l.contains(r#""ev":"finish""#) && l.contains(&who))
+    };
+    assert!(!finished(&text, "P") && !finished(&text, "S"));
+    for variant in [None, Some("fix-session-hold")] {
+        let r = conform::check(&log, "vllm-0.24", variant, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_some(), "{variant:?}: {:?}", r.divergence);
+    }
+    let d = conform::check(&log, "vllm-0.33", None, 8).unwrap().divergence.expect("0.33 serves S");
+    assert_eq!(d.step, 7, "{}", d.what);
+    for release in ["0.32", "0.33", "0.34"] {
+        let log = dir.join(format!("vllm-{release}/session-behind-head.jsonl"));
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(finished(&text, "P") && finished(&text, "S"), "{release} finishes both");
+        let r = conform::check(&log, &format!("vllm-{release}"), None, 8).unwrap();
+        assert!(r.divergence.is_none() && r.partial.is_none(), "{release}: {:?}", r.divergence);
+    }
+}
+
 /// Finding 33 on real vLLM (tests/conformance/findings/sessions-hold-pool.toml, found by
 /// `gen_scenarios.py --kind stress`): two streaming sessions hold all of G1 between their
 /// inputs; both take their next input in step 2 and each needs one more block. Nothing runs, so
