@@ -51,6 +51,7 @@ def main() -> int:
             if s.startswith("log cache-aware-window/"):
                 row["window logs"] += 1
                 row["window closed"] += closed
+                row["window conform"] += verdict.get(s[4:]) is True
             elif s.startswith("log "):
                 row["logs"] += 1
                 row["cut"] += cut
@@ -62,7 +63,7 @@ def main() -> int:
                 row["no log"] += 1
     cols = ["collected", "reached", "ran", "passed", "failed", "did not run", "skipped",
             "schedulers", "no log", "logs", "closed", "cut", "conform", "diverge",
-            "window logs", "window closed"]
+            "window logs", "window closed", "window conform"]
     print("| file | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")
     total = Counter()

@@ -432,7 +432,7 @@ def _finish(nodeid: str, passed: bool) -> None:
         if closed:
             _summary["steps_closed"] += 1
         if tr.why is not None:
-            why = re.sub(r"\d+", "N", tr.why)
+            why = re.sub(r"(?<![A-Za-z])\d+", "N", tr.why)   # "V1 model runner" stays
             _summary["not_modelled"][why] += 1
         elif tr.steps == 0:
             _summary["no_step"] += 1
