@@ -78,6 +78,7 @@ const PINNED: &[(&str, usize)] = &[
     ("stream-finished-crash", 332),
     ("stream-park-count", 232),
     ("stream-sessions-hold-pool", 47),
+    ("stream-behind-head", 177),
     ("sync-load-failure-fail", 630),
     ("sync-load-failure", 8377),
 ];

@@ -100,8 +100,9 @@ fn every_reproduced_log_conforms_and_violates_the_counterexamples_properties() {
     // Finding 20: mooncake-load-retry (0.32, 0.33, 0.34) and offload-load-retry (0.24, 0.32,
     // 0.33); stream-sessions-hold-pool (finding 33: 0.24 to 0.34), stream-park-count (finding 30:
     // 0.24), stream-preempt-lost (finding 36: 0.24, 0.32).
-    // With finding 20 under async scheduling (mooncake-load-retry-async, 0.33).
-    assert_eq!(hangs, 14, "the gate's requests-finish rows the recorder can drive, and one more");
+    // With finding 20 under async scheduling (mooncake-load-retry-async, 0.33), and finding 31
+    // with a streaming session as the holder (stream-behind-head, 0.24).
+    assert_eq!(hangs, 15, "the gate's requests-finish rows the recorder can drive, and one more");
     assert_eq!(then_hangs, 1, "stream-preempt-lost, 0.32, session-history");
     // Every scenario has its log (0.24, 0.32 and 0.33), 0.24's SimpleCPU ones too since
     // observe.py splits `_prepare_eager_store_specs`'s store event per request.
@@ -245,12 +246,14 @@ fn reproduce_gate_writes_the_committed_scenarios_and_lists_the_rest() {
     // 44 with the nine requests-finish rows the recorder can drive (a hang: `# expect-unfinished:`),
     // 46 with stream-preempt-lost's two session-history rows (finding 34), 53 with vllm-0.34's
     // four and mooncake-load-retry's three (Mooncake scenarios: `[mooncake] preload`), 58
-    // with NIXL's five (pd-chunked on 0.24, 0.32, 0.33 and 0.34, pd-shared on 0.33).
-    assert_eq!(written, 58, "{out}");
+    // with NIXL's five (pd-chunked on 0.24, 0.32, 0.33 and 0.34, pd-shared on 0.33), 59 with
+    // stream-behind-head (finding 31 with a streaming session as the holder, 0.24).
+    assert!(dir.join("stream-behind-head__vllm-0.24__requests-finish.toml").exists(), "{out}");
+    assert_eq!(written, 59, "{out}");
     // 66 with vllm-0.34's seven rows (mooncake-load-retry, scpu-async-abort, scpu-pressure
     // and stream-sessions-hold-pool written; final-store, pd-chunked and scpu-lazy listed).
     assert!(dir.join("scpu-async-abort__vllm-0.34__store-coverage.toml").exists(), "{out}");
-    assert_eq!(listed, 66, "{out}");
+    assert_eq!(listed, 67, "{out}");
 }
 
 #[test]
