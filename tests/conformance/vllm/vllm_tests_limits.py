@@ -10,7 +10,11 @@ from __future__ import annotations
 
 
 class Eng:
-    """What observe.Recorder reads of engine.Engine, for a scheduler a test built."""
+    """What observe.Recorder reads of engine.Engine, for a scheduler a test built.
+
+    Its accessors repeat engine.Engine's on purpose: importing engine.py pins environment
+    variables (the V2 model runner, int KV-event hashes) that would change the tests it runs.
+    """
 
     def __init__(self, sched):
         self.scheduler = sched
