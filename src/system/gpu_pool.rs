@@ -92,11 +92,9 @@ impl GpuPool {
         self.log = Side(Some(Box::new(PoolLog { verified_by, ..Default::default() })));
         if !self.indexed() {
             // Replay's form: the map beside the records, built in each hash's order.
-            let mut held: Vec<(BlockHash, u16, BlockId)> =
-                (0..self.num_blocks()).filter_map(|b| self.slot(b).hash().map(|h| (h, self.slot(b).rank, b))).collect();
-            held.sort_unstable();
+            let held = self.ranked();
             self.cached.use_hash(self.slots.0.len());
-            for (h, _, b) in held {
+            for (h, b) in held {
                 self.cached.entry_or_default(h).push(b);
                 self.slots.0[b as usize].rank = 0;
             }

@@ -26,23 +26,28 @@ impl GpuPool {
 
     /// The cached map as (hash, blocks in insertion order) pairs, by hash.
     pub fn cached(&self) -> Vec<(BlockHash, BlockIds)> {
-        let mut out: Vec<(BlockHash, BlockIds)> = if self.indexed() {
-            self.cached.iter().map(|(h, v)| (*h, v.clone())).collect()
-        } else {
-            let mut held: Vec<(BlockHash, u16, BlockId)> =
-                (0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, self.slot(b).rank, b))).collect();
-            held.sort_unstable();
-            let mut out: Vec<(BlockHash, BlockIds)> = Vec::new();
-            for (h, _, b) in held {
-                match out.last_mut() {
-                    Some((k, v)) if *k == h => v.push(b),
-                    _ => out.push((h, std::iter::once(b).collect())),
-                }
+        if self.indexed() {
+            let mut out: Vec<(BlockHash, BlockIds)> = self.cached.iter().map(|(h, v)| (*h, v.clone())).collect();
+            out.sort_unstable_by_key(|(h, _)| *h);
+            return out;
+        }
+        let mut out: Vec<(BlockHash, BlockIds)> = Vec::new();
+        for (h, b) in self.ranked() {
+            match out.last_mut() {
+                Some((k, v)) if *k == h => v.push(b),
+                _ => out.push((h, std::iter::once(b).collect())),
             }
-            out
-        };
-        out.sort_unstable_by_key(|(h, _)| *h);
+        }
         out
+    }
+
+    /// The checker's form: every (hash, block) pair of the cached map, by hash, each hash's
+    /// blocks in insertion order (their ranks).
+    pub(super) fn ranked(&self) -> Vec<(BlockHash, BlockId)> {
+        let mut held: Vec<(BlockHash, u16, BlockId)> =
+            (0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, self.slot(b).rank, b))).collect();
+        held.sort_unstable();
+        held.into_iter().map(|(h, _, b)| (h, b)).collect()
     }
 
     /// Whether the cached map lists block `b` under `h`.
