@@ -200,3 +200,63 @@ mod tests {
         }
     }
 }
+
+/// Packed (`collections::pack`): the hash.
+impl crate::system::collections::pack::Pack for BlockHash {
+    #[inline(always)]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out)
+    }
+    #[inline(always)]
+    fn unpack(&mut self, r: &mut crate::system::collections::pack::Reader<'_>) -> Option<()> {
+        self.0.unpack(r)
+    }
+}
+
+crate::system::collections::pack::pack_unit_enum!(BadKind { Tainted, LoadFailed, Torn });
+
+/// The state before anything is written (a decoder's starting value).
+impl Default for ContentTag {
+    fn default() -> Self {
+        ContentTag::Empty
+    }
+}
+
+/// Packed (`collections::pack`): a tag, then `Kv`'s hash and length or `Bad`'s kind.
+impl crate::system::collections::pack::Pack for ContentTag {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        use crate::system::collections::pack::put;
+        match self {
+            ContentTag::Empty => put(out, [0]),
+            ContentTag::Kv { hash, len } => {
+                put(out, [1]);
+                hash.pack(out);
+                len.pack(out);
+            }
+            ContentTag::Bad(k) => {
+                put(out, [2]);
+                k.pack(out);
+            }
+        }
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut crate::system::collections::pack::Reader<'_>) -> Option<()> {
+        *self = match r.tag()? {
+            0 => ContentTag::Empty,
+            1 => {
+                let (mut hash, mut len) = (0u64, 0u16);
+                hash.unpack(r)?;
+                len.unpack(r)?;
+                ContentTag::Kv { hash, len }
+            }
+            2 => {
+                let mut k = BadKind::Tainted;
+                k.unpack(r)?;
+                ContentTag::Bad(k)
+            }
+            _ => return None,
+        };
+        Some(())
+    }
+}

@@ -73,6 +73,18 @@ impl BitSet {
     }
 }
 
+/// Packed (`super::pack`): its words.
+impl super::pack::Pack for BitSet {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out)
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        self.0.unpack(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::BitSet;

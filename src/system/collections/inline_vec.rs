@@ -138,6 +138,21 @@ impl<'a, T: Copy, const N: usize> IntoIterator for &'a InlineVec<T, N> {
     }
 }
 
+/// Packed (`super::pack`): a length, then the items; decoded into the vector's buffer.
+impl<T: Copy + Default + super::pack::Pack, const N: usize> super::pack::Pack for InlineVec<T, N> {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        super::pack::put_len(out, self.0.len());
+        for x in self.0.iter() {
+            x.pack(out);
+        }
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        super::pack::unpack_small(&mut self.0, r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ pub mod bit_set;
 pub(crate) mod in_place;
 pub mod inline_vec;
 pub mod opt_vec;
+pub mod pack;
 pub mod pos_map;
 pub mod rank_queue;
 pub mod side;

@@ -117,6 +117,18 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OptVec<T> {
     }
 }
 
+/// Packed (`super::pack`): the vector's; a `Some` decoded into the record there.
+impl<T: super::pack::Pack + Default> super::pack::Pack for OptVec<T> {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out)
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        self.0.unpack(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

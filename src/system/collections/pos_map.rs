@@ -61,6 +61,18 @@ impl std::fmt::Debug for PosMap {
     }
 }
 
+/// Packed (`super::pack`): its (position, key) pairs in order.
+impl super::pack::Pack for PosMap {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out)
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        self.0.unpack(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -566,3 +566,46 @@ pub fn first_n<U>(it: impl Iterator<Item = U>, n: usize, mut keep: impl FnMut(&U
     }
     out
 }
+
+/// Packed (`super::pack`): a tag (0 the checker's tree, 1 replay's queue), then the (rank,
+/// item) pairs in rank order; a queue is rebuilt by insertion.
+impl<T: super::pack::Pack + Default + Ord + Copy> super::pack::Pack for RankSet<T> {
+    fn pack(&self, out: &mut Vec<u8>) {
+        match self {
+            RankSet::Tree(s) => {
+                super::pack::put(out, [0]);
+                s.pack(out);
+            }
+            RankSet::Queue(q) => {
+                super::pack::put(out, [1]);
+                super::pack::put_len(out, q.len());
+                for (r, x) in q.iter() {
+                    (r, x).pack(out);
+                }
+            }
+        }
+    }
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        match r.tag()? {
+            0 => {
+                if !matches!(self, RankSet::Tree(_)) {
+                    *self = RankSet::default();
+                }
+                let RankSet::Tree(s) = self else { unreachable!() };
+                s.unpack(r)
+            }
+            1 => {
+                let n = r.len()?;
+                let mut q = RankQueue::default();
+                for _ in 0..n {
+                    let mut e: (Rank, T) = Default::default();
+                    e.unpack(r)?;
+                    q.insert(e.0, e.1);
+                }
+                *self = RankSet::Queue(Box::new(q));
+                Some(())
+            }
+            _ => None,
+        }
+    }
+}

@@ -496,3 +496,84 @@ impl<K: Ord + Hash + Eq + Copy, V: Hash, A: Default> Hash for KeyMap<K, V, A> {
         }
     }
 }
+
+/// Packed (`super::pack`): nothing (not state); decoded as off, as in the codec.
+impl<T> super::pack::Pack for Side<T> {
+    #[inline(always)]
+    fn pack(&self, _: &mut Vec<u8>) {}
+    #[inline(always)]
+    fn unpack(&mut self, _: &mut super::pack::Reader<'_>) -> Option<()> {
+        self.0 = None;
+        Some(())
+    }
+}
+
+/// Packed (`super::pack`): its value (the derive encodes it: replay's side data).
+impl<T: super::pack::Pack> super::pack::Pack for SideVal<T> {
+    #[inline(always)]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out)
+    }
+    #[inline(always)]
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        self.0.unpack(r)
+    }
+}
+
+/// Packed (`super::pack`): a tag (0 the checker's tree, 1 replay's hash map), then the entries
+/// in key order (the hash form sorted, with its side values).
+impl<K, V, A> super::pack::Pack for KeyMap<K, V, A>
+where
+    K: super::pack::Pack + Default + Ord + Hash + Copy,
+    V: super::pack::Pack + Default,
+    A: super::pack::Pack + Default,
+{
+    fn pack(&self, out: &mut Vec<u8>) {
+        match self {
+            KeyMap::Tree(m) => {
+                super::pack::put(out, [0]);
+                m.pack(out);
+            }
+            KeyMap::Hash(m) => {
+                super::pack::put(out, [1]);
+                let mut keys: Vec<&K> = m.keys().collect();
+                keys.sort();
+                super::pack::put_len(out, keys.len());
+                for k in keys {
+                    k.pack(out);
+                    let (v, a) = &m[k];
+                    v.pack(out);
+                    a.pack(out);
+                }
+            }
+        }
+    }
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        match r.tag()? {
+            0 => {
+                if !matches!(self, KeyMap::Tree(_)) {
+                    *self = KeyMap::default();
+                }
+                let KeyMap::Tree(m) = self else { unreachable!() };
+                m.unpack(r)
+            }
+            1 => {
+                let n = r.len()?;
+                if n > r.0.len() {
+                    return None;
+                }
+                let mut m = FastMap::default();
+                for _ in 0..n {
+                    let mut e: (K, (V, A)) = Default::default();
+                    e.0.unpack(r)?;
+                    e.1 .0.unpack(r)?;
+                    e.1 .1.unpack(r)?;
+                    m.insert(e.0, e.1);
+                }
+                *self = KeyMap::Hash(m);
+                Some(())
+            }
+            _ => None,
+        }
+    }
+}

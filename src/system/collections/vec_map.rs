@@ -337,6 +337,68 @@ impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for VecSet<T, N>
     }
 }
 
+/// Packed (`super::pack`): a length, then the entries in key order (decoded as written: the
+/// packer wrote them sorted).
+impl<K: super::pack::Pack + Default, V: super::pack::Pack + Default, const N: usize> super::pack::Pack
+    for VecMap<K, V, N>
+{
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        super::pack::put_len(out, self.0.len());
+        for (k, v) in self.0.iter() {
+            k.pack(out);
+            v.pack(out);
+        }
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        let n = r.len()?;
+        if n > r.0.len() {
+            return None;
+        }
+        self.0.truncate(n);
+        for (k, v) in self.0.iter_mut() {
+            k.unpack(r)?;
+            v.unpack(r)?;
+        }
+        while self.0.len() < n {
+            let mut e = (K::default(), V::default());
+            e.0.unpack(r)?;
+            e.1.unpack(r)?;
+            self.0.push(e);
+        }
+        Some(())
+    }
+}
+
+/// Packed (`super::pack`): a length, then the elements in order.
+impl<T: super::pack::Pack + Default, const N: usize> super::pack::Pack for VecSet<T, N> {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        super::pack::put_len(out, self.0.len());
+        for x in self.0.iter() {
+            x.pack(out);
+        }
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut super::pack::Reader<'_>) -> Option<()> {
+        let n = r.len()?;
+        if n > r.0.len() {
+            return None;
+        }
+        self.0.truncate(n);
+        for x in self.0.iter_mut() {
+            x.unpack(r)?;
+        }
+        while self.0.len() < n {
+            let mut x = T::default();
+            x.unpack(r)?;
+            self.0.push(x);
+        }
+        Some(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -372,3 +372,5 @@ impl fmt::Display for Rules {
         Ok(())
     }
 }
+
+crate::system::collections::pack::pack_unit_enum!(HostLru { ReleaseOrder, InsertRank, RequestRank });

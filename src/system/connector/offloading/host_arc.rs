@@ -211,3 +211,22 @@ impl ArcLists {
             && (0.0..=self.capacity as f64).contains(&tg)
     }
 }
+
+impl crate::system::collections::pack::Pack for Target {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out)
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut crate::system::collections::pack::Reader<'_>) -> Option<()> {
+        self.0.unpack(r)
+    }
+}
+crate::system::collections::pack::pack_fields!(ArcLists { t1, t2, b1, b2, target, capacity, fallback, trim });
+
+/// A decoder's starting value (every field is then decoded).
+impl Default for ArcLists {
+    fn default() -> Self {
+        ArcLists::new(0, false, false)
+    }
+}

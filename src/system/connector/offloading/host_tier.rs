@@ -30,6 +30,7 @@
 //! `touch` under 0.24; `on_request_finished` under 0.32+).
 
 mod observe;
+mod pack;
 mod store;
 
 use super::host_arc::ArcLists;

@@ -12,6 +12,7 @@ mod build_meta;
 mod hooks;
 pub mod host_arc;
 pub mod host_tier;
+mod pack;
 pub mod reference_order;
 pub mod worker;
 
@@ -126,8 +127,10 @@ impl Job {
     }
 }
 
-/// The connector's scheduler-side state plus its host tier.
+/// The connector's scheduler-side state plus its host tier. Serialized as one byte string of
+/// its packed form where the format is not human-readable (the frontier codec; `pack`).
 #[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(remote = "Self")]
 pub struct OffloadingState {
     /// Decoded in place, a record over a record (`OptVec`).
     pub(crate) reqs: OptVec<OffloadingReq>,

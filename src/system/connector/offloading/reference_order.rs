@@ -248,3 +248,6 @@ impl RefOrder {
         }
     }
 }
+
+crate::system::collections::pack::pack_fields!(RefOrder { list, indexed });
+crate::system::collections::pack::pack_fields!(RefPlace { seq, rank });

@@ -1,0 +1,385 @@
+//! The checker's packed form of a state component: its fields one after another, integers
+//! fixed-width little-endian, a length as a `u32`, an `Option` or an enum a one-byte tag; no
+//! field names, no visitor. A component that implements [`Pack`] goes into the frontier codec
+//! (`crate::check::codec`, serde's bincode-like format) as one byte string, through
+//! [`serde_packed!`]: the serializer copies the bytes once and the deserializer hands them
+//! back borrowed, so a component of a few hundred bytes costs one call each way instead of one
+//! visitor per field (docs/benchmarks.md, Round 25). Human-readable formats (JSON: the
+//! explorer, reports) keep the derive's field-by-field form.
+//!
+//! The form is canonical as the codec's is: equal components pack to equal bytes (the search
+//! keys a state by the fingerprint of its encoding). Every container packed here is ordered
+//! in the checker; a replay-only hash form is packed sorted by key. `Side` data packs to
+//! nothing and unpacks as off, as in the codec.
+//!
+//! [`Pack::unpack`] decodes *in place*: vectors keep their buffers, an `Option` already `Some`
+//! is decoded into, so decoding a frontier state into the engine the search reuses allocates
+//! nothing once the engine has grown. It returns `None` on bytes it cannot have written (too
+//! short, a tag out of range); the serde bridge turns that into a codec error.
+
+use std::cell::RefCell;
+
+/// A reader over packed bytes: each read takes from the front.
+pub struct Reader<'a>(pub &'a [u8]);
+
+impl<'a> Reader<'a> {
+    #[inline(always)]
+    pub fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+    #[inline(always)]
+    pub fn tag(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+    #[inline(always)]
+    pub fn len(&mut self) -> Option<usize> {
+        Some(u32::from_le_bytes(self.take()?) as usize)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Append `N` bytes (a capacity check and a store).
+#[inline(always)]
+pub fn put<const N: usize>(out: &mut Vec<u8>, b: [u8; N]) {
+    out.reserve(N);
+    let len = out.len();
+    // SAFETY: `reserve` made room for N more bytes after `len`; they are written before the
+    // length covers them, and a byte array has no alignment to keep.
+    unsafe {
+        std::ptr::write_unaligned(out.as_mut_ptr().add(len).cast::<[u8; N]>(), b);
+        out.set_len(len + N);
+    }
+}
+
+/// A length, as a `u32` (a state's containers are far below 2^32 entries).
+#[inline(always)]
+pub fn put_len(out: &mut Vec<u8>, n: usize) {
+    debug_assert!(n <= u32::MAX as usize);
+    put(out, (n as u32).to_le_bytes());
+}
+
+/// A state component's packed form (see the module docs).
+pub trait Pack {
+    fn pack(&self, out: &mut Vec<u8>);
+    /// Decode from the front of `r` into `self` (in place). `None`: bytes [`Pack::pack`] never
+    /// writes.
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()>;
+}
+
+macro_rules! pack_int {
+    ($($t:ty),*) => {$(
+        impl Pack for $t {
+            #[inline(always)]
+            fn pack(&self, out: &mut Vec<u8>) {
+                put(out, self.to_le_bytes());
+            }
+            #[inline(always)]
+            fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+                *self = <$t>::from_le_bytes(r.take()?);
+                Some(())
+            }
+        }
+    )*};
+}
+pack_int!(u8, u16, u32, u64, i8, i16, i32, i64);
+
+impl Pack for bool {
+    #[inline(always)]
+    fn pack(&self, out: &mut Vec<u8>) {
+        put(out, [*self as u8]);
+    }
+    #[inline(always)]
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        *self = match r.tag()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        Some(())
+    }
+}
+
+impl Pack for () {
+    #[inline(always)]
+    fn pack(&self, _: &mut Vec<u8>) {}
+    #[inline(always)]
+    fn unpack(&mut self, _: &mut Reader<'_>) -> Option<()> {
+        Some(())
+    }
+}
+
+impl<A: Pack, B: Pack> Pack for (A, B) {
+    #[inline(always)]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out);
+        self.1.pack(out);
+    }
+    #[inline(always)]
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        self.0.unpack(r)?;
+        self.1.unpack(r)
+    }
+}
+
+impl<A: Pack, B: Pack, C: Pack> Pack for (A, B, C) {
+    #[inline(always)]
+    fn pack(&self, out: &mut Vec<u8>) {
+        self.0.pack(out);
+        self.1.pack(out);
+        self.2.pack(out);
+    }
+    #[inline(always)]
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        self.0.unpack(r)?;
+        self.1.unpack(r)?;
+        self.2.unpack(r)
+    }
+}
+
+impl<T: Pack + Default> Pack for Option<T> {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        match self {
+            None => put(out, [0]),
+            Some(v) => {
+                put(out, [1]);
+                v.pack(out);
+            }
+        }
+    }
+    /// A `Some` is decoded into the value already there.
+    #[inline]
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        match r.tag()? {
+            0 => *self = None,
+            1 => self.get_or_insert_with(T::default).unpack(r)?,
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+impl<T: Pack> Pack for Box<T> {
+    #[inline(always)]
+    fn pack(&self, out: &mut Vec<u8>) {
+        (**self).pack(out)
+    }
+    #[inline(always)]
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        (**self).unpack(r)
+    }
+}
+
+/// The items of a sequence, decoded over the ones `v` holds (kept, truncated or extended).
+#[inline]
+pub fn unpack_seq<T: Pack + Default>(v: &mut Vec<T>, r: &mut Reader<'_>) -> Option<()> {
+    let n = r.len()?;
+    // A count the remaining bytes cannot hold is not ours (and must not reserve memory).
+    if n > r.0.len() && std::mem::size_of::<T>() > 0 {
+        return None;
+    }
+    v.truncate(n);
+    for x in v.iter_mut() {
+        x.unpack(r)?;
+    }
+    while v.len() < n {
+        let mut x = T::default();
+        x.unpack(r)?;
+        v.push(x);
+    }
+    Some(())
+}
+
+impl<T: Pack + Default> Pack for Vec<T> {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        put_len(out, self.len());
+        for x in self {
+            x.pack(out);
+        }
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        unpack_seq(self, r)
+    }
+}
+
+/// A `SmallVec` of `Copy` items: decoded into its buffer (no heap while the count fits).
+pub fn unpack_small<A: smallvec::Array>(v: &mut smallvec::SmallVec<A>, r: &mut Reader<'_>) -> Option<()>
+where
+    A::Item: Pack + Default + Copy,
+{
+    let n = r.len()?;
+    if n > r.0.len() && std::mem::size_of::<A::Item>() > 0 {
+        return None;
+    }
+    v.clear();
+    v.reserve(n);
+    for _ in 0..n {
+        let mut x = A::Item::default();
+        x.unpack(r)?;
+        v.push(x);
+    }
+    Some(())
+}
+
+/// `impl Pack` for a struct, field by field in the order given. Like `clone_fields`, both
+/// methods destructure the struct without `..`: a field added later and not listed is a
+/// compile error, never a field silently left out of the state's bytes.
+macro_rules! pack_fields {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl $crate::system::collections::pack::Pack for $t {
+            #[inline]
+            fn pack(&self, out: &mut Vec<u8>) {
+                let $t { $($f),* } = self;
+                $( $crate::system::collections::pack::Pack::pack($f, out); )*
+            }
+            #[inline]
+            fn unpack(&mut self, r: &mut $crate::system::collections::pack::Reader<'_>) -> Option<()> {
+                let $t { $($f),* } = self;
+                $( $crate::system::collections::pack::Pack::unpack($f, r)?; )*
+                Some(())
+            }
+        }
+    };
+}
+pub(crate) use pack_fields;
+
+/// `impl Pack` for an enum of unit variants: its variant's index as one byte.
+macro_rules! pack_unit_enum {
+    ($t:ident { $($v:ident),* $(,)? }) => {
+        impl $crate::system::collections::pack::Pack for $t {
+            #[inline]
+            fn pack(&self, out: &mut Vec<u8>) {
+                const ALL: &[$t] = &[$($t::$v),*];
+                let i = ALL.iter().position(|v| v == self).expect("a listed variant");
+                $crate::system::collections::pack::put(out, [i as u8]);
+            }
+            #[inline]
+            fn unpack(&mut self, r: &mut $crate::system::collections::pack::Reader<'_>) -> Option<()> {
+                const ALL: &[$t] = &[$($t::$v),*];
+                *self = *ALL.get(r.tag()? as usize)?;
+                Some(())
+            }
+        }
+    };
+}
+pub(crate) use pack_unit_enum;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `v` packed into this thread's reused buffer, then handed to `f` (the serde bridge's
+/// `serialize_bytes`).
+pub fn with_packed<T: Pack + ?Sized, R>(v: &T, f: impl FnOnce(&[u8]) -> R) -> R {
+    // Taken out of the cell, so that a packed value inside another's serialization still works.
+    let mut buf = SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    buf.clear();
+    v.pack(&mut buf);
+    let out = f(&buf);
+    SCRATCH.with(|c| *c.borrow_mut() = buf);
+    out
+}
+
+/// The serde visitor of a packed component's byte string, decoding it into a place.
+pub struct Unpacker<'a, T>(pub &'a mut T);
+
+impl<'de, T: Pack> serde::de::Visitor<'de> for Unpacker<'_, T> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a packed state component (a byte string)")
+    }
+    fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<(), E> {
+        let mut r = Reader(b);
+        match self.0.unpack(&mut r) {
+            Some(()) if r.is_empty() => Ok(()),
+            _ => Err(E::custom("bytes that are not a packed state component")),
+        }
+    }
+}
+
+/// `Serialize` and `Deserialize` for a type with [`Pack`] and serde's derive under
+/// `#[serde(remote = "Self")]` (which makes the derive's functions inherent): a human-readable
+/// format gets the derive's form, any other one byte string of the packed form. Decoding in
+/// place decodes into the value there. The type needs `Default` (a fresh decode starts from it).
+macro_rules! serde_packed {
+    ($t:ty) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                if s.is_human_readable() {
+                    <$t>::serialize(self, s)
+                } else {
+                    $crate::system::collections::pack::with_packed(self, |b| s.serialize_bytes(b))
+                }
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                if d.is_human_readable() {
+                    <$t>::deserialize(d)
+                } else {
+                    let mut v = <$t as Default>::default();
+                    d.deserialize_bytes($crate::system::collections::pack::Unpacker(&mut v))?;
+                    Ok(v)
+                }
+            }
+            fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
+                if d.is_human_readable() {
+                    *place = <$t>::deserialize(d)?;
+                    Ok(())
+                } else {
+                    d.deserialize_bytes($crate::system::collections::pack::Unpacker(place))
+                }
+            }
+        }
+    };
+}
+pub(crate) use serde_packed;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip<T: Pack + Default + PartialEq + std::fmt::Debug>(v: &T) -> T {
+        let mut b = Vec::new();
+        v.pack(&mut b);
+        let mut out = T::default();
+        let mut r = Reader(&b);
+        out.unpack(&mut r).expect("our own bytes");
+        assert!(r.is_empty());
+        out
+    }
+
+    proptest! {
+        #[test]
+        fn nested_round_trip(v in prop::collection::vec(prop::option::of((any::<u32>(), any::<bool>(), any::<i64>())), 0..6)) {
+            prop_assert_eq!(round_trip(&v), v);
+        }
+
+        /// Decoding over a value already there gives the same as decoding over a default.
+        #[test]
+        fn in_place_over_any(a in prop::collection::vec(prop::option::of(prop::collection::vec(any::<u16>(), 0..4)), 0..5),
+                             b in prop::collection::vec(prop::option::of(prop::collection::vec(any::<u16>(), 0..4)), 0..5)) {
+            let mut bytes = Vec::new();
+            a.pack(&mut bytes);
+            let mut place = b;
+            place.unpack(&mut Reader(&bytes)).unwrap();
+            prop_assert_eq!(place, a);
+        }
+
+        /// Any bytes: an error or a value, never a panic or a huge allocation.
+        #[test]
+        fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            let mut v: Vec<Option<(u32, Vec<u8>)>> = Vec::new();
+            let _ = v.unpack(&mut Reader(&bytes));
+        }
+    }
+}

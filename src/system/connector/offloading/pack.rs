@@ -1,0 +1,123 @@
+//! The OffloadingConnector's packed form (`collections::pack`): what the frontier codec
+//! writes for it, one byte string (`serde_packed!`), decoded in place into the box the search's
+//! engine reuses. JSON keeps the derive's form.
+
+use super::{Held, Job, JobKind, OffloadingReq, OffloadingState, Phase};
+use crate::system::collections::pack::{pack_fields, pack_unit_enum, put, serde_packed, Pack, Reader};
+
+pack_fields!(OffloadingReq {
+    num_keys,
+    mirror,
+    mirror_ok,
+    cursor,
+    transfer_jobs,
+    finished_signaled,
+    num_local,
+    access,
+    owed,
+    refused,
+    load_failed
+});
+pack_fields!(Job { id, req, kind, keys, blocks, slots, phase, snapshot, torn, invalid_from, block_offset });
+pack_fields!(Held { req, waiting });
+pack_fields!(OffloadingState { reqs, jobs, next_job, fences, host, held });
+pack_unit_enum!(Phase { Built, Queued, Submitted, Done, Failed, Reported });
+serde_packed!(OffloadingState);
+
+impl Pack for JobKind {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        put(
+            out,
+            [match self {
+                JobKind::Store => 0,
+                JobKind::Load { sync: false } => 1,
+                JobKind::Load { sync: true } => 2,
+            }],
+        );
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        *self = match r.tag()? {
+            0 => JobKind::Store,
+            1 => JobKind::Load { sync: false },
+            2 => JobKind::Load { sync: true },
+            _ => return None,
+        };
+        Some(())
+    }
+}
+
+/// Decoders' starting values (every field is then decoded).
+impl Default for Job {
+    fn default() -> Self {
+        Job {
+            id: 0,
+            req: 0,
+            kind: JobKind::Store,
+            keys: Vec::new(),
+            blocks: Vec::new(),
+            slots: Vec::new(),
+            phase: Phase::Built,
+            snapshot: Vec::new(),
+            torn: false,
+            invalid_from: None,
+            block_offset: 0,
+        }
+    }
+}
+impl Default for Held {
+    fn default() -> Self {
+        Held { req: 0, waiting: false }
+    }
+}
+impl Default for OffloadingState {
+    fn default() -> Self {
+        OffloadingState {
+            reqs: Default::default(),
+            jobs: Vec::new(),
+            next_job: 0,
+            fences: Default::default(),
+            host: Default::default(),
+            held: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::system::types::BlockHash;
+
+    /// The packed bytes go through the frontier codec and back, in place and afresh; JSON keeps
+    /// the derive's form.
+    #[test]
+    fn codec_round_trip() {
+        let mut s =
+            OffloadingState { reqs: crate::system::collections::opt_vec::OptVec(vec![None; 3]), ..Default::default() };
+        s.on_new_request(1);
+        s.reqs[1].as_mut().unwrap().num_keys = 2;
+        s.jobs.push(Job {
+            keys: vec![BlockHash(7)],
+            blocks: vec![3],
+            kind: JobKind::Load { sync: true },
+            ..Default::default()
+        });
+        s.held.push(Held { req: 2, waiting: true });
+        s.host.use_arc(true, false);
+        let mut bytes = Vec::new();
+        crate::check::codec::encode(&s, &mut bytes).unwrap();
+        let fresh: OffloadingState = crate::check::codec::decode(&bytes).unwrap();
+        assert_eq!(fresh, s);
+        let mut place = OffloadingState::default();
+        place.reqs.0 = vec![None, None, None, None];
+        place.on_new_request(0);
+        crate::check::codec::decode_in_place(&bytes, &mut place).unwrap();
+        assert_eq!(place, s);
+        // One byte more or less is an error, not a panic.
+        assert!(crate::check::codec::decode::<OffloadingState>(&bytes[..bytes.len() - 1]).is_err());
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains("\"jobs\""));
+        assert_eq!(serde_json::from_str::<OffloadingState>(&json).unwrap(), s);
+    }
+}
