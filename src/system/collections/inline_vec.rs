@@ -54,9 +54,17 @@ impl<T: Copy, const N: usize> Clone for InlineVec<T, N> {
     fn clone(&self) -> Self {
         Self::from_slice(&self.0)
     }
-    /// Reuses the target's allocation, if any (see `clone_fields`).
+    /// Reuses the target's allocation, if any (see `clone_fields`). Both inline (the common
+    /// case in the checker): one copy of the whole vector, length and items.
     #[inline]
     fn clone_from(&mut self, src: &Self) {
+        if !self.0.spilled() && !src.0.spilled() {
+            // SAFETY: neither vector owns heap memory (both keep their `Copy` items inline), so
+            // the target drops nothing by being overwritten and a bitwise copy of the source is
+            // a valid vector with the same length and items.
+            unsafe { std::ptr::copy_nonoverlapping(&src.0, &mut self.0, 1) };
+            return;
+        }
         self.0.clear();
         self.0.extend_from_slice(&src.0);
     }
@@ -171,10 +179,15 @@ mod tests {
             let v: Vec<u32> = (0..n).collect();
             let a: InlineVec<u32, 4> = v.iter().copied().collect();
             assert_eq!(fingerprint(&a, 3), fingerprint(&v, 3));
-            let mut b = InlineVec::<u32, 4>::from_slice(&[7, 7, 7, 7, 7, 7]);
-            b.clone_from(&a);
-            assert_eq!(b, a);
-            assert_eq!(&b[..], &v[..]);
+            // Every target length, inline (below 5) and spilled, over every source.
+            for m in 0..9u32 {
+                let mut b: InlineVec<u32, 4> = (100..100 + m).collect();
+                b.clone_from(&a);
+                assert_eq!(b, a);
+                assert_eq!(&b[..], &v[..]);
+                b.push(1);
+                assert_eq!(b.len(), v.len() + 1);
+            }
             assert_eq!(a.clone(), a);
         }
     }
