@@ -85,6 +85,14 @@ impl super::pack::Pack for BitSet {
     }
 }
 
+// SAFETY: its words' vector's.
+unsafe impl super::bitwise::Bitwise for BitSet {
+    #[inline(always)]
+    fn inline(&self) -> bool {
+        super::bitwise::Bitwise::inline(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::BitSet;

@@ -161,6 +161,14 @@ impl<T: Copy + Default + super::pack::Pack, const N: usize> super::pack::Pack fo
     }
 }
 
+// SAFETY: an unspilled `SmallVec` of `Copy` items owns no heap memory.
+unsafe impl<T: Copy, const N: usize> super::bitwise::Bitwise for InlineVec<T, N> {
+    #[inline(always)]
+    fn inline(&self) -> bool {
+        !self.0.spilled()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

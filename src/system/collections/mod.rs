@@ -6,6 +6,7 @@
 //! Nothing here knows a vLLM rule.
 
 pub mod bit_set;
+pub mod bitwise;
 pub(crate) mod in_place;
 pub mod inline_vec;
 pub mod opt_vec;

@@ -35,15 +35,16 @@ impl<T: fmt::Debug> fmt::Debug for OptVec<T> {
     }
 }
 
-impl<T: Clone> Clone for OptVec<T> {
+impl<T: Clone + super::bitwise::Bitwise> Clone for OptVec<T> {
     #[inline]
     fn clone(&self) -> Self {
         OptVec(self.0.clone())
     }
-    /// `Vec::clone_from`: a `Some` over a `Some` is cloned into it (see `clone_fields`).
+    /// `Vec::clone_from`: a `Some` over a `Some` is cloned into it (see `clone_fields`); where
+    /// every record on both sides is inline, one copy of them all (`bitwise`).
     #[inline]
     fn clone_from(&mut self, src: &Self) {
-        self.0.clone_from(&src.0);
+        super::bitwise::clone_vec_from(&mut self.0, &src.0);
     }
 }
 

@@ -73,6 +73,14 @@ impl super::pack::Pack for PosMap {
     }
 }
 
+// SAFETY: its pairs' vector's.
+unsafe impl super::bitwise::Bitwise for PosMap {
+    #[inline(always)]
+    fn inline(&self) -> bool {
+        super::bitwise::Bitwise::inline(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -399,6 +399,24 @@ impl<T: super::pack::Pack + Default, const N: usize> super::pack::Pack for VecSe
     }
 }
 
+// SAFETY: an unspilled `SmallVec` of `Copy` items owns no heap memory.
+unsafe impl<T: Copy, const N: usize> super::bitwise::Bitwise for VecSet<T, N> {
+    #[inline(always)]
+    fn inline(&self) -> bool {
+        !self.0.spilled()
+    }
+}
+
+// SAFETY: an unspilled `SmallVec` whose entries own no heap memory owns none.
+unsafe impl<K: super::bitwise::Bitwise, V: super::bitwise::Bitwise, const N: usize> super::bitwise::Bitwise
+    for VecMap<K, V, N>
+{
+    #[inline]
+    fn inline(&self) -> bool {
+        !self.0.spilled() && self.0.iter().all(|(k, v)| k.inline() && v.inline())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,7 +85,7 @@ pub struct ReqAccess {
     pub store_missed: KeySet,
 }
 
-clone_fields!(ReqAccess { rank, seen, finished, inserted, reused, store_missed });
+crate::system::collections::bitwise::clone_bitwise!(ReqAccess { rank, seen, finished, inserted, reused, store_missed });
 
 /// A request's set of host keys (ARC's bookkeeping): ordered, compared and hashed as a
 /// `BTreeSet`.

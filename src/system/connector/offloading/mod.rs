@@ -16,6 +16,7 @@ mod pack;
 pub mod reference_order;
 pub mod worker;
 
+use crate::system::collections::bitwise::clone_bitwise;
 use crate::system::collections::clone_fields;
 use crate::system::collections::inline_vec::InlineVec;
 use crate::system::collections::opt_vec::OptVec;
@@ -59,7 +60,7 @@ pub struct OffloadingReq {
     pub(crate) load_failed: bool,
 }
 
-clone_fields!(OffloadingReq {
+clone_bitwise!(OffloadingReq {
     num_keys,
     mirror,
     mirror_ok,
