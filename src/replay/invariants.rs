@@ -468,8 +468,8 @@ impl Checker {
         // Load jobs that appeared or went away change pin counts.
         let same = oc.jobs.iter().filter(|j| !j.is_store()).map(|j| j.id).eq(self.loads.keys().copied());
         if !same {
-            let now: BTreeMap<JobId, &Vec<Key>> =
-                oc.jobs.iter().filter(|j| !j.is_store()).map(|j| (j.id, &j.keys)).collect();
+            let now: BTreeMap<JobId, &[Key]> =
+                oc.jobs.iter().filter(|j| !j.is_store()).map(|j| (j.id, &j.keys[..])).collect();
             for (id, ks) in &self.loads {
                 if !now.contains_key(id) {
                     pinned.extend(ks.iter().copied());
@@ -480,7 +480,7 @@ impl Checker {
                     pinned.extend(ks.iter().copied());
                 }
             }
-            self.loads = now.iter().map(|(id, ks)| (*id, (*ks).clone())).collect();
+            self.loads = now.iter().map(|(id, ks)| (*id, ks.to_vec())).collect();
         }
         // Integrity of what was written or became ready, each distinct key once, in log order.
         // A resident key is told apart by its slot (marked with this action's epoch); a key

@@ -367,7 +367,7 @@ pub enum RankSet<T> {
     Queue(Box<RankQueue<T>>),
 }
 
-impl<T: Clone + Ord> Clone for RankSet<T> {
+impl<T: Copy + Ord> Clone for RankSet<T> {
     fn clone(&self) -> Self {
         match self {
             RankSet::Tree(s) => RankSet::Tree(s.clone()),

@@ -235,7 +235,7 @@ pub enum KeyMap<K, V, A = ()> {
     Hash(FastMap<K, (V, A)>),
 }
 
-impl<K: Clone + Ord, V: Clone, A: Clone> Clone for KeyMap<K, V, A> {
+impl<K: Clone + Ord + super::bitwise::Bitwise, V: Clone + super::bitwise::Bitwise, A: Clone> Clone for KeyMap<K, V, A> {
     fn clone(&self) -> Self {
         match self {
             KeyMap::Tree(m) => KeyMap::Tree(m.clone()),

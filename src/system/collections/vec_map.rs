@@ -8,6 +8,7 @@
 //! lookup is a binary search; an insertion shifts the entries after it, so these are for
 //! small maps (trace replay keeps its large maps in hashed forms, see `KeyMap`).
 
+use super::bitwise::Bitwise;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
@@ -16,17 +17,23 @@ use std::hash::{Hash, Hasher};
 #[derive(PartialEq, Eq, Serialize)]
 pub struct VecMap<K, V, const N: usize>(SmallVec<[(K, V); N]>);
 
-impl<K: Clone, V: Clone, const N: usize> Clone for VecMap<K, V, N> {
+impl<K: Clone + Bitwise, V: Clone + Bitwise, const N: usize> Clone for VecMap<K, V, N> {
     #[inline]
     fn clone(&self) -> Self {
         VecMap(self.0.clone())
     }
     /// Reuses the target's entries and allocation (see `clone_fields`); an empty source (the
-    /// common case) is a `clear`.
+    /// common case) is a `clear`; both inline (`bitwise`), one copy of the whole map.
     #[inline]
     fn clone_from(&mut self, src: &Self) {
         if src.0.is_empty() {
             self.0.clear();
+            return;
+        }
+        if self.inline() && src.inline() {
+            // SAFETY: neither map owns heap memory (`Bitwise`): the target drops nothing by
+            // being overwritten and the copy is a valid equal map.
+            unsafe { std::ptr::copy_nonoverlapping(&src.0, &mut self.0, 1) };
             return;
         }
         self.0.clone_from(&src.0);
@@ -190,16 +197,22 @@ impl<K: std::fmt::Debug, V: std::fmt::Debug, const N: usize> std::fmt::Debug for
 #[derive(PartialEq, Eq, Serialize)]
 pub struct VecSet<T, const N: usize>(SmallVec<[T; N]>);
 
-impl<T: Clone, const N: usize> Clone for VecSet<T, N> {
+impl<T: Copy, const N: usize> Clone for VecSet<T, N> {
     #[inline]
     fn clone(&self) -> Self {
         VecSet(self.0.clone())
     }
-    /// An empty source (the common case) is a `clear`.
+    /// An empty source (the common case) is a `clear`; both inline, one copy of the whole set.
     #[inline]
     fn clone_from(&mut self, src: &Self) {
         if src.0.is_empty() {
             self.0.clear();
+            return;
+        }
+        if !self.0.spilled() && !src.0.spilled() {
+            // SAFETY: neither set owns heap memory (its `Copy` items are inline): the target
+            // drops nothing by being overwritten and the copy is a valid equal set.
+            unsafe { std::ptr::copy_nonoverlapping(&src.0, &mut self.0, 1) };
             return;
         }
         self.0.clone_from(&src.0);

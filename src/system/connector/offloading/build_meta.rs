@@ -7,6 +7,7 @@
 //! this step's forward pass runs).
 
 use super::{key_of, Job, JobKind, OffloadingReq, OffloadingState, Phase};
+use crate::system::collections::inline_vec::InlineVec;
 use crate::system::connector::offloading::host_tier::Key;
 use crate::system::connector::{ConnCtx, HookCtx, RequestRef, SchedOut, StepScratch};
 use crate::system::events::{Event, Events};
@@ -313,11 +314,11 @@ impl OffloadingState {
             id,
             req: r,
             kind: JobKind::Store,
-            keys: out.keys_to_store,
-            blocks: src,
-            slots: out.slots,
+            keys: InlineVec::from_slice(&out.keys_to_store),
+            blocks: InlineVec::from_slice(&src),
+            slots: InlineVec::from_slice(&out.slots),
             phase: Phase::Built,
-            snapshot: Vec::new(),
+            snapshot: InlineVec::new(),
             torn: false,
             invalid_from: None,
             block_offset: 0,

@@ -59,7 +59,7 @@ pub enum Lookup {
     Hit,
 }
 
-#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct HostEntry {
     /// -1 write pending, 0 evictable, k > 0 pinned by k loads.
     pub ref_cnt: i32,
@@ -68,6 +68,8 @@ pub struct HostEntry {
     /// What the chunk slot holds, per GPU block of the chunk (empty until the copy lands).
     pub content: Contents,
 }
+
+crate::system::collections::bitwise::clone_bitwise!(HostEntry { ref_cnt, slot, rank, content });
 
 /// The manager's per-request context (`ReqContext` + `_RequestCacheAccess` + `_RequestRank`).
 #[derive(PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]

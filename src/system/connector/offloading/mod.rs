@@ -102,13 +102,13 @@ pub struct Job {
     pub(crate) id: JobId,
     pub(crate) req: ReqId,
     pub(crate) kind: JobKind,
-    pub(crate) keys: Vec<Key>,
+    pub(crate) keys: InlineVec<Key, 2>,
     /// Store: GPU source blocks; load: GPU destination blocks.
-    pub(crate) blocks: Vec<BlockId>,
-    pub(crate) slots: Vec<u32>,
+    pub(crate) blocks: InlineVec<BlockId, 4>,
+    pub(crate) slots: InlineVec<u32, 2>,
     pub(crate) phase: Phase,
     /// Store: what the copy read, per source block (taken when the copy was ordered).
-    pub(crate) snapshot: Vec<ContentTag>,
+    pub(crate) snapshot: InlineVec<ContentTag, 4>,
     /// Store: a source block was written while the copy ran.
     pub(crate) torn: bool,
     /// Load: index (into `blocks`) of the first block that failed to load.
@@ -117,7 +117,8 @@ pub struct Job {
     pub(crate) block_offset: u32,
 }
 
-clone_fields!(Job { id, req, kind, keys, blocks, slots, phase, snapshot, torn, invalid_from, block_offset });
+crate::system::collections::bitwise::bitwise_copy!(JobKind, Phase);
+clone_bitwise!(Job { id, req, kind, keys, blocks, slots, phase, snapshot, torn, invalid_from, block_offset });
 
 impl Job {
     pub fn is_store(&self) -> bool {
@@ -412,11 +413,11 @@ impl OffloadingState {
             id,
             req: r,
             kind: JobKind::Load { sync },
-            keys,
-            blocks: dst,
-            slots,
+            keys: InlineVec::from_slice(&keys),
+            blocks: InlineVec::from_slice(&dst),
+            slots: InlineVec::from_slice(&slots),
             phase: Phase::Built,
-            snapshot: Vec::new(),
+            snapshot: InlineVec::new(),
             torn: false,
             invalid_from: None,
             block_offset: load_start % blocks_per_chunk,
@@ -442,8 +443,10 @@ impl OffloadingState {
         }
         let jobs = st.transfer_jobs.clone();
         for id in jobs {
-            let blocks =
-                self.job(id).map(|j| if j.is_store() { j.blocks.clone() } else { Vec::new() }).unwrap_or_default();
+            let blocks = self
+                .job(id)
+                .map(|j| if j.is_store() { j.blocks.clone() } else { InlineVec::new() })
+                .unwrap_or_default();
             for b in blocks {
                 let v = self.fences.entry_or_default(b);
                 if !v.contains(&id) {
