@@ -98,8 +98,8 @@ mod tests {
         s.on_new_request(1);
         s.reqs[1].as_mut().unwrap().num_keys = 2;
         s.jobs.push(Job {
-            keys: vec![BlockHash(7)],
-            blocks: vec![3],
+            keys: [BlockHash(7)].into_iter().collect(),
+            blocks: [3].into_iter().collect(),
             kind: JobKind::Load { sync: true },
             ..Default::default()
         });
