@@ -1,6 +1,7 @@
-//! The OffloadingConnector's packed form (`collections::pack`): what the frontier codec
-//! writes for it, one byte string (`serde_packed!`), decoded in place into the box the search's
-//! engine reuses. JSON keeps the derive's form.
+//! The OffloadingConnector's packed form (`collections::pack`): its part of the engine's (the
+//! search frontier's format), decoded in place into the box the search's engine reuses. Serde's
+//! non-human-readable formats write it as one byte string (`serde_packed!`); JSON keeps the
+//! derive's form.
 
 use super::{Held, Job, JobKind, OffloadingReq, OffloadingState, Phase};
 use crate::system::collections::pack::{pack_fields, pack_unit_enum, put, serde_packed, Pack, Reader};
@@ -89,7 +90,7 @@ mod tests {
     use super::*;
     use crate::system::types::BlockHash;
 
-    /// The packed bytes go through the frontier codec and back, in place and afresh; JSON keeps
+    /// The packed bytes go through bincode's format (the frontier codec's) and back, in place and afresh; JSON keeps
     /// the derive's form.
     #[test]
     fn codec_round_trip() {
@@ -105,17 +106,20 @@ mod tests {
         });
         s.held.push(Held { req: 2, waiting: true });
         s.host.use_arc(true, false);
-        let mut bytes = Vec::new();
-        crate::check::codec::encode(&s, &mut bytes).unwrap();
-        let fresh: OffloadingState = crate::check::codec::decode(&bytes).unwrap();
+        use bincode::Options;
+        use serde::Deserialize;
+        let opts = || bincode::DefaultOptions::new().with_fixint_encoding();
+        let bytes = opts().serialize(&s).unwrap();
+        let fresh: OffloadingState = opts().deserialize(&bytes).unwrap();
         assert_eq!(fresh, s);
         let mut place = OffloadingState::default();
         place.reqs.0 = vec![None, None, None, None];
         place.on_new_request(0);
-        crate::check::codec::decode_in_place(&bytes, &mut place).unwrap();
+        let mut de = bincode::Deserializer::from_slice(&bytes, opts());
+        OffloadingState::deserialize_in_place(&mut de, &mut place).unwrap();
         assert_eq!(place, s);
-        // One byte more or less is an error, not a panic.
-        assert!(crate::check::codec::decode::<OffloadingState>(&bytes[..bytes.len() - 1]).is_err());
+        // One byte less is an error, not a panic.
+        assert!(opts().deserialize::<OffloadingState>(&bytes[..bytes.len() - 1]).is_err());
         let json = serde_json::to_string(&s).unwrap();
         assert!(json.contains("\"jobs\""));
         assert_eq!(serde_json::from_str::<OffloadingState>(&json).unwrap(), s);
