@@ -180,12 +180,21 @@ impl kvmc::search::Hooks<KvModel> for RoundTrip {
     fn encode(&self, m: &KvModel, s: &kvmc::model::KvState, out: &mut Vec<u8>) {
         let from = out.len();
         self.0.encode(m, s, out);
-        // The checker's codec writes bincode's fixed-width bytes.
-        use bincode::Options;
-        let theirs = bincode::DefaultOptions::new().with_fixint_encoding().serialize(&s.engine).unwrap();
-        assert!(out[from..] == theirs[..], "the frontier codec writes bincode's bytes");
+        // The frontier holds the engine's packed form.
+        use kvmc::system::collections::pack::Pack;
+        let mut packed = Vec::new();
+        s.engine.pack(&mut packed);
+        assert!(out[from..] == packed[..], "the frontier holds the engine's packed form");
         let back = self.0.decode(m, &out[from..]);
         assert!(back == *s, "a frontier state decodes to itself");
+        let mut again = Vec::new();
+        self.0.encode(m, &back, &mut again);
+        assert!(again[..] == out[from..], "a decoded state encodes to the same bytes");
+        // The serde form (bincode's fixed-width format) still round-trips.
+        use bincode::Options;
+        let opts = bincode::DefaultOptions::new().with_fixint_encoding();
+        let theirs = opts.serialize(&s.engine).unwrap();
+        assert!(opts.deserialize::<kvmc::system::Engine>(&theirs).unwrap() == s.engine, "the serde form round-trips");
         let fp = |s: &kvmc::model::KvState| kvmc::search::fingerprint(s, kvmc::search::DEFAULT_SEED);
         assert_eq!(fp(&back), fp(s), "a decoded state keeps its fingerprint");
     }

@@ -1,7 +1,9 @@
-//! The checker's frontier codec: bincode 1's fixed-width little-endian format, byte for byte
-//! what `bincode::DefaultOptions::new().with_fixint_encoding()` writes and reads, written for
-//! the search's hot path (every successor is encoded once, for its fingerprint; every frontier
-//! state is decoded once, in place).
+//! A serde codec for bincode 1's fixed-width little-endian format, byte for byte what
+//! `bincode::DefaultOptions::new().with_fixint_encoding()` writes and reads, written for a hot
+//! path (a write is a store, a read a load, decoding in place). It was the search frontier's
+//! format; the frontier now holds each engine's packed form (`crate::system::collections::pack`,
+//! no serde visitor per field: `crate::check::hooks`), and this codec remains the serde
+//! (non-human-readable) form of the state types, which the tests hold to bincode's bytes.
 //!
 //! The format: integers fixed-width little-endian (`bool` one byte, 0 or 1; `char` its UTF-8
 //! bytes), a sequence, map, string or byte string its length as a `u64` then its items, an

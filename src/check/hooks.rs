@@ -16,20 +16,25 @@
 //! successor: a step that changes nothing is no step, so a request waiting on nothing but an
 //! unfair fault is a dead end, which the deadlock half of `requests-finish` reports.
 //!
-//! The frontier is kept encoded: an engine state is written with its serde derives (every
-//! state type in `crate::system` derives `Serialize` and `Deserialize`) in bincode's
-//! fixed-width format (`crate::check::codec`), about 1 KB where the whole state's heap takes
-//! about 2 KB, and decoded in place into the engine the search thread keeps when the search
-//! expands it. The state's `Side` data (never on in the checker) encodes to nothing. The
-//! encoding is canonical (equal engines encode to equal bytes: every container in a checker's
-//! engine is ordered, and the replay-only forms never appear), so the search keys a state by
-//! the fingerprint of its encoding (`crate::search::key`).
+//! The frontier is kept encoded: an engine state is written in its packed form
+//! (`crate::system::collections::pack`, `Engine`'s impl in `crate::system::engine`: every
+//! field in order, integers fixed-width little-endian, `u32` lengths, one-byte tags, no
+//! visitor), about 1 KB where the whole state's heap takes about 2 KB, and unpacked in place
+//! into the engine the search thread keeps when the search expands it. The state's `Side` data
+//! (never on in the checker) and its step-memo stamp pack to nothing. The encoding is canonical
+//! (equal engines encode to equal bytes: every container in a checker's engine is ordered, and
+//! the replay-only forms never appear), so the search keys a state by the fingerprint of its
+//! encoding (`crate::search::key`). The serde derives stay for JSON (the explorer, reports).
 
 use crate::model::{Action, KvModel, KvState};
 use crate::search::Hooks;
+use crate::system::collections::pack::{unpack_all, Pack};
 use crate::system::input::Arrivals;
 use crate::system::symmetry::Roles;
-use crate::system::ConnectorKind;
+use crate::system::{ConnectorKind, Engine};
+
+#[cfg(test)]
+mod tests;
 
 pub struct KvHooks {
     /// The interchangeable requests, when symmetry reduction is on (and can apply).
@@ -98,24 +103,26 @@ impl Hooks<KvModel> for KvHooks {
         self.encode
     }
 
-    /// Appended to `out` in the frontier codec (`crate::check::codec`, bincode's fixed-width
-    /// format): the search's buffer for the successor's key (`crate::search::key`), reused from
-    /// one successor to the next.
+    /// The engine's packed form appended to `out`: the search's buffer for the successor's key
+    /// (`crate::search::key`), reused from one successor to the next.
     #[inline]
     fn encode(&self, _model: &KvModel, s: &KvState, out: &mut Vec<u8>) {
-        super::codec::encode(&s.engine, out).expect("an engine state encodes");
+        s.engine.pack(out);
     }
 
+    /// Unpacked over a decoder's starting engine (`Engine::default`). All of `bytes` must be
+    /// one engine: the frontier holds only what `encode` wrote.
     fn decode(&self, model: &KvModel, bytes: &[u8]) -> KvState {
-        let engine = super::codec::decode(bytes).expect("a frontier state decodes");
+        let mut engine = Engine::default();
+        unpack_all(&mut engine, bytes).expect("a frontier state decodes");
         KvState { engine, sys: model.sys.clone() }
     }
 
-    /// Into the engine there, in place (`deserialize_in_place`: its vectors, boxes and the
-    /// connector's box are reused, not allocated again).
+    /// Into the engine there, in place (`Pack::unpack`: its vectors, boxes and the connector's
+    /// box are reused, not allocated again).
     fn decode_into(&self, model: &KvModel, bytes: &[u8], out: &mut Option<KvState>) {
         match out {
-            Some(s) => super::codec::decode_in_place(bytes, &mut s.engine).expect("a frontier state decodes"),
+            Some(s) => unpack_all(&mut s.engine, bytes).expect("a frontier state decodes"),
             None => *out = Some(self.decode(model, bytes)),
         }
         // A new identity for the step memo (`System::take_step_memo`): the search holds this

@@ -20,6 +20,8 @@ use super::workload::Workload;
 use super::{model_runner, scheduler, scheduler_output};
 use crate::system::collections::clone_fields;
 
+mod pack;
+
 /// What every transition reads and never changes.
 #[derive(Clone, Copy)]
 pub struct Ctx<'a> {

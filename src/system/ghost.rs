@@ -166,3 +166,7 @@ impl Ghost {
         self.marks & (m as u32) != 0
     }
 }
+
+// Packed (`collections::pack`): `drainable` is not state (`#[serde(skip)]`): nothing, decoded
+// as false.
+crate::system::collections::pack::pack_fields!(Ghost { violations, marks, idle_steps, faults } skip { drainable });

@@ -10,8 +10,9 @@
 //! dropped only when the slot is handed out again (`get_new_blocks`).
 //!
 //! Every block's state is one plain record (`slots.rs`), so a copy of the pool is one `memcpy`
-//! and the checker's codec writes it as one byte string; the checker keeps no cached map beside
-//! the records (it is a function of them), replay keeps a hash map (see [`GpuPool`]).
+//! and its packed form (the search frontier's, `pack.rs`) and serde's non-human-readable form
+//! write the records as one run of bytes; the checker keeps no cached map beside the records
+//! (it is a function of them), replay keeps a hash map (see [`GpuPool`]).
 
 use super::collections::side::{KeyMap, PoolLog, Side};
 use super::events::{Event, Events};
@@ -21,6 +22,7 @@ use crate::system::collections::clone_fields;
 use slots::{Slot, Slots, LOADED};
 
 mod cached;
+mod pack;
 mod slots;
 
 const NIL: u32 = u32::MAX;

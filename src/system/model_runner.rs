@@ -34,6 +34,14 @@ pub struct WorkerOut {
 }
 
 clone_fields!(WorkerOut { completed, finished_recving, invalid_blocks, failed_recving, finished_sending, rows });
+crate::system::collections::pack::pack_fields!(WorkerOut {
+    completed,
+    finished_recving,
+    invalid_blocks,
+    failed_recving,
+    finished_sending,
+    rows
+});
 
 /// Run the worker side of one step.
 pub fn execute(

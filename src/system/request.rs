@@ -100,3 +100,20 @@ impl Default for ReqState {
 
 /// Request ids in a queue, front first.
 pub type Queue = Vec<ReqId>;
+
+crate::system::collections::pack::pack_fields!(ReqState {
+    status,
+    num_computed,
+    num_output,
+    table,
+    num_cached_block,
+    preempted,
+    inflight_prefill,
+    placeholders,
+    in_flight,
+    stale,
+    last_sched_seq,
+    drop_stale,
+    turn,
+    sent
+});

@@ -260,3 +260,43 @@ impl crate::system::collections::pack::Pack for ContentTag {
         Some(())
     }
 }
+
+crate::system::collections::pack::pack_unit_enum!(FinishReason { Stopped, LengthCapped, Aborted, Error });
+
+/// Packed (`collections::pack`): a tag, the variant's index, then `Finished`'s reason.
+impl crate::system::collections::pack::Pack for Status {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        use crate::system::collections::pack::put;
+        match self {
+            Status::Pending => put(out, [0]),
+            Status::Waiting => put(out, [1]),
+            Status::WaitingForRemoteKvs => put(out, [2]),
+            Status::Running => put(out, [3]),
+            Status::Preempted => put(out, [4]),
+            Status::Parked => put(out, [5]),
+            Status::Finished(f) => {
+                put(out, [6]);
+                f.pack(out);
+            }
+        }
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut crate::system::collections::pack::Reader<'_>) -> Option<()> {
+        *self = match r.tag()? {
+            0 => Status::Pending,
+            1 => Status::Waiting,
+            2 => Status::WaitingForRemoteKvs,
+            3 => Status::Running,
+            4 => Status::Preempted,
+            5 => Status::Parked,
+            6 => {
+                let mut f = FinishReason::Stopped;
+                f.unpack(r)?;
+                Status::Finished(f)
+            }
+            _ => return None,
+        };
+        Some(())
+    }
+}

@@ -1,21 +1,26 @@
-//! The checker's packed form of a state component: its fields one after another, integers
-//! fixed-width little-endian, a length as a `u32`, an `Option` or an enum a one-byte tag; no
-//! field names, no visitor. A component that implements [`Pack`] goes into the frontier codec
-//! (`crate::check::codec`, serde's bincode-like format) as one byte string, through
-//! [`serde_packed!`]: the serializer copies the bytes once and the deserializer hands them
-//! back borrowed, so a component of a few hundred bytes costs one call each way instead of one
-//! visitor per field (docs/benchmarks.md, Round 25). Human-readable formats (JSON: the
-//! explorer, reports) keep the derive's field-by-field form.
+//! The checker's packed form of a state: its fields one after another, integers fixed-width
+//! little-endian, a length as a `u32`, an `Option` or an enum a one-byte tag; no field names,
+//! no visitor. The whole `Engine` implements [`Pack`] (`crate::system::engine`), and its packed
+//! form is the search frontier's format (`crate::check::hooks`): every successor is packed once
+//! (its fingerprint is taken over the bytes), every frontier state unpacked once, in place.
 //!
-//! The form is canonical as the codec's is: equal components pack to equal bytes (the search
-//! keys a state by the fingerprint of its encoding). Every container packed here is ordered
-//! in the checker; a replay-only hash form is packed sorted by key. `Side` data packs to
-//! nothing and unpacks as off, as in the codec.
+//! A component can also go into a serde format as one byte string of its packed form, through
+//! [`serde_packed!`] (the OffloadingConnector's state does): the serializer copies the bytes
+//! once and the deserializer hands them back borrowed, so a component of a few hundred bytes
+//! costs one call each way instead of one visitor per field (docs/benchmarks.md, Round 25).
+//! Human-readable formats (JSON: the explorer, reports) keep the derive's field-by-field form.
+//!
+//! The form is canonical: equal states pack to equal bytes (the search keys a state by the
+//! fingerprint of its encoding). Every container packed here is ordered in the checker; a
+//! replay-only hash form is packed sorted by key. What is not state packs to nothing: `Side`
+//! data unpacks as off, a `#[serde(skip)]` field (`pack_fields!`'s `skip`) as its `Default`,
+//! as serde's derive decodes them.
 //!
 //! [`Pack::unpack`] decodes *in place*: vectors keep their buffers, an `Option` already `Some`
 //! is decoded into, so decoding a frontier state into the engine the search reuses allocates
 //! nothing once the engine has grown. It returns `None` on bytes it cannot have written (too
-//! short, a tag out of range); the serde bridge turns that into a codec error.
+//! short, a tag out of range, a length the remaining bytes cannot hold) and never panics; the
+//! serde bridge turns that into a codec error.
 
 use std::cell::RefCell;
 
@@ -231,19 +236,22 @@ where
 
 /// `impl Pack` for a struct, field by field in the order given. Like `clone_fields`, both
 /// methods destructure the struct without `..`: a field added later and not listed is a
-/// compile error, never a field silently left out of the state's bytes.
+/// compile error, never a field silently left out of the state's bytes. Fields listed after
+/// `skip` are not state (`#[serde(skip)]`): they pack to nothing and unpack to their
+/// `Default`, as serde's derive decodes a skipped field (in place too).
 macro_rules! pack_fields {
-    ($t:ident { $($f:ident),* $(,)? }) => {
+    ($t:ident { $($f:ident),* $(,)? } $(skip { $($s:ident),* $(,)? })?) => {
         impl $crate::system::collections::pack::Pack for $t {
             #[inline]
             fn pack(&self, out: &mut Vec<u8>) {
-                let $t { $($f),* } = self;
+                let $t { $($f,)* $($($s: _,)*)? } = self;
                 $( $crate::system::collections::pack::Pack::pack($f, out); )*
             }
             #[inline]
             fn unpack(&mut self, r: &mut $crate::system::collections::pack::Reader<'_>) -> Option<()> {
-                let $t { $($f),* } = self;
+                let $t { $($f,)* $($($s,)*)? } = self;
                 $( $crate::system::collections::pack::Pack::unpack($f, r)?; )*
+                $($( *$s = Default::default(); )*)?
                 Some(())
             }
         }
@@ -272,6 +280,66 @@ macro_rules! pack_unit_enum {
 }
 pub(crate) use pack_unit_enum;
 
+/// Decode all of `bytes` into `v` (in place): `None` when they are not one packed value, or
+/// not only one (bytes left over).
+#[inline]
+pub fn unpack_all<T: Pack + ?Sized>(v: &mut T, bytes: &[u8]) -> Option<()> {
+    let mut r = Reader(bytes);
+    v.unpack(&mut r)?;
+    r.is_empty().then_some(())
+}
+
+/// A length read for `n` items of `T` that the remaining bytes could hold (an item packs to
+/// at least one byte unless `T` is zero-sized): a count that cannot be ours must not loop or
+/// allocate for long.
+#[inline(always)]
+fn plausible<T>(n: usize, r: &Reader<'_>) -> Option<usize> {
+    (n <= r.0.len() || std::mem::size_of::<T>() == 0).then_some(n)
+}
+
+/// Packed: a length, then the entries in key order; decoded by insertion (a `BTreeMap` has no
+/// buffer to reuse). The checker's maps are ordered, so equal maps pack to equal bytes.
+impl<K: Pack + Default + Ord, V: Pack + Default> Pack for std::collections::BTreeMap<K, V> {
+    fn pack(&self, out: &mut Vec<u8>) {
+        put_len(out, self.len());
+        for (k, v) in self {
+            k.pack(out);
+            v.pack(out);
+        }
+    }
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        let n = plausible::<(K, V)>(r.len()?, r)?;
+        self.clear();
+        for _ in 0..n {
+            let (mut k, mut v) = (K::default(), V::default());
+            k.unpack(r)?;
+            v.unpack(r)?;
+            self.insert(k, v);
+        }
+        Some(())
+    }
+}
+
+/// Packed: a length, then the elements in order; decoded by insertion.
+impl<T: Pack + Default + Ord> Pack for std::collections::BTreeSet<T> {
+    fn pack(&self, out: &mut Vec<u8>) {
+        put_len(out, self.len());
+        for x in self {
+            x.pack(out);
+        }
+    }
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        let n = plausible::<T>(r.len()?, r)?;
+        self.clear();
+        for _ in 0..n {
+            let mut x = T::default();
+            x.unpack(r)?;
+            self.insert(x);
+        }
+        Some(())
+    }
+}
+
 thread_local! {
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
@@ -297,11 +365,7 @@ impl<'de, T: Pack> serde::de::Visitor<'de> for Unpacker<'_, T> {
         f.write_str("a packed state component (a byte string)")
     }
     fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<(), E> {
-        let mut r = Reader(b);
-        match self.0.unpack(&mut r) {
-            Some(()) if r.is_empty() => Ok(()),
-            _ => Err(E::custom("bytes that are not a packed state component")),
-        }
+        unpack_all(self.0, b).ok_or_else(|| E::custom("bytes that are not a packed state component"))
     }
 }
 
@@ -347,6 +411,7 @@ pub(crate) use serde_packed;
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
 
     fn round_trip<T: Pack + Default + PartialEq + std::fmt::Debug>(v: &T) -> T {
         let mut b = Vec::new();
@@ -380,6 +445,42 @@ mod tests {
         fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
             let mut v: Vec<Option<(u32, Vec<u8>)>> = Vec::new();
             let _ = v.unpack(&mut Reader(&bytes));
+            let mut m: BTreeMap<u16, BTreeSet<u8>> = BTreeMap::new();
+            let _ = m.unpack(&mut Reader(&bytes));
         }
+
+        /// Ordered maps and sets round-trip, decoded over any earlier contents.
+        #[test]
+        fn btree_round_trip(a in prop::collection::btree_map(any::<u32>(), prop::collection::btree_set(any::<u16>(), 0..3), 0..5),
+                            b in prop::collection::btree_map(any::<u32>(), prop::collection::btree_set(any::<u16>(), 0..3), 0..5)) {
+            prop_assert_eq!(round_trip(&a), a.clone());
+            let mut bytes = Vec::new();
+            a.pack(&mut bytes);
+            let mut place = b;
+            unpack_all(&mut place, &bytes).unwrap();
+            prop_assert_eq!(place, a);
+        }
+    }
+
+    #[derive(Default, PartialEq, Debug)]
+    struct WithSkip {
+        a: u32,
+        b: Vec<u16>,
+        not_state: u64,
+    }
+    pack_fields!(WithSkip { a, b } skip { not_state });
+
+    /// A skipped field packs to nothing and unpacks to its default, as serde's derive decodes a
+    /// `#[serde(skip)]` field in place.
+    #[test]
+    fn skipped_fields() {
+        let v = WithSkip { a: 7, b: vec![1, 2], not_state: 9 };
+        let mut bytes = Vec::new();
+        v.pack(&mut bytes);
+        assert_eq!(bytes.len(), 4 + 4 + 2 * 2);
+        let mut place = WithSkip { a: 1, b: vec![5; 4], not_state: 3 };
+        unpack_all(&mut place, &bytes).unwrap();
+        assert_eq!(place, WithSkip { a: 7, b: vec![1, 2], not_state: 0 });
+        assert!(unpack_all(&mut place, &bytes[..bytes.len() - 1]).is_none());
     }
 }

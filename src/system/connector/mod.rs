@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod mooncake;
 pub mod nixl;
 pub mod offloading;
+mod pack;
 pub mod simple_cpu;
 
 use super::config::{ConnectorConfig, EngineConfig, MooncakeConfig};

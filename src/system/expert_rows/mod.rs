@@ -9,6 +9,7 @@
 //! request needs rows the store lacks. The frontend concatenates each request's emitted rows
 //! (`RowsRecord`), which rows-exact and start-anchored check at finish.
 
+mod pack;
 pub mod row_store;
 pub mod scheduler;
 pub mod worker;

@@ -40,6 +40,15 @@ pub struct StoreFull {
     pub limit: u32,
 }
 
+crate::system::collections::pack::pack_fields!(RowStore { capacity, objects, refs, lru, evicts_live, grows });
+
+/// A decoder's starting value (every field is then decoded).
+impl Default for RowStore {
+    fn default() -> Self {
+        RowStore::new(0, false, false)
+    }
+}
+
 impl RowStore {
     pub fn new(capacity: u32, evicts_live: bool, grows: bool) -> Self {
         RowStore { capacity, objects: Vec::new(), refs: BTreeMap::new(), lru: Vec::new(), evicts_live, grows }

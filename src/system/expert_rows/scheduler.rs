@@ -99,6 +99,24 @@ pub fn mark_loaded(pool: &mut GpuPool, q: &ReqState, local: u32, ext: u32, b: u3
     }
 }
 
+crate::system::collections::pack::pack_fields!(AuxSched {
+    sent,
+    finished,
+    kv_cached,
+    loading,
+    capacity,
+    retained,
+    released,
+    floors
+});
+
+/// A decoder's starting value (every field is then decoded).
+impl Default for AuxSched {
+    fn default() -> Self {
+        AuxSched::new(0, 0)
+    }
+}
+
 impl AuxSched {
     pub fn new(num_reqs: usize, capacity: u32) -> Self {
         AuxSched {

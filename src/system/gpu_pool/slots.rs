@@ -1,9 +1,10 @@
 //! The G1 pool's per-block state as one vector of plain 32-byte records (docs/benchmarks.md,
-//! Round 24): a copy of the pool is one `memcpy`, and the checker's codec writes and reads the
-//! records as one byte string (in a human-readable format, such as JSON, one record after
-//! another). What a block holds, its hash, its reference count, its free-queue links, prime-rl's
-//! load mark and, in the checker's form of the pool, its place in the cached map are fields of
-//! one record instead of six vectors of their own.
+//! Round 24): a copy of the pool is one `memcpy`, and the packed form (the search frontier's)
+//! and serde's non-human-readable forms write and read the records as one run of bytes (in a
+//! human-readable format, such as JSON, one record after another). What a block holds, its
+//! hash, its reference count, its free-queue links, prime-rl's load mark and, in the checker's
+//! form of the pool, its place in the cached map are fields of one record instead of six
+//! vectors of their own.
 
 use crate::system::types::{BadKind, BlockHash, ContentTag};
 use serde::de::{self, Visitor};
@@ -109,16 +110,47 @@ impl Slots {
 
     /// Overwrite the records with `b` (a whole number of records), reusing the buffer.
     fn set_bytes<E: de::Error>(&mut self, b: &[u8]) -> Result<(), E> {
-        let size = std::mem::size_of::<Slot>();
-        if !b.len().is_multiple_of(size) {
+        if !b.len().is_multiple_of(std::mem::size_of::<Slot>()) {
             return Err(E::invalid_length(b.len(), &"a whole number of 32-byte block records"));
         }
-        self.0.clear();
-        self.0.resize(b.len() / size, Slot::default());
-        // SAFETY: the vector now holds exactly `b.len()` bytes of records, any byte pattern is
-        // a valid `Slot` (integers only), and the source and the vector do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.0.as_mut_ptr().cast::<u8>(), b.len()) };
+        self.copy_from(b);
         Ok(())
+    }
+
+    /// Overwrite the records with `b`, whose length is a whole number of records.
+    #[inline]
+    fn copy_from(&mut self, b: &[u8]) {
+        let size = std::mem::size_of::<Slot>();
+        debug_assert!(b.len().is_multiple_of(size));
+        let n = b.len() / size;
+        self.0.clear();
+        self.0.reserve(n);
+        // SAFETY: the buffer has room for `n` records, `b` fills exactly those bytes before the
+        // length covers them, any byte pattern is a valid `Slot` (integers only), and the source
+        // and the vector do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(b.as_ptr(), self.0.as_mut_ptr().cast::<u8>(), b.len());
+            self.0.set_len(n);
+        }
+    }
+}
+
+/// Packed (`collections::pack`): the number of records, then their bytes (the byte string of
+/// the serde form, in the machine's byte order: the frontier never leaves the process), decoded
+/// into the vector's buffer by one copy.
+impl crate::system::collections::pack::Pack for Slots {
+    #[inline]
+    fn pack(&self, out: &mut Vec<u8>) {
+        crate::system::collections::pack::put_len(out, self.0.len());
+        out.extend_from_slice(self.bytes());
+    }
+    #[inline]
+    fn unpack(&mut self, r: &mut crate::system::collections::pack::Reader<'_>) -> Option<()> {
+        let size = std::mem::size_of::<Slot>() * r.len()?;
+        let (b, rest) = r.0.split_at_checked(size)?;
+        r.0 = rest;
+        self.copy_from(b);
+        Some(())
     }
 }
 
@@ -205,8 +237,8 @@ mod tests {
             prop_assert_eq!(s.hash(), h.map(BlockHash));
         }
 
-        /// The records round-trip through bincode's fixed-width format (the checker's codec
-        /// writes its bytes: src/check/codec.rs) as one byte string, decoded in place over any
+        /// The records round-trip through bincode's fixed-width format (src/check/codec.rs
+        /// writes its bytes) as one byte string, decoded in place over any
         /// earlier records too, and through JSON one record at a time.
         #[test]
         fn records_round_trip(a in prop::collection::vec(slot(), 0..8), b in prop::collection::vec(slot(), 0..8)) {

@@ -20,6 +20,7 @@
 //! count against the one fault budget. Not modelled: faults injected on D other than load
 //! failures (client aborts, errors), several decode instances, streaming sessions.
 
+mod pack;
 pub mod router;
 pub mod store;
 

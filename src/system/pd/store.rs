@@ -22,6 +22,7 @@
 //! run within the step that queues them (its steps drain); P's run whenever the environment
 //! lets them, as for a colocated Mooncake store.
 
+use crate::system::collections::pack::{Pack, Reader};
 use crate::system::connector::{
     BitSet, ConnCtx, HookCtx, KvConnector, MooncakeState, RequestRef, SchedOut, StepScratch, WorkerCtx, WorkerStep,
 };
@@ -43,6 +44,31 @@ pub struct PdStore<A> {
     chosen: Vec<Option<u8>>,
     /// Pool keys D put that P had not put (P's side only; for the reachability guards).
     pub(crate) decode_saved: BTreeSet<BlockHash>,
+}
+
+/// Packed (`collections::pack`): its fields in order (the pool's keys in order).
+impl<A: Pack> Pack for PdStore<A> {
+    fn pack(&self, out: &mut Vec<u8>) {
+        let PdStore { nixl, store, chosen, decode_saved } = self;
+        nixl.pack(out);
+        store.pack(out);
+        chosen.pack(out);
+        decode_saved.pack(out);
+    }
+    fn unpack(&mut self, r: &mut Reader<'_>) -> Option<()> {
+        let PdStore { nixl, store, chosen, decode_saved } = self;
+        nixl.unpack(r)?;
+        store.unpack(r)?;
+        chosen.unpack(r)?;
+        decode_saved.unpack(r)
+    }
+}
+
+/// A decoder's starting value (every field is then decoded).
+impl<A: Default> Default for PdStore<A> {
+    fn default() -> Self {
+        PdStore::new(A::default(), MooncakeState::default(), 0)
+    }
 }
 
 impl<A> PdStore<A> {

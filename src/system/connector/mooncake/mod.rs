@@ -36,6 +36,7 @@
 //! from the tracker's append-only block mirror.
 
 mod hooks;
+mod pack;
 pub mod worker;
 
 use crate::system::collections::side::Side;

@@ -47,6 +47,7 @@
 
 pub mod consumer;
 mod hooks;
+mod pack;
 
 use crate::system::connector::{ConnCtx, SchedOut, StepScratch};
 use crate::system::events::{Event, Events};

@@ -130,7 +130,7 @@ impl Job {
 }
 
 /// The connector's scheduler-side state plus its host tier. Serialized as one byte string of
-/// its packed form where the format is not human-readable (the frontier codec; `pack`).
+/// its packed form where the format is not human-readable (`pack`).
 #[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(remote = "Self")]
 pub struct OffloadingState {

@@ -1,6 +1,7 @@
-//! The OffloadingConnector's packed form (`collections::pack`): what the frontier codec
-//! writes for it, one byte string (`serde_packed!`), decoded in place into the box the search's
-//! engine reuses. JSON keeps the derive's form.
+//! The OffloadingConnector's packed form (`collections::pack`): its part of the engine's (the
+//! search frontier's format), decoded in place into the box the search's engine reuses. Serde's
+//! non-human-readable formats write it as one byte string (`serde_packed!`); JSON keeps the
+//! derive's form.
 
 use super::{Held, Job, JobKind, OffloadingReq, OffloadingState, Phase};
 use crate::system::collections::pack::{pack_fields, pack_unit_enum, put, serde_packed, Pack, Reader};

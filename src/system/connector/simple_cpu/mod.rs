@@ -21,6 +21,7 @@
 
 mod build_meta;
 mod hooks;
+mod pack;
 pub mod worker;
 
 use crate::system::connector::{BitSet, HookCtx, Phase, RequestRef};

@@ -1,4 +1,4 @@
-//! The host tier's packed form (`collections::pack`): the frontier codec's bytes for it.
+//! The host tier's packed form (`collections::pack`): its part of the search frontier's bytes.
 
 use super::{HostEntry, HostTier, ReqAccess};
 use crate::system::collections::pack::pack_fields;
