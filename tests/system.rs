@@ -90,7 +90,7 @@ fn allocate_slots_checks_capacity_before_any_mutation() {
         full_sequence: false,
     };
     let new = kv_manager::allocate_slots(&mut p, &mut q, a, &k, &mut g, &mut ev).unwrap();
-    assert_eq!(new, vec![2]);
+    assert_eq!(q.table[new], [2], "the new blocks are the table's last");
     assert_eq!(q.table, vec![1, 2], "hits first, then fresh blocks");
     assert_eq!(p.num_free(), 0);
 }

@@ -4,6 +4,7 @@ use super::Scope;
 use crate::system::ghost::Breach;
 use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, Status, NULL_BLOCK};
 use crate::system::{Engine, Rules};
+use std::cell::RefCell;
 
 /// `g1-accounting`: a block is free iff its ref count is 0, the queue has no duplicates,
 /// ref counts equal the number of tables, deferred frees and connector pins holding the
@@ -18,7 +19,24 @@ pub fn engine_accounting(e: &Engine, rules: &Rules) -> bool {
         return false;
     }
     let n = e.pool.num_blocks() as usize;
-    let mut holders = vec![0u32; n];
+    // Per-block counters kept per thread (this runs on every state the checker visits).
+    ACCOUNTING_BUFS.with(|c| {
+        let (holders, seen) = &mut *c.borrow_mut();
+        holders.clear();
+        holders.resize(n, 0);
+        seen.clear();
+        seen.resize(n, false);
+        accounting_with(e, rules, holders, seen)
+    })
+}
+
+thread_local! {
+    static ACCOUNTING_BUFS: RefCell<(Vec<u32>, Vec<bool>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// [`engine_accounting`] with `holders` all 0 and `seen` all false, one entry per block.
+fn accounting_with(e: &Engine, rules: &Rules, holders: &mut [u32], seen: &mut [bool]) -> bool {
+    let n = holders.len();
     for q in &e.reqs {
         for &b in &q.table {
             if b == NULL_BLOCK {
@@ -39,16 +57,18 @@ pub fn engine_accounting(e: &Engine, rules: &Rules) -> bool {
         }
         holders[b as usize] += 1;
     }
-    let queue = e.pool.free_queue();
-    if queue.len() as u32 != e.pool.num_free() {
-        return false;
-    }
-    let mut seen = vec![false; n];
-    for &b in &queue {
+    // The free queue has `num_free` blocks, none twice (walked in place: a repeated block
+    // ends the walk, so a cycle cannot hold it).
+    let mut len = 0;
+    for b in e.pool.free_queue_iter() {
         if b == NULL_BLOCK || seen[b as usize] {
             return false;
         }
         seen[b as usize] = true;
+        len += 1;
+    }
+    if len != e.pool.num_free() {
+        return false;
     }
     (1..n).all(|b| {
         let rc = u32::from(e.pool.ref_cnt(b as u32));

@@ -7,7 +7,7 @@
 use super::collections::side::{ReadCache, Side, Stamp};
 use super::config::EngineConfig;
 use super::connector::SchedOut;
-use super::connector::{Connector, RequestRef, StepScratch, WorkerCtx};
+use super::connector::{Connector, RequestRef, WorkerCtx};
 use super::events::{Event, Events};
 use super::expert_rows::AuxState;
 use super::ghost::{Breach, Ghost, Mark};
@@ -15,6 +15,7 @@ use super::gpu_pool::GpuPool;
 use super::model_runner::WorkerOut;
 use super::request::{Queue, ReqState};
 use super::rules::Rules;
+use super::step_bufs::StepBufs;
 use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
 use super::workload::Workload;
 use super::{model_runner, scheduler, scheduler_output};
@@ -359,15 +360,20 @@ impl Engine {
             if self.pd.is_none() && !self.has_requests(ctx.rules) {
                 return;
             }
-            let b = self.schedule_and_execute(ctx, input, ev);
-            if self.is_dead() {
-                return; // the worker or the scheduler raised: the engine is gone
+            let mut bufs = StepBufs::take();
+            self.schedule_and_execute(ctx, input, &mut bufs, ev);
+            // Unless the worker or the scheduler raised: the engine is gone.
+            if !self.is_dead() {
+                scheduler_output::update_from_output(self, ctx, &bufs.out, &mut bufs.wout, ev);
             }
-            scheduler_output::update_from_output(self, ctx, &b.out, b.wout, ev);
+            bufs.give_back();
             return;
         }
         if self.has_requests(ctx.rules) {
-            let b = self.schedule_and_execute(ctx, input, ev);
+            let mut bufs = StepBufs::take();
+            self.schedule_and_execute(ctx, input, &mut bufs, ev);
+            let b = Batch { out: std::mem::take(&mut bufs.out), wout: std::mem::take(&mut bufs.wout) };
+            bufs.give_back();
             let executed = b.out.scheduled.iter().any(|s| s.tokens > 0);
             self.batches.push(b);
             if self.batches.len() < 2 && (executed || self.has_requests(ctx.rules)) {
@@ -376,18 +382,22 @@ impl Engine {
         } else if self.batches.is_empty() {
             return;
         }
-        let b = self.batches.remove(0);
-        scheduler_output::update_from_output(self, ctx, &b.out, b.wout, ev);
+        let mut b = self.batches.remove(0);
+        scheduler_output::update_from_output(self, ctx, &b.out, &mut b.wout, ev);
+        // The processed batch's buffers serve the next batch scheduled on this thread.
+        let mut bufs = StepBufs::take();
+        (bufs.out, bufs.wout) = (b.out, b.wout);
+        bufs.give_back();
     }
 
-    fn schedule_and_execute(&mut self, ctx: Ctx, input: &StepInput, ev: &mut Events) -> Batch {
-        let mut scratch = StepScratch::default();
-        let out = scheduler::schedule(self, ctx, &mut scratch, ev);
+    /// `schedule()` and the worker's step, into `bufs.out` and `bufs.wout` (both empty).
+    fn schedule_and_execute(&mut self, ctx: Ctx, input: &StepInput, bufs: &mut StepBufs, ev: &mut Events) {
+        let StepBufs { scratch, out, wout } = bufs;
+        scheduler::schedule(self, ctx, scratch, out, ev);
         if self.is_dead() {
-            return Batch { out, wout: WorkerOut::default() }; // schedule() raised
+            return; // schedule() raised
         }
-        let wout = model_runner::execute(self, ctx, &out, &scratch, input, ev);
-        Batch { out, wout }
+        model_runner::execute(self, ctx, out, scratch, input, wout, ev);
     }
 
     /// Equal but for the last transition's marks and the idle-step counter (a step that

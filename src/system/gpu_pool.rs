@@ -20,6 +20,7 @@ use super::ghost::{Breach, Ghost, Mark};
 use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
 use crate::system::collections::clone_fields;
 use slots::{Slot, Slots, LOADED};
+use smallvec::SmallVec;
 
 mod cached;
 mod pack;
@@ -167,12 +168,21 @@ impl GpuPool {
     /// The free queue, head (next to hand out) first.
     pub fn free_queue(&self) -> Vec<BlockId> {
         let mut out = Vec::with_capacity(self.num_free as usize);
-        let mut cur = self.head;
-        while cur != NIL {
-            out.push(cur);
-            cur = self.slots.0[cur as usize].next;
-        }
+        out.extend(self.free_queue_iter());
         out
+    }
+
+    /// [`GpuPool::free_queue`] without collecting it (the property checks walk it per state).
+    pub fn free_queue_iter(&self) -> impl Iterator<Item = BlockId> + '_ {
+        let mut cur = self.head;
+        std::iter::from_fn(move || {
+            if cur == NIL {
+                return None;
+            }
+            let b = cur;
+            cur = self.slots.0[b as usize].next;
+            Some(b)
+        })
     }
 
     /// The free queue after block `b`, in eviction order (`FreeKVCacheBlockQueue.
@@ -303,8 +313,15 @@ impl GpuPool {
     /// `get_new_blocks(n)`: pop `n` blocks from the head, evict their hashes, ref 1.
     /// Callers check capacity first.
     pub fn get_new_blocks(&mut self, n: u32, ghost: &mut Ghost, ev: &mut Events) -> Vec<BlockId> {
-        assert!(n <= self.num_free, "get_new_blocks({n}) with {} free: capacity not checked", self.num_free);
         let mut out = Vec::with_capacity(n as usize);
+        self.push_new_blocks(n, &mut out, ghost, ev);
+        out
+    }
+
+    /// [`GpuPool::get_new_blocks`] appended to `out` (the KV manager's: the request's table).
+    pub fn push_new_blocks(&mut self, n: u32, out: &mut Vec<BlockId>, ghost: &mut Ghost, ev: &mut Events) {
+        assert!(n <= self.num_free, "get_new_blocks({n}) with {} free: capacity not checked", self.num_free);
+        out.reserve(n as usize);
         self.warm_victims(n);
         for _ in 0..n {
             let b = self.head;
@@ -320,7 +337,6 @@ impl GpuPool {
             self.note(b);
             out.push(b);
         }
-        out
     }
 
     /// Replay: look up the cached-map entries of the next `n` blocks of the free queue in a
@@ -367,8 +383,9 @@ impl GpuPool {
     /// `free_blocks(ordered, evict_first)` (0.34): with `evict_first`, hashed blocks reaching
     /// ref 0 go to the head too (their content is held by another tier).
     pub fn free_blocks_with(&mut self, ordered: impl Iterator<Item = BlockId>, evict_first: bool, ghost: &mut Ghost) {
-        let mut first: Vec<BlockId> = Vec::new();
-        let mut last: Vec<BlockId> = Vec::new();
+        // Inline up to a table of 16 blocks: a request's free allocates nothing.
+        let mut first: SmallVec<[BlockId; 16]> = SmallVec::new();
+        let mut last: SmallVec<[BlockId; 16]> = SmallVec::new();
         for b in ordered {
             if b == NULL_BLOCK {
                 continue;
@@ -462,6 +479,21 @@ impl GpuPool {
     /// `find_longest_cache_hit`: walk the request's hashes for at most `max_len / B` blocks,
     /// stopping at the first miss.
     pub fn find_longest_cache_hit(&mut self, hashes: &[BlockHash], max_len: u32, block_size: u32) -> Vec<BlockId> {
+        let mut out = Vec::new();
+        self.find_longest_cache_hit_into(hashes, max_len, block_size, &mut out);
+        out
+    }
+
+    /// [`GpuPool::find_longest_cache_hit`] into `out` (emptied first; the scheduler's reused
+    /// buffer).
+    pub fn find_longest_cache_hit_into(
+        &mut self,
+        hashes: &[BlockHash],
+        max_len: u32,
+        block_size: u32,
+        out: &mut Vec<BlockId>,
+    ) {
+        out.clear();
         let max_blocks = (max_len / block_size) as usize;
         let query = &hashes[..max_blocks.min(hashes.len())];
         // Replay: a waiting request at the head of the queue is looked up again every step
@@ -474,12 +506,11 @@ impl GpuPool {
             };
             if let Some(i) = l.hit_memo.iter().position(|m| m.valid && same(m)) {
                 let m = l.hit_memo.remove(i);
-                let out = m.result.clone();
+                out.extend_from_slice(&m.result);
                 l.hit_memo.insert(0, m);
-                return out;
+                return;
             }
         }
-        let mut out = Vec::new();
         for h in query {
             match self.get_one_block(*h) {
                 Some(b) => out.push(b),
@@ -491,12 +522,11 @@ impl GpuPool {
             let mut m = if l.hit_memo.len() >= 2 { l.hit_memo.pop().unwrap_or_default() } else { Default::default() };
             m.hashes.clear();
             m.hashes.extend_from_slice(query);
-            m.result.clone_from(&out);
+            m.result.clone_from(out);
             m.watch.clear();
             m.watch.extend(read.iter().map(|h| (*h, ())));
             m.valid = true;
             l.hit_memo.insert(0, m);
         }
-        out
     }
 }

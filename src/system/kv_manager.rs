@@ -12,6 +12,7 @@ use super::request::ReqState;
 use super::rules::Rules;
 use super::types::{cdiv, BlockId};
 use super::workload::RequestSpec;
+use std::ops::Range;
 
 /// Borrowed context every manager call needs.
 pub struct KvCtx<'a> {
@@ -27,14 +28,27 @@ pub struct KvCtx<'a> {
 /// `max_cache_hit_length` (router replay, 0.33) caps the hit further. (`pool` is mutable
 /// only for replay's lookup memo.)
 pub fn get_computed_blocks(pool: &mut GpuPool, req: &ReqState, k: &KvCtx, cap: Option<u32>) -> (Vec<BlockId>, u32) {
+    let mut hits = Vec::new();
+    let n = get_computed_blocks_into(pool, req, k, cap, &mut hits);
+    (hits, n)
+}
+
+/// [`get_computed_blocks`] into `hits` (emptied first; the scheduler's reused buffer).
+pub fn get_computed_blocks_into(
+    pool: &mut GpuPool,
+    req: &ReqState,
+    k: &KvCtx,
+    cap: Option<u32>,
+    hits: &mut Vec<BlockId>,
+) -> u32 {
+    hits.clear();
     if !k.caching {
-        return (Vec::new(), 0);
+        return 0;
     }
     let hashes = req.block_hashes(k.spec, k.block_size);
     let max_len = req.num_tokens(k.spec).saturating_sub(1).min(cap.unwrap_or(u32::MAX));
-    let hits = pool.find_longest_cache_hit(hashes, max_len, k.block_size);
-    let n = hits.len() as u32 * k.block_size;
-    (hits, n)
+    pool.find_longest_cache_hit_into(hashes, max_len, k.block_size, hits);
+    hits.len() as u32 * k.block_size
 }
 
 /// `get_num_blocks_to_allocate` for full attention.
@@ -63,8 +77,8 @@ pub struct Alloc<'a> {
     pub full_sequence: bool,
 }
 
-/// `KVCacheManager.allocate_slots`: returns the newly allocated blocks, or None (nothing
-/// changed) when the pool cannot hold them.
+/// `KVCacheManager.allocate_slots`: returns where the newly allocated blocks are in the
+/// request's table (appended last), or None (nothing changed) when the pool cannot hold them.
 pub fn allocate_slots(
     pool: &mut GpuPool,
     req: &mut ReqState,
@@ -72,7 +86,7 @@ pub fn allocate_slots(
     k: &KvCtx,
     ghost: &mut Ghost,
     ev: &mut Events,
-) -> Option<Vec<BlockId>> {
+) -> Option<Range<usize>> {
     let b = k.block_size;
     let local = req.num_computed + a.num_new_computed;
     let total = (local + a.num_external).min(k.max_model_len);
@@ -100,22 +114,20 @@ pub fn allocate_slots(
         // allocate_external_computed_blocks: fresh blocks for the connector's tokens.
         if a.num_external > 0 {
             let n = cdiv(local + a.num_external, b).saturating_sub(req.table.len() as u32);
-            let ext = pool.get_new_blocks(n, ghost, ev);
-            pool.note_holders(&ext, &[]);
-            req.table.extend(ext);
+            let from = req.table.len();
+            pool.push_new_blocks(n, &mut req.table, ghost, ev);
+            pool.note_holders(&req.table[from..], &[]);
         }
     }
     // allocate_new_blocks up to need_slots.
     let n = cdiv(need_slots, b).saturating_sub(req.table.len() as u32);
+    let from = req.table.len();
     // Most calls (a decode step inside a block) need no new block.
-    let new_blocks = if n == 0 {
-        Vec::new()
-    } else {
-        let new_blocks = pool.get_new_blocks(n, ghost, ev);
-        req.table.extend_from_slice(&new_blocks);
-        pool.note_holders(&new_blocks, &[]);
-        new_blocks
-    };
+    if n > 0 {
+        pool.push_new_blocks(n, &mut req.table, ghost, ev);
+        pool.note_holders(&req.table[from..], &[]);
+    }
+    let new_blocks = from..req.table.len();
     if a.delay_cache && k.rules.delay_cache_async_loads {
         return Some(new_blocks);
     }
@@ -145,14 +157,14 @@ pub fn cache_blocks(pool: &mut GpuPool, req: &mut ReqState, n: u32, k: &KvCtx, e
     req.num_cached_block = Some(num_full);
 }
 
-/// `KVCacheManager.free`: release the table tail-first and forget the request.
-pub fn free(pool: &mut GpuPool, req: &mut ReqState, ghost: &mut Ghost) -> Vec<BlockId> {
-    let table = std::mem::take(&mut req.table);
+/// `KVCacheManager.free`: release the table tail-first and forget the request. The table is
+/// emptied in place: its buffer stays with the request (a reused engine's next copy fills it).
+pub fn free(pool: &mut GpuPool, req: &mut ReqState, ghost: &mut Ghost) {
     req.num_cached_block = None;
-    pool.note_holders(&[], &table);
-    pool.note_table_cleared(&table);
-    pool.free_blocks(table.iter().rev().copied(), ghost);
-    table
+    pool.note_holders(&[], &req.table);
+    pool.note_table_cleared(&req.table);
+    pool.free_blocks(req.table.iter().rev().copied(), ghost);
+    req.table.clear();
 }
 
 /// Blocks `req` still needs to hold its whole sequence (`_request_remaining_blocks`).

@@ -24,6 +24,7 @@ pub mod request;
 pub mod rules;
 pub mod scheduler;
 pub mod scheduler_output;
+mod step_bufs;
 pub mod symmetry;
 pub mod types;
 pub mod workload;

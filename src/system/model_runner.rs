@@ -16,6 +16,7 @@ use super::ghost::Breach;
 use super::types::{cdiv, fold_token_iter, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
 use crate::system::collections::clone_fields;
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the worker reports in `ModelRunnerOutput.kv_connector_output`.
@@ -43,15 +44,47 @@ crate::system::collections::pack::pack_fields!(WorkerOut {
     rows
 });
 
-/// Run the worker side of one step.
+impl WorkerOut {
+    /// Empty, as `default()`, but keeping the lists' buffers (the thread's reused report,
+    /// `Engine::step`).
+    pub(crate) fn clear(&mut self) {
+        let WorkerOut { completed, finished_recving, invalid_blocks, failed_recving, finished_sending, rows } = self;
+        completed.clear();
+        finished_recving.clear();
+        invalid_blocks.clear();
+        failed_recving.clear();
+        finished_sending.clear();
+        rows.clear();
+    }
+
+    /// Empty `self` becomes `x`: `x`'s non-empty lists move in, and `self`'s buffers stay for
+    /// the empty ones.
+    fn set(&mut self, x: WorkerOut) {
+        fn put<T>(to: &mut Vec<T>, x: Vec<T>) {
+            if !x.is_empty() {
+                *to = x;
+            }
+        }
+        let WorkerOut { completed, finished_recving, invalid_blocks, failed_recving, finished_sending, rows } = x;
+        put(&mut self.completed, completed);
+        put(&mut self.finished_recving, finished_recving);
+        self.invalid_blocks = invalid_blocks;
+        put(&mut self.failed_recving, failed_recving);
+        put(&mut self.finished_sending, finished_sending);
+        put(&mut self.rows, rows);
+    }
+}
+
+/// Run the worker side of one step, reporting into `w` (empty: the thread's reused report).
 pub fn execute(
     e: &mut Engine,
     ctx: Ctx,
     out: &SchedOut,
     scratch: &StepScratch,
     input: &StepInput,
+    w: &mut WorkerOut,
     ev: &mut Events,
-) -> WorkerOut {
+) {
     let invalid = {
         let s = WorkerStep { out, scratch, input, reqs: &e.reqs };
         let mut cx = WorkerCtx { ctx, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
@@ -66,11 +99,12 @@ pub fn execute(
         }
     }
     forward(e, ctx, out, &invalid, ev);
-    let mut w = {
+    {
         let s = WorkerStep { out, scratch, input, reqs: &e.reqs };
         let mut cx = WorkerCtx { ctx, pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
-        e.conn.worker_after_forward(s, &mut cx)
-    };
+        debug_assert!(*w == WorkerOut::default(), "the worker reports into an empty report");
+        w.set(e.conn.worker_after_forward(s, &mut cx));
+    }
     if let Some(a) = e.aux.as_mut() {
         let steps: Vec<Forwarded> = out
             .scheduled
@@ -117,8 +151,7 @@ pub fn execute(
     }
     let s = WorkerStep { out, scratch, input, reqs: &e.reqs };
     let mut cx = WorkerCtx { ctx, pool: &mut e.pool, ghost: &mut e.ghost, ev };
-    e.conn.worker_end_step(s, &mut w, &mut cx);
-    w
+    e.conn.worker_end_step(s, w, &mut cx);
 }
 
 /// rows-present's detail when the 0.31/0.32 row store cannot make room.
@@ -171,12 +204,20 @@ struct Write {
     tag: ContentTag,
 }
 
+thread_local! {
+    /// A forward pass's write list and its entries' offsets in it, kept for the thread's next
+    /// pass (taken for a pass, emptied and put back after it): a pass allocates nothing for
+    /// them once they have grown.
+    static FORWARD_BUFS: Cell<(Vec<Write>, Vec<usize>)> = const { Cell::new((Vec::new(), Vec::new())) };
+}
+
 fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>, ev: &mut Events) {
     let b = ctx.cfg.block_size;
     let n: u32 = out.scheduled.iter().map(|s| s.tokens / b + 2).sum();
-    let mut writes: Vec<Write> = Vec::with_capacity(n as usize);
+    let (mut writes, mut own_first) = FORWARD_BUFS.take();
+    writes.reserve(n as usize);
     // Where each scheduled entry's writes start in `writes`.
-    let mut own_first: Vec<usize> = Vec::with_capacity(out.scheduled.len());
+    own_first.reserve(out.scheduled.len());
     for s in &out.scheduled {
         own_first.push(writes.len());
         let spec = ctx.wl.spec(s.req, e.reqs[s.req as usize].turn);
@@ -284,6 +325,9 @@ fn forward(e: &mut Engine, ctx: Ctx, out: &SchedOut, invalid: &BTreeSet<BlockId>
         }
     }
     read_cache_record(e, out, &bad, b);
+    writes.clear();
+    own_first.clear();
+    FORWARD_BUFS.set((writes, own_first));
     for (r, why) in bad {
         let s = out.scheduled.iter().find(|s| s.req == r).expect("scheduled");
         let q = &e.reqs[r as usize];

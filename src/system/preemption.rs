@@ -16,7 +16,7 @@ pub(crate) fn blocks_can_be_freed(e: &Engine, ctx: &Ctx, r: ReqId) -> bool {
 }
 
 /// `_free_request_blocks`: free now, or park the blocks behind the current step's fence.
-pub(crate) fn free_request_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId) -> Vec<crate::system::types::BlockId> {
+pub(crate) fn free_request_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId) {
     if blocks_can_be_freed(e, ctx, r) {
         return kv_manager::free(&mut e.pool, &mut e.reqs[r as usize], &mut e.ghost);
     }
@@ -26,9 +26,8 @@ pub(crate) fn free_request_blocks(e: &mut Engine, ctx: &Ctx, r: ReqId) -> Vec<cr
     // The blocks stay held (by the deferred free) until the fence is processed.
     e.pool.note_table_cleared(&blocks);
     if !blocks.is_empty() {
-        e.deferred_frees.push((e.sched_seq, blocks.clone()));
+        e.deferred_frees.push((e.sched_seq, blocks));
     }
-    blocks
 }
 
 /// `_preempt_request`: free the blocks, reset to token 0, front of `waiting`. The connector

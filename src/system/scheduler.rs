@@ -82,19 +82,19 @@ fn update_waiting_for_remote_kv(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Eve
 }
 
 /// `Scheduler.schedule()` up to and including `build_connector_meta` and
-/// `_update_after_schedule`.
-pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Events) -> SchedOut {
+/// `_update_after_schedule`, into `out` (empty: the thread's reused buffers, `Engine::step`).
+pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, out: &mut SchedOut, ev: &mut Events) {
     let cfg = ctx.cfg;
     let mut budget = cfg.max_num_batched_tokens;
     let eligible = e.running.len() + e.waiting.len() + e.kv_holding.len();
     let long_prefill_threshold =
         if eligible > 1 || !ctx.rules.long_prefill_lone_exempt { cfg.long_prefill_token_threshold } else { 0 };
-    let mut out = SchedOut {
-        finished: std::mem::take(&mut e.finished_since),
-        scheduled: Vec::with_capacity(ctx.cfg.max_num_seqs as usize),
-        resumed_after_new: ctx.rules.resumed_after_new,
-        ..Default::default()
-    };
+    debug_assert!(out.scheduled.is_empty() && out.preempted.is_empty() && out.finished.is_empty());
+    // Copied, not taken: the engine's list keeps its buffer (the checker copies states into a
+    // reused engine, which then need not grow it again).
+    out.finished.extend_from_slice(&e.finished_since);
+    e.finished_since.clear();
+    out.resumed_after_new = ctx.rules.resumed_after_new;
     // `finished_req_ids` is a set: the connector walks it in hash-seed order.
     ev.order(super::choice::Point::FinishedReqIds, &mut out.finished);
 
@@ -157,7 +157,7 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             };
             if let Some(nb) = kv_manager::allocate_slots(&mut e.pool, &mut e.reqs[r as usize], a, &k, &mut e.ghost, ev)
             {
-                break Some(nb);
+                break Some(scratch.sched.blocks(&e.reqs[r as usize].table[nb]));
             }
             let victim = if ctx.rules.preempt_oldest {
                 e.running[0]
@@ -205,11 +205,11 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
         if out.preempted.is_empty() {
             super::admission::reorder_waiting_by_cached_prefix(e, &ctx);
         }
-        schedule_waiting(e, ctx, &mut budget, long_prefill_threshold, &mut out, scratch, ev);
+        schedule_waiting(e, ctx, &mut budget, long_prefill_threshold, out, scratch, ev);
     }
 
     let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
-    e.conn.build_connector_meta(&out, &e.reqs, scratch, &mut cx);
+    e.conn.build_connector_meta(out, &e.reqs, scratch, &mut cx);
     if let Some(a) = e.aux.as_mut() {
         let reqs = &e.reqs;
         let sched = out
@@ -264,7 +264,6 @@ pub fn schedule(e: &mut Engine, ctx: Ctx, scratch: &mut StepScratch, ev: &mut Ev
             }
         }
     }
-    out
 }
 
 fn schedule_waiting(
@@ -278,8 +277,11 @@ fn schedule_waiting(
 ) {
     let cfg = ctx.cfg;
     let cc = conn_ctx(&ctx);
-    let mut skipped_kv: Vec<ReqId> = Vec::new();
-    let mut skipped_waiting: Vec<ReqId> = Vec::new();
+    // The step's reused buffers, taken out of the scratch the connector hooks below borrow,
+    // and put back at the end.
+    let mut skipped_kv = std::mem::take(&mut scratch.sched.skipped_kv);
+    let mut skipped_waiting = std::mem::take(&mut scratch.sched.skipped_waiting);
+    let mut hits = std::mem::take(&mut scratch.sched.hits);
     // Pops the head of the queue in use into the skipped list it belongs to. 0.24 (rule
     // `session_requeue_kv_holding` false) has one: `step_skipped_waiting`, prepended to
     // `skipped_waiting` (here `kv_holding`), which is served first.
@@ -360,7 +362,8 @@ fn schedule_waiting(
             continue;
         }
         let nt = q.num_tokens(k.spec);
-        let (hits, local, ext, load_async, num_computed);
+        let (local, ext, load_async, num_computed);
+        hits.clear();
         if q.num_computed == 0 {
             let b = cfg.block_size;
             let hashes = q.block_hashes(k.spec, b);
@@ -369,16 +372,16 @@ fn schedule_waiting(
                 Some(a) if ctx.rules.aux_retain => Some(a.sched.max_cache_hit(hashes, nt, &e.pool, b)),
                 _ => None,
             };
-            let (mut h, mut l) = kv_manager::get_computed_blocks(&mut e.pool, q, &k, cap);
+            let mut l = kv_manager::get_computed_blocks_into(&mut e.pool, q, &k, cap, &mut hits);
             let mut max_new = None;
             if e.aux.is_some() {
                 // prime-rl: cut local hits at the first externally loaded block from blk(s) on,
                 // and clamp external loads at block_floor(s).
                 let decode = cfg.is_pd_decode();
-                let keep = rows_sched::cut_hits(ctx.rules, k.spec, q, &h, &e.pool, b, decode);
-                if keep < h.len() {
+                let keep = rows_sched::cut_hits(ctx.rules, k.spec, q, &hits, &e.pool, b, decode);
+                if keep < hits.len() {
                     let was = l;
-                    h.truncate(keep);
+                    hits.truncate(keep);
                     l = keep as u32 * b;
                     e.ghost.mark(Mark::RowsCut);
                     ev.stat(|s| {
@@ -449,13 +452,11 @@ fn schedule_waiting(
                 skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
                 continue;
             };
-            hits = h;
             local = l;
             ext = x;
             load_async = la;
             num_computed = l + x;
         } else {
-            hits = Vec::new();
             local = 0;
             ext = 0;
             load_async = false;
@@ -536,8 +537,7 @@ fn schedule_waiting(
                 a.sched.request_loading(r, q.block_hashes(k.spec, cfg.block_size), num_computed, cfg.block_size);
             }
             q.inflight_prefill = true;
-            let table = q.table.clone();
-            ev.emit(|| Event::AsyncLoadWait { req: r, table, num_computed });
+            ev.emit(|| Event::AsyncLoadWait { req: r, table: q.table.clone(), num_computed });
             skip(e, from_kv, &mut skipped_kv, &mut skipped_waiting);
             continue;
         }
@@ -552,7 +552,7 @@ fn schedule_waiting(
         if num_computed + n < nt {
             q.inflight_prefill = true;
         }
-        let table = q.table.clone();
+        let table = scratch.sched.blocks(&q.table);
         e.running.push(r);
         ev.emit(|| Event::Admitted { req: r, resumed, table: table.clone(), num_computed });
         ev.emit(|| Event::Scheduled { req: r, start: num_computed, tokens: n, new_blocks: table.clone() });
@@ -568,9 +568,13 @@ fn schedule_waiting(
         });
         *budget -= n;
     }
-    // Skipped requests go back to the front of their queue in their original order.
-    skipped_kv.append(&mut e.kv_holding);
-    e.kv_holding = skipped_kv;
-    skipped_waiting.append(&mut e.waiting);
-    e.waiting = skipped_waiting;
+    // Skipped requests go back to the front of their queue in their original order (into the
+    // queues' own buffers: the skipped lists are the scratch's, kept for the next step).
+    if !skipped_kv.is_empty() {
+        e.kv_holding.splice(0..0, skipped_kv.drain(..));
+    }
+    if !skipped_waiting.is_empty() {
+        e.waiting.splice(0..0, skipped_waiting.drain(..));
+    }
+    (scratch.sched.skipped_kv, scratch.sched.skipped_waiting, scratch.sched.hits) = (skipped_kv, skipped_waiting, hits);
 }

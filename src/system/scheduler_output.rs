@@ -15,10 +15,11 @@ use super::scheduler::{conn_ctx, free_request_blocks, kv_ctx};
 use super::types::{cdiv, BlockId, FinishReason, ReqId, Status};
 use super::workload::{stop_outputs, Layout};
 
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 
 /// `update_from_output` for one step's output.
-pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: WorkerOut, ev: &mut Events) {
+pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, w: &mut WorkerOut, ev: &mut Events) {
     // Every GPU write of this and earlier steps is done: deferred frees may go back.
     if ctx.cfg.defer_block_free() && out.scheduled.iter().any(|s| s.tokens > 0) {
         e.processed_seq += 1;
@@ -34,7 +35,8 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
         let more = handle_invalid_blocks(e, ctx, &w.invalid_blocks, out, ev);
         failed.extend(more.into_iter().filter(|r| !failed.contains(r)).collect::<Vec<_>>());
     }
-    let mut stopped: Vec<(ReqId, Status)> = Vec::new();
+    // Inline: a step stops a few requests at most.
+    let mut stopped: SmallVec<[(ReqId, Status); 8]> = SmallVec::new();
     let mut continuing: Vec<ReqId> = Vec::new();
     for s in &out.scheduled {
         let r = s.req;
@@ -149,7 +151,7 @@ pub fn update_from_output(e: &mut Engine, ctx: Ctx, out: &SchedOut, mut w: Worke
     ev.order(Point::FinishedRecving, &mut w.finished_recving);
     ev.order(Point::FinishedSending, &mut w.finished_sending);
     let mut cx = HookCtx { c: conn_ctx(&ctx), pool: &mut e.pool, ghost: &mut e.ghost, ev: &mut *ev };
-    e.conn.update_connector_output(&w, &e.reqs, &mut cx);
+    e.conn.update_connector_output(w, &e.reqs, &mut cx);
     if e.is_dead() {
         return; // the connector raised (connector-assert): the engine is gone
     }
@@ -463,9 +465,11 @@ fn enqueue_waiting(e: &mut Engine, ctx: Ctx, r: ReqId) {
 
 /// `finish_requests(ids, status)`: finish live requests from outside the step loop.
 pub fn finish_requests(e: &mut Engine, ctx: Ctx, ids: &[ReqId], reason: FinishReason, ev: &mut Events) {
-    let mut valid: Vec<ReqId> = ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
+    // Inline: the client finishes one request at a time; a failed load's batch a few.
+    let mut valid: SmallVec<[ReqId; 8]> =
+        ids.iter().copied().filter(|&r| e.reqs[r as usize].status.is_live()).collect();
     // `request_ids = set(request_ids)`: its order decides the finishes' order.
-    ev.order(Point::FinishRequests, &mut valid);
+    ev.order(Point::FinishRequests, &mut valid[..]);
     e.running.retain(|r| !valid.contains(r));
     e.waiting.retain(|r| !valid.contains(r));
     e.kv_holding.retain(|r| !valid.contains(r));
@@ -516,6 +520,8 @@ fn free_request(e: &mut Engine, ctx: Ctx, r: ReqId, delay: bool, ev: &mut Events
 
 /// `_free_blocks`: return the request's blocks to the pool (or behind a fence).
 fn free_blocks(e: &mut Engine, ctx: Ctx, r: ReqId, ev: &mut Events) {
-    let blocks = free_request_blocks(e, &ctx, r);
+    // The table is emptied in place: the event's copy is taken first (only with events on).
+    let blocks = if ev.is_on() { e.reqs[r as usize].table.clone() } else { Vec::new() };
+    free_request_blocks(e, &ctx, r);
     ev.emit(|| Event::Freed { req: r, blocks });
 }

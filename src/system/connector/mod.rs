@@ -331,7 +331,9 @@ impl SchedOut {
     }
 }
 
-/// Per-step connector scratch (`_current_batch_*`), cleared at the end of every step.
+/// Per-step connector scratch (`_current_batch_*`), cleared at the end of every step, and the
+/// scheduler's own buffers for the step. One per thread is reused from step to step
+/// (`step_bufs`): [`StepScratch::clear`] empties it and keeps what its vectors allocated.
 #[derive(Clone, Debug, Default)]
 pub struct StepScratch {
     /// Blocks handed to scheduled requests this step.
@@ -347,4 +349,43 @@ pub struct StepScratch {
     pub(crate) nixl_save: Vec<(ReqId, Vec<BlockId>)>,
     /// SimpleCPU: the requests whose loads this step prepared, in the order it prepared them.
     pub(crate) load_order: Vec<ReqId>,
+    /// OffloadingConnector: the store offer being built (`(key, end position)`) and its chunk
+    /// indices (`build_store_job`).
+    pub(crate) offer: Vec<(offloading::host_tier::Key, u32)>,
+    pub(crate) offer_chunks: Vec<u32>,
+    /// The scheduler's temporaries.
+    pub(crate) sched: super::step_bufs::SchedBufs,
+}
+
+impl StepScratch {
+    /// Empty, as `default()`, but keeping the buffers. Every field is listed (no `..`): a
+    /// field added later and not cleared here is a compile error.
+    pub(crate) fn clear(&mut self) {
+        let StepScratch {
+            allocated,
+            load_jobs,
+            store_jobs,
+            sync_loads,
+            sync_used,
+            flush,
+            aux,
+            nixl_save,
+            load_order,
+            offer,
+            offer_chunks,
+            sched,
+        } = self;
+        allocated.clear();
+        load_jobs.clear();
+        store_jobs.clear();
+        sync_loads.clear();
+        *sync_used = 0;
+        flush.clear();
+        *aux = None;
+        nixl_save.clear();
+        load_order.clear();
+        offer.clear();
+        offer_chunks.clear();
+        sched.clear();
+    }
 }

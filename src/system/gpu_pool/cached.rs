@@ -16,12 +16,12 @@ impl GpuPool {
 
     /// Every (hash, block) pair of the cached map (blocks in id order in the checker's form;
     /// in no particular order in replay's).
-    pub fn cached_blocks(&self) -> Box<dyn Iterator<Item = (BlockHash, BlockId)> + '_> {
-        if self.indexed() {
-            Box::new(self.cached.iter().flat_map(|(h, v)| v.iter().map(move |&b| (*h, b))))
-        } else {
-            Box::new((0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, b))))
-        }
+    pub fn cached_blocks(&self) -> impl Iterator<Item = (BlockHash, BlockId)> + '_ {
+        // One form or the other, unboxed (the cache-soundness check walks it per state).
+        let indexed = self.indexed();
+        let map = indexed.then(|| self.cached.iter().flat_map(|(h, v)| v.iter().map(move |&b| (*h, b))));
+        let records = (!indexed).then(|| (0..self.num_blocks()).filter_map(|b| self.block_hash(b).map(|h| (h, b))));
+        map.into_iter().flatten().chain(records.into_iter().flatten())
     }
 
     /// The cached map as (hash, blocks in insertion order) pairs, by hash.

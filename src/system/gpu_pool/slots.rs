@@ -98,8 +98,19 @@ impl Slot {
 }
 
 /// The records, serialized as one byte string where the format is not human-readable.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+#[derive(PartialEq, Eq, Hash, Debug, Default)]
 pub(super) struct Slots(pub Vec<Slot>);
+
+impl Clone for Slots {
+    fn clone(&self) -> Self {
+        Slots(self.0.clone())
+    }
+    /// Copies into the target's buffer (the derived `clone_from` allocates a fresh one): the
+    /// checker writes every successor into a reused engine (`System::apply_into`).
+    fn clone_from(&mut self, src: &Self) {
+        self.0.clone_from(&src.0)
+    }
+}
 
 impl Slots {
     fn bytes(&self) -> &[u8] {

@@ -8,13 +8,12 @@
 
 use super::{key_of, Job, JobKind, OffloadingReq, OffloadingState, Phase};
 use crate::system::collections::inline_vec::InlineVec;
-use crate::system::connector::offloading::host_tier::Key;
 use crate::system::connector::{ConnCtx, HookCtx, RequestRef, SchedOut, StepScratch};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::request::ReqState;
 use crate::system::rules::{FinishWatermark, HostLru};
-use crate::system::types::{FinishReason, JobId, ReqId, Status, NULL_BLOCK};
+use crate::system::types::{FinishReason, ReqId, Status, NULL_BLOCK};
 use crate::system::workload::RequestSpec;
 
 impl OffloadingState {
@@ -111,15 +110,15 @@ impl OffloadingState {
         }
         // _build_store_jobs: scheduled requests, then requests finished since last step (and,
         // under fix-final-store, finished requests whose last store waits for room).
+        // (Collected only when some held request waits: nothing is allocated otherwise.)
         let retries: Vec<ReqId> =
             self.held.iter().filter(|h| h.waiting && !out.finished.contains(&h.req)).map(|h| h.req).collect();
-        let visits: Vec<(ReqId, Option<u32>)> = out
+        let visits = out
             .scheduled
             .iter()
             .map(|s| (s.req, Some(s.tokens)))
             .chain(out.finished.iter().filter(|_| c.rules.visit_finished).map(|&f| (f, None)))
-            .chain(retries.iter().map(|&f| (f, None)))
-            .collect();
+            .chain(retries.iter().map(|&f| (f, None)));
         for (r, scheduled) in visits {
             let q = RequestRef { id: r, state: &reqs[r as usize], spec: wl.spec(r, reqs[r as usize].turn) };
             self.build_store_job(
@@ -130,8 +129,7 @@ impl OffloadingState {
             );
         }
         if !scratch.flush.is_empty() {
-            let jobs: Vec<JobId> = scratch.flush.iter().copied().collect();
-            ev.emit(|| Event::JobsToFlush { jobs });
+            ev.emit(|| Event::JobsToFlush { jobs: scratch.flush.iter().copied().collect() });
         }
         for &f in out.finished.iter().chain(&retries) {
             if self.keep_waiting(f) {
@@ -162,17 +160,17 @@ impl OffloadingState {
         h.waiting
     }
 
-    /// The chunks a store visit of `r` offers, `(key, end position)` with their chunk
-    /// indices (`_build_store_jobs`: from the cursor up to the watermark's last complete
-    /// chunk, skipping chunks with a null block), and the chunk count up to the watermark.
+    /// The chunks a store visit of `r` offers, by chunk index (`_build_store_jobs`: from the
+    /// cursor up to the watermark's last complete chunk, skipping chunks with a null block),
+    /// and the chunk count up to the watermark.
     #[inline(always)]
-    pub(super) fn store_candidates(
-        st: &OffloadingReq,
+    pub(super) fn store_candidates<'a>(
+        st: &'a OffloadingReq,
         req: &ReqState,
         spec: &RequestSpec,
         scheduled: Option<u32>,
         c: &ConnCtx,
-    ) -> (Vec<(Key, u32)>, Vec<u32>, u32) {
+    ) -> (impl Iterator<Item = u32> + 'a, u32) {
         let (blocks_per_chunk, tokens_per_chunk) = (c.blocks_per_chunk, c.tokens_per_chunk());
         let num_tokens = req.num_tokens(spec);
         let watermark = match (req.status, scheduled) {
@@ -197,19 +195,10 @@ impl OffloadingState {
             offloadable = offloadable.min(spec.num_prompt_tokens());
         }
         let storable = (offloadable / tokens_per_chunk).min(st.mirror.len() as u32 / blocks_per_chunk).min(st.num_keys);
-        let start = st.cursor;
-        let n = storable.saturating_sub(start) as usize;
-        let mut cands: Vec<(Key, u32)> = Vec::with_capacity(n);
-        let mut cand_chunks: Vec<u32> = Vec::with_capacity(n);
-        for ci in start..storable {
-            let blocks = &st.mirror[(ci * blocks_per_chunk) as usize..((ci + 1) * blocks_per_chunk) as usize];
-            if blocks.contains(&NULL_BLOCK) {
-                continue;
-            }
-            cands.push((key_of(spec, ci, c), (ci + 1) * tokens_per_chunk));
-            cand_chunks.push(ci);
-        }
-        (cands, cand_chunks, storable)
+        let chunks = (st.cursor..storable).filter(move |&ci| {
+            !st.mirror[(ci * blocks_per_chunk) as usize..((ci + 1) * blocks_per_chunk) as usize].contains(&NULL_BLOCK)
+        });
+        (chunks, storable)
     }
 
     fn build_store_job(&mut self, q: RequestRef, scheduled: Option<u32>, scratch: &mut StepScratch, cx: &mut HookCtx) {
@@ -218,9 +207,18 @@ impl OffloadingState {
         let Some(st) = self.reqs[r as usize].as_ref() else {
             return;
         };
-        let blocks_per_chunk = c.blocks_per_chunk;
+        let (blocks_per_chunk, tokens_per_chunk) = (c.blocks_per_chunk, c.tokens_per_chunk());
         let finished = req.status.is_finished();
-        let (cands, cand_chunks, storable) = Self::store_candidates(st, req, spec, scheduled, c);
+        // The offer, `(key, end position)`, and its chunk indices, in the step's reused lists.
+        let (cands, cand_chunks) = (&mut scratch.offer, &mut scratch.offer_chunks);
+        cands.clear();
+        cand_chunks.clear();
+        let (chunks, storable) = Self::store_candidates(st, req, spec, scheduled, c);
+        for ci in chunks {
+            cands.push((key_of(spec, ci, c), (ci + 1) * tokens_per_chunk));
+            cand_chunks.push(ci);
+        }
+        let (cands, cand_chunks) = (&*cands, &*cand_chunks);
         let st = self.reqs[r as usize].as_mut().unwrap();
         // Ghost: only this visit's refusals count as the request's latest offer.
         st.refused.clear();
@@ -230,7 +228,7 @@ impl OffloadingState {
             st.cursor = advanced(st.cursor);
             return;
         }
-        let stored = self.host.prepare_store(&cands, &mut st.access, ghost, ev);
+        let stored = self.host.prepare_store(cands, &mut st.access, ghost, ev);
         let st = self.reqs[r as usize].as_mut().unwrap();
         let Some(out) = stored else {
             ev.stat(|s| s.store_refusals += 1);
@@ -238,7 +236,7 @@ impl OffloadingState {
             ev.emit(|| Event::StoreRefused { req: r, keys: cands.iter().map(|(k, _)| *k).collect() });
             // No room. A running request offers these chunks again at its next step; for a
             // finished request this was the last chance (final-store-kept's business).
-            for &ci in &cand_chunks {
+            for &ci in cand_chunks {
                 st.refused.insert(ci);
             }
             if c.rules.cursor_advance_on_store_failure {
@@ -246,7 +244,7 @@ impl OffloadingState {
             }
             return;
         };
-        for &ci in &cand_chunks {
+        for &ci in cand_chunks {
             st.owed.remove(ci);
         }
         if out.keys_to_store.is_empty() {
@@ -256,7 +254,7 @@ impl OffloadingState {
         // The stored keys are the offered ones the host tier lacked, in offer order: walk both.
         let mut src = Vec::with_capacity(out.keys_to_store.len() * blocks_per_chunk as usize);
         let mut next = out.keys_to_store.iter().peekable();
-        for (&ci, (k, _)) in cand_chunks.iter().zip(&cands) {
+        for (&ci, (k, _)) in cand_chunks.iter().zip(cands) {
             if next.peek() == Some(&k) {
                 next.next();
                 match &st.mirror[(ci * blocks_per_chunk) as usize..((ci + 1) * blocks_per_chunk) as usize] {
@@ -288,7 +286,7 @@ impl OffloadingState {
         if finished {
             ghost.mark(Mark::FinishStore);
             for &b in &src {
-                let v = self.fences.entry_or_default(b);
+                let v = super::recycle::fence_list(&mut self.fences, b);
                 if !v.contains(&id) {
                     v.push(id);
                 }

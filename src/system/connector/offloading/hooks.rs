@@ -11,6 +11,7 @@ use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::model_runner::WorkerOut;
 use crate::system::request::ReqState;
 use crate::system::types::{BadKind, BlockId, ContentTag, JobId, ReqId};
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 
 impl OffloadingState {
@@ -109,7 +110,7 @@ impl KvConnector for OffloadingState {
         if !input.drain {
             ghost.drainable.0 |= self.jobs.iter().any(|j| j.phase == Phase::Submitted);
         }
-        let now: Vec<JobId> = if input.drain || input.drain_stores {
+        let now: SmallVec<[JobId; 8]> = if input.drain || input.drain_stores {
             self.jobs
                 .iter()
                 .filter(|j| j.phase == Phase::Submitted && (input.drain || j.is_store()))
@@ -138,11 +139,7 @@ impl KvConnector for OffloadingState {
                 conn::complete(self, pool, ctx, id, Some(first_bad), ghost, ev);
             }
         }
-        let f = conn::get_finished(self, ctx.rules.failed_load_request_level, &input.reported);
-        w.completed = f.completed;
-        w.finished_recving = f.recving;
-        w.invalid_blocks = f.invalid;
-        w.failed_recving = f.failed_recving;
+        conn::get_finished(self, ctx.rules.failed_load_request_level, &input.reported, w);
         w.finished_sending = self.finished_sending();
     }
 

@@ -273,7 +273,8 @@ impl HostTier {
         // Positions past the last one seen are new without a lookup (offers come in position
         // order, so most are).
         let last = acc.seen.last_key_value().map(|(p, _)| *p);
-        let new: Vec<(Key, u32, usize)> = keys
+        // Inline: an offer is a few chunks.
+        let new: smallvec::SmallVec<[(Key, u32, usize); 8]> = keys
             .iter()
             .enumerate()
             .filter(|(_, (k, p))| last.is_none_or(|l| *p > l) || acc.seen.get(p) != Some(k))

@@ -13,11 +13,11 @@ mod hooks;
 pub mod host_arc;
 pub mod host_tier;
 mod pack;
+mod recycle;
 pub mod reference_order;
 pub mod worker;
 
 use crate::system::collections::bitwise::clone_bitwise;
-use crate::system::collections::clone_fields;
 use crate::system::collections::inline_vec::InlineVec;
 use crate::system::collections::opt_vec::OptVec;
 use crate::system::collections::side::{SideVal, WordHasher};
@@ -147,7 +147,7 @@ pub struct OffloadingState {
     pub(crate) held: Vec<Held>,
 }
 
-clone_fields!(OffloadingState { reqs, jobs, next_job, fences, host, held });
+// `Clone`: in `recycle` (a copy into a reused state reuses its jobs and fence lists, and spares).
 
 /// fix-final-store (`final_store_waits`): a finished request whose blocks the connector keeps
 /// (`request_finished` returned `delay_free_blocks`) until its last store is settled and
@@ -369,7 +369,9 @@ impl OffloadingState {
             })
             .unwrap_or(num_gpu_blocks);
         let num_chunks = cdiv(num_cached, tokens_per_chunk);
-        let mut keys: Vec<(Key, u32)> = Vec::new();
+        // The load's `(key, end position)` list, in the step's reused offer list.
+        let keys = &mut scratch.offer;
+        keys.clear();
         if num_gpu_blocks > load_start {
             for ci in load_start / blocks_per_chunk..num_chunks {
                 keys.push((key_of(spec, ci, c), (ci + 1) * tokens_per_chunk));
@@ -378,7 +380,7 @@ impl OffloadingState {
         let dst: Vec<BlockId> = req.table[load_start as usize..num_gpu_blocks as usize].to_vec();
         let st = self.reqs[r as usize].as_mut().expect("tracked request");
         st.cursor = num_chunks; // CHUNK_LEVEL: hit chunks are not offered again.
-        let slots = self.host.prepare_load(&keys, &mut self.reqs[r as usize].as_mut().unwrap().access, ghost, ev);
+        let slots = self.host.prepare_load(keys, &mut self.reqs[r as usize].as_mut().unwrap().access, ghost, ev);
         let id = self.new_job_id();
         let st = self.reqs[r as usize].as_mut().unwrap();
         if !st.transfer_jobs.is_empty() {
@@ -390,7 +392,7 @@ impl OffloadingState {
             });
         }
         st.transfer_jobs.push(id);
-        let keys: Vec<Key> = keys.into_iter().map(|(k, _)| k).collect();
+        let keys: Vec<Key> = keys.iter().map(|(k, _)| *k).collect();
         let n = keys.len() as u64;
         ev.stat(|s| {
             s.load_jobs += 1;
@@ -437,18 +439,17 @@ impl OffloadingState {
         Self::update_offload_keys(st, req, spec, c);
         let hold = c.rules.final_store_waits
             && c.rules.visit_finished
-            && !Self::store_candidates(st, req, spec, None, c).0.is_empty();
+            && Self::store_candidates(st, req, spec, None, c).0.next().is_some();
         if hold {
             self.held.push(Held { req: r, waiting: false });
         }
-        let jobs = st.transfer_jobs.clone();
-        for id in jobs {
-            let blocks = self
-                .job(id)
-                .map(|j| if j.is_store() { j.blocks.clone() } else { InlineVec::new() })
-                .unwrap_or_default();
-            for b in blocks {
-                let v = self.fences.entry_or_default(b);
+        // (`jobs` and `fences` are disjoint fields: the store's blocks are read in place.)
+        let (jobs, fences) = (&self.jobs, &mut self.fences);
+        for &id in st.transfer_jobs.iter() {
+            let blocks =
+                jobs.iter().find(|j| j.id == id).filter(|j| j.is_store()).map_or(&[][..], |j| j.blocks.as_slice());
+            for &b in blocks {
+                let v = recycle::fence_list(fences, b);
                 if !v.contains(&id) {
                     v.push(id);
                     v.sort_unstable();
@@ -507,7 +508,9 @@ impl OffloadingState {
                         Some(v) if v.contains(&id) => {
                             v.retain(|&x| x != id);
                             if v.is_empty() {
-                                self.fences.remove(b);
+                                if let Some(list) = self.fences.remove(b) {
+                                    recycle::retire_list(list);
+                                }
                             }
                         }
                         _ => {

@@ -15,7 +15,9 @@ use crate::system::engine::{Ctx, StepInput};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost};
 use crate::system::gpu_pool::GpuPool;
-use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, JobId, ReqId};
+use crate::system::model_runner::WorkerOut;
+use crate::system::types::{BadKind, BlockHash, BlockId, ContentTag, JobId};
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 
 /// Submit a store: take the copy's snapshot and check that every source block holds its
@@ -25,7 +27,9 @@ fn submit_store(oc: &mut OffloadingState, pool: &GpuPool, ctx: Ctx, id: JobId, g
     let blocks_per_chunk = ctx.cfg.offload().map_or(1, |o| o.blocks_per_chunk);
     let job = oc.job_mut(id).expect("submitted job exists");
     job.phase = Phase::Submitted;
-    job.snapshot = job.blocks.iter().map(|&blk| pool.content(blk)).collect();
+    // Into the job's own list (a job copied into a spare one may have room: `recycle`).
+    job.snapshot.clear();
+    job.snapshot.extend(job.blocks.iter().map(|&blk| pool.content(blk)));
     let mut stale = Vec::new();
     for (i, key) in job.keys.iter().enumerate() {
         // The chunk's block hashes, oldest first (`Workload::chain_ending_at` without allocating).
@@ -77,7 +81,7 @@ pub fn complete(
             ev.emit(|| Event::TransferDone { job: id });
         }
         JobKind::Load { .. } => {
-            let job = oc.jobs[at].clone();
+            let job = &oc.jobs[at];
             let first_bad = fail.unwrap_or(u32::MAX);
             for (j, &blk) in job.blocks.iter().enumerate() {
                 let j = j as u32;
@@ -92,12 +96,12 @@ pub fn complete(
                 };
                 pool.set_content(blk, tag);
             }
-            let jm = oc.job_mut(id).unwrap();
+            let jm = &mut oc.jobs[at];
             if fail.is_some() {
                 jm.phase = Phase::Failed;
                 jm.invalid_from = fail;
-                let invalid = job.blocks[first_bad.min(job.blocks.len() as u32) as usize..].to_vec();
-                ev.emit(|| Event::TransferFailed { job: id, invalid });
+                let invalid = &jm.blocks[first_bad.min(jm.blocks.len() as u32) as usize..];
+                ev.emit(|| Event::TransferFailed { job: id, invalid: invalid.to_vec() });
             } else {
                 jm.phase = Phase::Done;
                 ev.emit(|| Event::TransferDone { job: id });
@@ -124,7 +128,7 @@ pub fn handle_preemptions(
             }
         }
     }
-    let queued: Vec<JobId> = oc.jobs.iter().filter(|j| j.phase == Phase::Queued).map(|j| j.id).collect();
+    let queued: SmallVec<[JobId; 8]> = oc.jobs.iter().filter(|j| j.phase == Phase::Queued).map(|j| j.id).collect();
     for id in queued {
         submit_store(oc, pool, ctx, id, ghost, ev);
     }
@@ -135,7 +139,7 @@ pub fn handle_preemptions(
         .max()
     {
         ghost.mark(crate::system::ghost::Mark::Flush);
-        let upto: Vec<JobId> = oc
+        let upto: SmallVec<[JobId; 8]> = oc
             .jobs
             .iter()
             .filter(|j| j.is_store() && j.phase == Phase::Submitted && j.id <= last)
@@ -193,28 +197,22 @@ pub fn wait_for_save(oc: &mut OffloadingState, scratch: &StepScratch) {
     }
 }
 
-/// What the worker reports in one step (`get_finished`, `get_block_ids_with_load_errors`,
-/// 0.34's `take_failed_recving`).
-#[derive(Default)]
-pub struct Finished {
-    /// Job ids in `completed_jobs` (a failed one too: 0.34 also lists it in `failed_jobs`).
-    pub completed: Vec<JobId>,
-    /// `finished_recving`: the requests of completed async loads, failed ones included.
-    pub recving: Vec<ReqId>,
-    /// `invalid_block_ids`: the unwritten blocks of failed loads reported block-level.
-    pub invalid: BTreeSet<BlockId>,
-    /// `failed_recving`: the requests of failed async loads reported request-level.
-    pub failed_recving: Vec<ReqId>,
-}
-
 /// `get_finished` + `get_block_ids_with_load_errors`: what the worker reports this step
-/// (each completion once: reported jobs leave the worker's queues). `request_level` (rule
-/// `failed_load_request_level`, `OffloadingConnectorWorker.get_finished` in 0.34): a failed
-/// async load names its request in `failed_recving` instead of its blocks; a failed sync load
-/// is still reported by its blocks.
-pub fn get_finished(oc: &mut OffloadingState, request_level: bool, reported: &[JobId]) -> Finished {
+/// (each completion once: reported jobs leave the worker's queues), into `w`'s
+/// `completed` (job ids in `completed_jobs`, a failed one too: 0.34 also lists it in
+/// `failed_jobs`), `finished_recving` (the requests of completed async loads, failed ones
+/// included), `invalid_blocks` (the unwritten blocks of failed loads reported block-level) and
+/// `failed_recving` (the requests of failed async loads reported request-level), each
+/// replaced. `request_level` (rule `failed_load_request_level`,
+/// `OffloadingConnectorWorker.get_finished` in 0.34): a failed async load names its request in
+/// `failed_recving` instead of its blocks; a failed sync load is still reported by its blocks.
+pub fn get_finished(oc: &mut OffloadingState, request_level: bool, reported: &[JobId], w: &mut WorkerOut) {
     let finished = |p: Phase| matches!(p, Phase::Done | Phase::Failed);
-    let mut f = Finished::default();
+    // Filled in place: `w` is the thread's reused report (`Engine::step`).
+    w.completed.clear();
+    w.finished_recving.clear();
+    w.invalid_blocks.clear();
+    w.failed_recving.clear();
     // The order the worker reports them in: a conformance log's (`reported`), else the real
     // worker's (stores, then async loads, then sync loads; each in submission order).
     let order = |j: &super::Job| {
@@ -228,22 +226,22 @@ pub fn get_finished(oc: &mut OffloadingState, request_level: bool, reported: &[J
             usize::MAX
         }
     };
-    let mut ids: Vec<(usize, JobId)> = oc.jobs.iter().filter(|j| finished(j.phase)).map(|j| (order(j), j.id)).collect();
+    let mut ids: SmallVec<[(usize, JobId); 8]> =
+        oc.jobs.iter().filter(|j| finished(j.phase)).map(|j| (order(j), j.id)).collect();
     ids.sort_unstable();
     for (_, id) in ids {
         let j = oc.job_mut(id).expect("listed");
-        f.completed.push(id);
+        w.completed.push(id);
         if j.is_async_load() {
-            f.recving.push(j.req);
+            w.finished_recving.push(j.req);
         }
         if let Some(first_bad) = j.invalid_from {
             if request_level && j.is_async_load() {
-                f.failed_recving.push(j.req);
+                w.failed_recving.push(j.req);
             } else {
-                f.invalid.extend(j.blocks.iter().skip(first_bad as usize).copied());
+                w.invalid_blocks.extend(j.blocks.iter().skip(first_bad as usize).copied());
             }
         }
         j.phase = Phase::Reported;
     }
-    f
 }

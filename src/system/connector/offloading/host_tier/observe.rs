@@ -5,7 +5,8 @@
 //! of rank majors. vLLM's `CPUOffloadingManager` rules are in the parent module.
 
 use super::{HostEntry, HostTier, Key, Rank, RefPlace};
-use crate::system::collections::side::Side;
+use crate::system::collections::rank_queue::RankSet;
+use crate::system::collections::side::{KeyMap, Side};
 
 impl HostTier {
     /// Replay: log every key whose entry changes, and keep the eviction-order reference
@@ -76,12 +77,20 @@ impl HostTier {
             return; // already dense
         }
         let map = |m: u64| if m == 0 { 0 } else { majors.binary_search(&m).expect("known major") as u64 + 1 };
-        for e in self.entries.values_mut() {
-            e.rank.0 = map(e.rank.0);
+        // Each form walked as what it is: the general iterators of both collections are boxed,
+        // an allocation per call.
+        match &mut self.entries {
+            KeyMap::Tree(m) => m.values_mut().for_each(|e| e.rank.0 = map(e.rank.0)),
+            KeyMap::Hash(m) => m.values_mut().for_each(|(e, _)| e.rank.0 = map(e.rank.0)),
         }
         let old = std::mem::take(&mut self.evictable);
-        for ((m, n), k) in old.iter() {
-            self.evictable.insert((map(m), n), k);
+        match &old {
+            RankSet::Tree(s) => s.iter().for_each(|&((m, n), k)| {
+                self.evictable.insert((map(m), n), k);
+            }),
+            RankSet::Queue(q) => q.iter().for_each(|((m, n), k)| {
+                self.evictable.insert((map(m), n), k);
+            }),
         }
         self.order.map_majors(map);
         for m in live.iter_mut().filter_map(|r| r.as_mut()) {

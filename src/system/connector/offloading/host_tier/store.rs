@@ -9,6 +9,7 @@ use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};
 use crate::system::rules::HostLru;
 use crate::system::types::Contents;
+use smallvec::SmallVec;
 
 impl HostTier {
     /// `prepare_store(keys)`: keys are (key, end-token position) in chunk order.
@@ -19,9 +20,10 @@ impl HostTier {
         ghost: &mut Ghost,
         ev: &mut Events,
     ) -> Option<StoreOut> {
-        let mut to_store: Vec<(Key, u32)> = Vec::with_capacity(keys.len());
-        let mut recorded: Vec<(Key, u32)> = Vec::with_capacity(keys.len());
-        let mut recorded_absent: Vec<bool> = Vec::with_capacity(keys.len());
+        // Inline: an offer is a few chunks.
+        let mut to_store: SmallVec<[(Key, u32); 8]> = SmallVec::new();
+        let mut recorded: SmallVec<[(Key, u32); 8]> = SmallVec::new();
+        let mut recorded_absent: SmallVec<[bool; 8]> = SmallVec::new();
         // The offer's own keys may not be evicted for it; only resident keys can be picked,
         // so only those are listed.
         let mut protected: std::collections::HashSet<
