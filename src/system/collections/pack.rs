@@ -259,15 +259,23 @@ macro_rules! pack_fields {
 }
 pub(crate) use pack_fields;
 
-/// `impl Pack` for an enum of unit variants: its variant's index as one byte.
+/// `impl Pack` for an enum of unit variants: its variant's index as one byte. The variants are
+/// listed in declaration order with their default discriminants (checked at compile time), so
+/// packing is a cast.
 macro_rules! pack_unit_enum {
     ($t:ident { $($v:ident),* $(,)? }) => {
+        const _: () = {
+            let all = [$($t::$v as usize),*];
+            let mut i = 0;
+            while i < all.len() {
+                assert!(all[i] == i, "variants listed in declaration order, default discriminants");
+                i += 1;
+            }
+        };
         impl $crate::system::collections::pack::Pack for $t {
             #[inline]
             fn pack(&self, out: &mut Vec<u8>) {
-                const ALL: &[$t] = &[$($t::$v),*];
-                let i = ALL.iter().position(|v| v == self).expect("a listed variant");
-                $crate::system::collections::pack::put(out, [i as u8]);
+                $crate::system::collections::pack::put(out, [*self as u8]);
             }
             #[inline]
             fn unpack(&mut self, r: &mut $crate::system::collections::pack::Reader<'_>) -> Option<()> {

@@ -67,6 +67,25 @@ impl HostTier {
     pub fn canonicalize<'a>(&mut self, live: impl Iterator<Item = &'a mut Option<u64>>) {
         // Small vectors: this runs on every successor the checker generates.
         let mut live: smallvec::SmallVec<[&mut Option<u64>; 8]> = live.collect();
+        // Already dense (the common case): the majors in use are exactly 1..=next_rank, seen
+        // as a bit mask without collecting or sorting them.
+        if self.next_rank < 64 {
+            let n = self.next_rank;
+            let (mut mask, mut within) = (0u64, true);
+            let mut see = |m: u64| {
+                if m > n {
+                    within = false;
+                } else if m > 0 {
+                    mask |= 1 << m;
+                }
+            };
+            self.entries.values().for_each(|e| see(e.rank.0));
+            self.order.list.iter().for_each(|(_, r)| see(r.0));
+            live.iter().for_each(|r| see(r.unwrap_or(0)));
+            if within && mask == ((1u64 << n) - 1) << 1 {
+                return;
+            }
+        }
         let mut majors: smallvec::SmallVec<[u64; 16]> =
             self.entries.values().map(|e| e.rank.0).filter(|&m| m > 0).collect();
         majors.extend(self.order.list.iter().map(|(_, r)| r.0).filter(|&m| m > 0));
