@@ -3,7 +3,6 @@
 
 pub mod bfs;
 pub mod builtin_models;
-pub mod codec;
 pub mod dfs;
 pub mod family;
 pub mod gate;

@@ -13,6 +13,7 @@ pub mod opt_vec;
 pub mod pack;
 pub mod pos_map;
 pub mod rank_queue;
+pub mod rank_set;
 pub mod side;
 pub mod vec_map;
 

@@ -4,11 +4,8 @@
 //! form is the search frontier's format (`crate::check::hooks`): every successor is packed once
 //! (its fingerprint is taken over the bytes), every frontier state unpacked once, in place.
 //!
-//! A component can also go into a serde format as one byte string of its packed form, through
-//! [`serde_packed!`] (the OffloadingConnector's state does): the serializer copies the bytes
-//! once and the deserializer hands them back borrowed, so a component of a few hundred bytes
-//! costs one call each way instead of one visitor per field (docs/benchmarks.md, Round 25).
-//! Human-readable formats (JSON: the explorer, reports) keep the derive's field-by-field form.
+//! It replaces serde's derives in the frontier (a visitor per field: docs/benchmarks.md, Round
+//! 25); serde keeps JSON (the explorer, reports).
 //!
 //! The form is canonical: equal states pack to equal bytes (the search keys a state by the
 //! fingerprint of its encoding). Every container packed here is ordered in the checker; a
@@ -19,10 +16,7 @@
 //! [`Pack::unpack`] decodes *in place*: vectors keep their buffers, an `Option` already `Some`
 //! is decoded into, so decoding a frontier state into the engine the search reuses allocates
 //! nothing once the engine has grown. It returns `None` on bytes it cannot have written (too
-//! short, a tag out of range, a length the remaining bytes cannot hold) and never panics; the
-//! serde bridge turns that into a codec error.
-
-use std::cell::RefCell;
+//! short, a tag out of range, a length the remaining bytes cannot hold) and never panics.
 
 /// A reader over packed bytes: each read takes from the front.
 pub struct Reader<'a>(pub &'a [u8]);
@@ -347,73 +341,6 @@ impl<T: Pack + Default + Ord> Pack for std::collections::BTreeSet<T> {
         Some(())
     }
 }
-
-thread_local! {
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// `v` packed into this thread's reused buffer, then handed to `f` (the serde bridge's
-/// `serialize_bytes`).
-pub fn with_packed<T: Pack + ?Sized, R>(v: &T, f: impl FnOnce(&[u8]) -> R) -> R {
-    // Taken out of the cell, so that a packed value inside another's serialization still works.
-    let mut buf = SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
-    buf.clear();
-    v.pack(&mut buf);
-    let out = f(&buf);
-    SCRATCH.with(|c| *c.borrow_mut() = buf);
-    out
-}
-
-/// The serde visitor of a packed component's byte string, decoding it into a place.
-pub struct Unpacker<'a, T>(pub &'a mut T);
-
-impl<'de, T: Pack> serde::de::Visitor<'de> for Unpacker<'_, T> {
-    type Value = ();
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a packed state component (a byte string)")
-    }
-    fn visit_bytes<E: serde::de::Error>(self, b: &[u8]) -> Result<(), E> {
-        unpack_all(self.0, b).ok_or_else(|| E::custom("bytes that are not a packed state component"))
-    }
-}
-
-/// `Serialize` and `Deserialize` for a type with [`Pack`] and serde's derive under
-/// `#[serde(remote = "Self")]` (which makes the derive's functions inherent): a human-readable
-/// format gets the derive's form, any other one byte string of the packed form. Decoding in
-/// place decodes into the value there. The type needs `Default` (a fresh decode starts from it).
-macro_rules! serde_packed {
-    ($t:ty) => {
-        impl serde::Serialize for $t {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                if s.is_human_readable() {
-                    <$t>::serialize(self, s)
-                } else {
-                    $crate::system::collections::pack::with_packed(self, |b| s.serialize_bytes(b))
-                }
-            }
-        }
-        impl<'de> serde::Deserialize<'de> for $t {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                if d.is_human_readable() {
-                    <$t>::deserialize(d)
-                } else {
-                    let mut v = <$t as Default>::default();
-                    d.deserialize_bytes($crate::system::collections::pack::Unpacker(&mut v))?;
-                    Ok(v)
-                }
-            }
-            fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-                if d.is_human_readable() {
-                    *place = <$t>::deserialize(d)?;
-                    Ok(())
-                } else {
-                    d.deserialize_bytes($crate::system::collections::pack::Unpacker(place))
-                }
-            }
-        }
-    };
-}
-pub(crate) use serde_packed;
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,7 @@
 //! The engine's packed form (`collections::pack`): the checker's frontier format. The search
 //! keeps each frontier state as the bytes [`Pack::pack`] writes for its engine, keys it by
 //! their fingerprint, and [`Pack::unpack`]s them into the engine its thread reuses when it
-//! expands the state (`crate::check::hooks`).
+//! expands the state (the checker's hooks, src/check/hooks.rs).
 //!
 //! Every field in declaration order, each as its type packs it (next to the type, or in a
 //! `pack.rs` beside it). What is not state packs to nothing: the trace-replay side data

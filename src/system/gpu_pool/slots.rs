@@ -248,8 +248,7 @@ mod tests {
             prop_assert_eq!(s.hash(), h.map(BlockHash));
         }
 
-        /// The records round-trip through bincode's fixed-width format (src/check/codec.rs
-        /// writes its bytes) as one byte string, decoded in place over any
+        /// The records round-trip through bincode's fixed-width format as one byte string, decoded in place over any
         /// earlier records too, and through JSON one record at a time.
         #[test]
         fn records_round_trip(a in prop::collection::vec(slot(), 0..8), b in prop::collection::vec(slot(), 0..8)) {

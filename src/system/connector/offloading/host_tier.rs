@@ -38,7 +38,7 @@ use super::reference_order::{RefOrder, RefPlace};
 use crate::system::choice::Point;
 use crate::system::collections::clone_fields;
 use crate::system::collections::pos_map::PosMap;
-use crate::system::collections::rank_queue::RankSet;
+use crate::system::collections::rank_set::RankSet;
 use crate::system::collections::side::{HostLog, KeyMap, KeyMapIter, Side};
 use crate::system::events::{Event, Events};
 use crate::system::ghost::{Breach, Ghost, Mark};

@@ -129,10 +129,8 @@ impl Job {
     }
 }
 
-/// The connector's scheduler-side state plus its host tier. Serialized as one byte string of
-/// its packed form where the format is not human-readable (`pack`).
+/// The connector's scheduler-side state plus its host tier.
 #[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(remote = "Self")]
 pub struct OffloadingState {
     /// Decoded in place, a record over a record (`OptVec`).
     pub(crate) reqs: OptVec<OffloadingReq>,

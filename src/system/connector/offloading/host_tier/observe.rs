@@ -5,7 +5,7 @@
 //! of rank majors. vLLM's `CPUOffloadingManager` rules are in the parent module.
 
 use super::{HostEntry, HostTier, Key, Rank, RefPlace};
-use crate::system::collections::rank_queue::RankSet;
+use crate::system::collections::rank_set::RankSet;
 use crate::system::collections::side::{KeyMap, Side};
 
 impl HostTier {
