@@ -6,7 +6,6 @@
 //! dispatches each hook to the connector the engine runs (OffloadingConnector,
 //! SimpleCPUOffloadConnector, MooncakeStoreConnector or NixlConnector's producer side).
 
-mod codec;
 pub mod hooks;
 pub mod mooncake;
 pub mod nixl;
@@ -36,8 +35,8 @@ pub use nixl::NixlState;
 pub use offloading::{Job, JobKind, OffloadingReq, OffloadingState, Phase};
 pub use simple_cpu::SimpleCpuState;
 
-/// Which connector an engine runs, with its state (`Deserialize` by hand, in `codec`: in place).
-#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize)]
+/// Which connector an engine runs, with its state.
+#[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Connector {
     None,
     Offloading(Box<OffloadingState>),

@@ -2,8 +2,8 @@
 //! scheduler hands it each step (an in-flight batch keeps its `SchedOut`).
 //!
 //! [`Connector`]: a one-byte tag, the variant's index in declaration order, then the boxed
-//! state. As its serde form (`codec.rs`), the same variant decodes into its box (its vectors
-//! reused) and another one into a new box.
+//! state. The same variant decodes into its box (its vectors reused), another one into a new
+//! box.
 
 use super::{Connector, SchedOut, Scheduled};
 use crate::system::collections::pack::{pack_fields, put, Pack, Reader};
