@@ -80,7 +80,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// A decoder's starting engine round-trips (engines reached by a model's steps round-trip
-    /// through the search's hooks: `crate::check::hooks`'s tests).
+    /// through the search's hooks: the tests in src/check/hooks/tests.rs).
     #[test]
     fn default_round_trips() {
         let mut bytes = Vec::new();
