@@ -1,8 +1,9 @@
 //! The checker's packed form of a state: its fields one after another, integers fixed-width
 //! little-endian, a length as a `u32`, an `Option` or an enum a one-byte tag; no field names,
 //! no visitor. The whole `Engine` implements [`Pack`] (`crate::system::engine`), and its packed
-//! form is the search frontier's format (the checker's hooks, src/check/hooks.rs): every successor is packed once
-//! (its fingerprint is taken over the bytes), every frontier state unpacked once, in place.
+//! form is the search frontier's format (the checker's hooks, src/check/hooks.rs): every
+//! successor is packed once (its fingerprint is taken over the bytes), every frontier state
+//! unpacked once, in place.
 //!
 //! It replaces serde's derives in the frontier (a visitor per field: docs/benchmarks.md, Round
 //! 25); serde keeps JSON (the explorer, reports).
