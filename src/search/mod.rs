@@ -67,6 +67,7 @@
 //! behaviour stutters forever unless the model says so with a self-loop).
 
 mod bfs;
+mod expand;
 pub mod fingerprint;
 mod frontier;
 mod liveness;

@@ -11,7 +11,8 @@
 //! write lock only to grow the table. Each thread keeps its scratch buffers (the action list,
 //! the reused successor) for the whole run.
 
-use super::bfs::{ChunkOut, Scratch, Shared};
+use super::bfs::ChunkOut;
+use super::expand::{Scratch, Shared};
 use super::frontier::Chunk;
 use super::stats::{Clock, Report, Times};
 use super::visited::Table;

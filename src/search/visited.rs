@@ -86,6 +86,22 @@ impl Table {
         }
     }
 
+    /// Ask the CPU to bring the slot a look-up of `fp` starts at into cache, ahead of the
+    /// look-up ([`expand`](super::expand) does this while it steps other states). A hint only:
+    /// it changes no result.
+    #[inline]
+    pub fn prefetch(&self, fp: Fingerprint) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let slot: *const Slot = &self.slots[key(fp).0 as usize & self.mask];
+            // SAFETY: `slot` points into the table; a prefetch reads nothing the program sees
+            // and cannot fault.
+            unsafe { std::arch::x86_64::_mm_prefetch(slot.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = fp;
+    }
+
     /// True when `more` inserts could take the table past 3/4 full: grow it first.
     pub fn needs_room(&self, more: usize) -> bool {
         (self.len.load(Ordering::Relaxed) + more) * 4 > self.slots.len() * 3
