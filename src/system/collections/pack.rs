@@ -1,9 +1,9 @@
 //! The checker's packed form of a state: its fields one after another, integers fixed-width
-//! little-endian, a length as a `u32`, an `Option` or an enum a one-byte tag; no field names,
-//! no visitor. The whole `Engine` implements [`Pack`] (`crate::system::engine`), and its packed
-//! form is the search frontier's format (the checker's hooks, src/check/hooks.rs): every
-//! successor is packed once (its fingerprint is taken over the bytes), every frontier state
-//! unpacked once, in place.
+//! little-endian, a length as one byte (or, from 255 on, that byte and a `u32`), an `Option`
+//! or an enum a one-byte tag; no field names, no visitor. The whole `Engine` implements
+//! [`Pack`] (`crate::system::engine`), and its packed form is the search frontier's format (the
+//! checker's hooks, src/check/hooks.rs): every successor is packed once (its fingerprint is
+//! taken over the bytes), every frontier state unpacked once, in place.
 //!
 //! It replaces serde's derives in the frontier (a visitor per field: docs/benchmarks.md, Round
 //! 25); serde keeps JSON (the explorer, reports).
@@ -35,9 +35,16 @@ impl<'a> Reader<'a> {
         self.0 = rest;
         Some(b)
     }
+    /// A length ([`put_len`]'s form; the long form of a length the short one holds is refused).
     #[inline(always)]
     pub fn len(&mut self) -> Option<usize> {
-        Some(u32::from_le_bytes(self.take()?) as usize)
+        match self.tag()? {
+            LONG_LEN => match u32::from_le_bytes(self.take()?) {
+                n if n < u32::from(LONG_LEN) => None,
+                n => Some(n as usize),
+            },
+            n => Some(n as usize),
+        }
     }
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
@@ -57,11 +64,20 @@ pub fn put<const N: usize>(out: &mut Vec<u8>, b: [u8; N]) {
     }
 }
 
-/// A length, as a `u32` (a state's containers are far below 2^32 entries).
+/// The first byte of a length of [`LONG_LEN`] or more, a `u32` after it.
+const LONG_LEN: u8 = u8::MAX;
+
+/// A length: one byte below [`LONG_LEN`] (nearly every container of a checker state: most are
+/// empty), else that byte and a `u32` (a state's containers are far below 2^32 entries).
 #[inline(always)]
 pub fn put_len(out: &mut Vec<u8>, n: usize) {
     debug_assert!(n <= u32::MAX as usize);
-    put(out, (n as u32).to_le_bytes());
+    if n < usize::from(LONG_LEN) {
+        put(out, [n as u8]);
+    } else {
+        put(out, [LONG_LEN]);
+        put(out, (n as u32).to_le_bytes());
+    }
 }
 
 /// A state component's packed form (see the module docs).
@@ -413,10 +429,28 @@ mod tests {
         let v = WithSkip { a: 7, b: vec![1, 2], not_state: 9 };
         let mut bytes = Vec::new();
         v.pack(&mut bytes);
-        assert_eq!(bytes.len(), 4 + 4 + 2 * 2);
+        assert_eq!(bytes.len(), 4 + 1 + 2 * 2);
         let mut place = WithSkip { a: 1, b: vec![5; 4], not_state: 3 };
         unpack_all(&mut place, &bytes).unwrap();
         assert_eq!(place, WithSkip { a: 7, b: vec![1, 2], not_state: 0 });
         assert!(unpack_all(&mut place, &bytes[..bytes.len() - 1]).is_none());
+    }
+
+    /// A length below 255 is one byte; from 255 on, a 255 byte and a `u32`. The long form of a
+    /// length the short one holds is not a form `pack` writes, and is refused.
+    #[test]
+    fn lengths() {
+        for n in [0usize, 1, 254, 255, 256, 1000] {
+            let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            let mut bytes = Vec::new();
+            v.pack(&mut bytes);
+            assert_eq!(bytes.len(), if n < 255 { 1 } else { 5 } + n, "length {n}");
+            assert_eq!(round_trip(&v), v);
+        }
+        let mut long_small = vec![255u8];
+        long_small.extend_from_slice(&3u32.to_le_bytes());
+        long_small.extend_from_slice(&[1, 2, 3]);
+        let mut v: Vec<u8> = Vec::new();
+        assert!(unpack_all(&mut v, &long_small).is_none());
     }
 }
