@@ -6,7 +6,8 @@
 //!    ([`Table::prefetch`]).
 //! 2. **Look up.** In generation order, look each successor up in the visited set and among the
 //!    chunk's earlier candidates. A successor found in neither is a candidate (the merge decides
-//!    whether it is new): its bytes move down over those of the successors dropped before it.
+//!    whether it is new): its bytes are copied from the arena into the chunk's pieces
+//!    ([`frontier::cut`]).
 //!
 //! On a large run the visited set is far bigger than the caches, and a look-up done right after
 //! its successor waited for memory each time (8% of the flagship's time). Split like this, the
@@ -165,19 +166,18 @@ where
 
     /// The second pass: each successor looked up, in order; the candidates kept (module docs).
     fn look_up(&self, scratch: &mut Scratch<M>, out: &mut ChunkOut<M::State>) {
-        let Scratch { seen, arena, arena_ends, pending, sources, held, .. } = scratch;
+        let Scratch { seen, arena, spans, pending, sources, held, .. } = scratch;
         seen.clear();
-        arena_ends.clear();
+        spans.clear();
         let mut held = held.drain(..);
-        // `kept`: the arena's bytes of the candidates so far; `start`: where the next
-        // successor's bytes begin.
-        let (mut kept, mut start) = (0usize, 0usize);
+        // Where the next successor's bytes begin in the arena.
+        let mut start = 0u32;
         let mut first = 0;
         for &(end, generated) in sources.iter() {
             for p in &pending[first..end as usize] {
                 let state = if self.encoded { None } else { held.next() };
-                let bytes = start..p.end as usize;
-                start = p.end as usize;
+                let bytes = (start, p.end);
+                start = p.end;
                 let known = match self.visited.get(p.fp) {
                     Some(_) if !self.live => continue,
                     Some(id) => id,
@@ -190,10 +190,7 @@ where
                         }
                         Ok(()) => {
                             if self.encoded {
-                                let len = bytes.len();
-                                arena.copy_within(bytes, kept);
-                                kept += len;
-                                arena_ends.push(kept as u32);
+                                spans.push(bytes);
                             } else {
                                 out.states.push(state.expect("a held successor"));
                             }
@@ -208,9 +205,9 @@ where
             out.ends.push((out.succs.len() as u32, generated));
             out.done += 1;
         }
-        if !arena_ends.is_empty() {
+        if !spans.is_empty() {
             // Copied while in this thread's cache, so the merge moves the pieces and copies nothing.
-            frontier::cut(&arena[..kept], arena_ends, &mut out.pieces);
+            frontier::cut(arena, spans, &mut out.pieces);
         }
     }
 }
@@ -270,10 +267,10 @@ pub(super) struct Scratch<M: Model> {
     next: Option<M::State>,
     cur: Option<M::State>,
     seen: Seen,
-    /// Every successor's encoding in the first pass; the candidates' alone after the second.
+    /// Every successor's encoding, in generation order.
     arena: Vec<u8>,
-    /// The end of each candidate's encoding in the arena.
-    arena_ends: Vec<u32>,
+    /// The start and end of each candidate's encoding in the arena.
+    spans: Vec<(u32, u32)>,
     pending: Vec<Pending>,
     /// Per source: the end of its successors in `pending`, and how many it generated.
     sources: Vec<(u32, u32)>,
@@ -289,7 +286,7 @@ impl<M: Model> Scratch<M> {
             cur: None,
             seen: Seen::default(),
             arena: Vec::new(),
-            arena_ends: Vec::new(),
+            spans: Vec::new(),
             pending: Vec::new(),
             sources: Vec::new(),
             held: Vec::new(),

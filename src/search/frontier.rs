@@ -65,23 +65,24 @@ impl<S> Chunk<S> {
     }
 }
 
-/// Cut the encoded entries in `bytes` (`ends[i]`: the end of the i-th) into pieces of near-equal
-/// length, [`CHUNK`] to [`MAX_CHUNK`] entries each (one piece of fewer when there are fewer),
-/// each copied into its own exactly sized arena, appended to `out`.
-pub fn cut<S>(bytes: &[u8], ends: &[u32], out: &mut Vec<Chunk<S>>) {
-    let n = ends.len();
+/// Cut the encoded entries in `bytes` (`spans[i]`: the start and end of the i-th, in order; the
+/// bytes between them are left out) into pieces of near-equal length, [`CHUNK`] to
+/// [`MAX_CHUNK`] entries each (one piece of fewer when there are fewer), each copied into its
+/// own exactly sized arena, appended to `out`.
+pub fn cut<S>(bytes: &[u8], spans: &[(u32, u32)], out: &mut Vec<Chunk<S>>) {
+    let n = spans.len();
     let pieces = (n / CHUNK).max(1);
     let mut first = 0;
     for p in 0..pieces {
         let len = n / pieces + usize::from(p < n % pieces);
-        let start = if first == 0 { 0 } else { ends[first - 1] };
-        let end = ends[first + len - 1];
-        out.push(Chunk {
-            states: Vec::new(),
-            bytes: bytes[start as usize..end as usize].to_vec(),
-            ends: ends[first..first + len].iter().map(|e| e - start).collect(),
-            dropped: 0,
-        });
+        let part = &spans[first..first + len];
+        let mut piece = Vec::with_capacity(part.iter().map(|&(s, e)| (e - s) as usize).sum());
+        let mut ends = Vec::with_capacity(len);
+        for &(s, e) in part {
+            piece.extend_from_slice(&bytes[s as usize..e as usize]);
+            ends.push(piece.len() as u32);
+        }
+        out.push(Chunk { states: Vec::new(), bytes: piece, ends, dropped: 0 });
         first += len;
     }
 }
@@ -167,40 +168,43 @@ impl<S> Level<S> {
 mod tests {
     use super::*;
 
-    fn entries(n: usize) -> (Vec<u8>, Vec<u32>) {
+    /// `n` entries of 1 to 3 bytes, entry i's bytes all `i`, and their spans.
+    fn entries(n: usize) -> (Vec<u8>, Vec<(u32, u32)>) {
         let mut bytes = Vec::new();
-        let mut ends = Vec::new();
+        let mut spans = Vec::new();
         for i in 0..n {
+            let start = bytes.len() as u32;
             bytes.extend(std::iter::repeat_n(i as u8, 1 + i % 3));
-            ends.push(bytes.len() as u32);
+            spans.push((start, bytes.len() as u32));
         }
-        (bytes, ends)
+        (bytes, spans)
     }
 
     #[test]
     fn pieces_are_near_equal_and_keep_every_entry_in_order() {
-        for n in [1, 7, 15, 16, 17, 31, 32, 33, 47, 48, 100] {
-            let (bytes, ends) = entries(n);
+        // Every entry, then every other one (the bytes between the spans left out).
+        for (n, step) in [1, 7, 15, 16, 17, 31, 32, 33, 47, 48, 100].into_iter().flat_map(|n| [(n, 1), (2 * n, 2)]) {
+            let (bytes, all) = entries(n);
+            let spans: Vec<(u32, u32)> = all.iter().copied().step_by(step).collect();
             let mut out: Vec<Chunk<()>> = Vec::new();
-            cut(&bytes, &ends, &mut out);
+            cut(&bytes, &spans, &mut out);
             let lens: Vec<usize> = out.iter().map(|c| c.len()).collect();
-            assert_eq!(lens.iter().sum::<usize>(), n);
+            assert_eq!(lens.iter().sum::<usize>(), spans.len());
             assert!(lens.iter().all(|&l| l <= MAX_CHUNK && (l >= CHUNK || out.len() == 1)), "{n}: {lens:?}");
             assert!(lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1, "{n}: {lens:?}");
             let back: Vec<&[u8]> = out.iter().flat_map(|c| (0..c.ends.len()).map(move |i| c.encoded(i))).collect();
-            let start = |i: usize| if i == 0 { 0 } else { ends[i - 1] as usize };
-            let want: Vec<&[u8]> = (0..n).map(|i| &bytes[start(i)..ends[i] as usize]).collect();
-            assert_eq!(back, want, "{n}");
+            let want: Vec<&[u8]> = spans.iter().map(|&(s, e)| &bytes[s as usize..e as usize]).collect();
+            assert_eq!(back, want, "{n} {step}");
             assert!(out.iter().all(|c| c.bytes.capacity() == c.bytes.len()));
         }
     }
 
     #[test]
     fn a_level_keeps_large_pieces_and_copies_small_ones_in_order() {
-        let (bytes, ends) = entries(40);
+        let (bytes, spans) = entries(40);
         let mut pieces: Vec<Chunk<()>> = Vec::new();
-        cut(&bytes[..ends[2] as usize], &ends[..3], &mut pieces); // 3 entries: copied
-        cut(&bytes, &ends, &mut pieces); // 20 and 20 entries
+        cut(&bytes, &spans[..3], &mut pieces); // 3 entries: copied
+        cut(&bytes, &spans, &mut pieces); // 20 and 20 entries
         pieces[1].drop_entry(0);
         pieces[1].drop_entry(5);
         for i in 0..15 {
