@@ -39,10 +39,16 @@ impl<'a> Reader<'a> {
     #[inline(always)]
     pub fn len(&mut self) -> Option<usize> {
         match self.tag()? {
-            LONG_LEN => match u32::from_le_bytes(self.take()?) {
-                n if n < u32::from(LONG_LEN) => None,
-                n => Some(n as usize),
-            },
+            LONG_LEN => self.long_len(),
+            n => Some(n as usize),
+        }
+    }
+    /// [`Reader::len`]'s long form, out of line (rare).
+    #[cold]
+    #[inline(never)]
+    fn long_len(&mut self) -> Option<usize> {
+        match u32::from_le_bytes(self.take()?) {
+            n if n < u32::from(LONG_LEN) => None,
             n => Some(n as usize),
         }
     }
@@ -75,9 +81,17 @@ pub fn put_len(out: &mut Vec<u8>, n: usize) {
     if n < usize::from(LONG_LEN) {
         put(out, [n as u8]);
     } else {
-        put(out, [LONG_LEN]);
-        put(out, (n as u32).to_le_bytes());
+        put_long_len(out, n);
     }
+}
+
+/// [`put_len`]'s long form, out of line (rare: a long form inlined at every length made the
+/// packing slower).
+#[cold]
+#[inline(never)]
+fn put_long_len(out: &mut Vec<u8>, n: usize) {
+    put(out, [LONG_LEN]);
+    put(out, (n as u32).to_le_bytes());
 }
 
 /// A state component's packed form (see the module docs).
