@@ -3,11 +3,11 @@
 //! merge in chunk order that replays exactly what a FIFO search would decide
 //! ([`merge`](super::merge)).
 
+use super::expand::Scratch;
 use super::fingerprint::{collision_probability, Fingerprint};
 use super::frontier::{Chunk, Level};
 use super::liveness::{self, Graph};
 use super::merge::Run;
-use super::expand::Scratch;
 use super::pool::{self, Fixed, Gate, Job, Pool};
 use super::stats::{self, Clock, Report, Times};
 use super::trace::Walker;
