@@ -19,7 +19,7 @@ use super::step_bufs::StepBufs;
 use super::types::{BlockId, FinishReason, JobId, ReqId, Status};
 use super::workload::Workload;
 use super::{model_runner, scheduler, scheduler_output};
-use crate::system::collections::clone_fields;
+use crate::system::collections::pack::pack_fields;
 
 mod pack;
 
@@ -79,7 +79,7 @@ pub struct Engine {
     pub stamp: Stamp,
 }
 
-clone_fields!(Engine {
+pack_fields!(clone Engine {
     pool,
     reqs,
     running,
@@ -97,7 +97,8 @@ clone_fields!(Engine {
     streaming_waiting,
     aux,
     reads,
-    pd,
+    pd
+} skip {
     stamp
 });
 
@@ -108,7 +109,7 @@ pub struct Batch {
     pub(crate) wout: WorkerOut,
 }
 
-clone_fields!(Batch { out, wout });
+pack_fields!(clone Batch { out, wout });
 
 /// The environment's choices for one engine step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use super::collections::side::{KeyMap, PoolLog, Side};
 use super::events::{Event, Events};
 use super::ghost::{Breach, Ghost, Mark};
 use super::types::{BlockHash, BlockId, BlockIds, ContentTag, NULL_BLOCK};
-use crate::system::collections::clone_fields;
+use crate::system::collections::pack::pack_fields;
 use slots::{Slot, Slots, LOADED};
 use smallvec::SmallVec;
 
@@ -59,7 +59,7 @@ pub struct GpuPool {
     pub log: Side<PoolLog>,
 }
 
-clone_fields!(GpuPool { medium, slots, head, tail, num_free, cached, log });
+pack_fields!(clone GpuPool { medium, slots, head, tail, num_free, cached, log });
 
 impl GpuPool {
     /// `BlockPool.__init__`: blocks 1..n-1 free in id order; block 0 is the null block.

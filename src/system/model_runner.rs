@@ -15,7 +15,7 @@ use super::expert_rows::{self, scheduler as rows_sched, Crash, Forwarded, RowsOu
 use super::ghost::Breach;
 use super::types::{cdiv, fold_token_iter, fold_tokens, BadKind, BlockId, ContentTag, JobId, ReqId};
 use super::workload::RequestSpec;
-use crate::system::collections::clone_fields;
+use crate::system::collections::pack::pack_fields;
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -34,8 +34,7 @@ pub struct WorkerOut {
     pub(crate) rows: Vec<RowsOutput>,
 }
 
-clone_fields!(WorkerOut { completed, finished_recving, invalid_blocks, failed_recving, finished_sending, rows });
-crate::system::collections::pack::pack_fields!(WorkerOut {
+pack_fields!(clone WorkerOut {
     completed,
     finished_recving,
     invalid_blocks,

@@ -7,7 +7,7 @@
 
 use super::types::{BlockHash, BlockId, ReqId, Status};
 use super::workload::RequestSpec;
-use crate::system::collections::clone_fields;
+use crate::system::collections::pack::pack_fields;
 
 #[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ReqState {
@@ -44,7 +44,7 @@ pub struct ReqState {
     pub sent: u8,
 }
 
-clone_fields!(ReqState {
+pack_fields!(clone ReqState {
     status,
     num_computed,
     num_output,
@@ -100,20 +100,3 @@ impl Default for ReqState {
 
 /// Request ids in a queue, front first.
 pub type Queue = Vec<ReqId>;
-
-crate::system::collections::pack::pack_fields!(ReqState {
-    status,
-    num_computed,
-    num_output,
-    table,
-    num_cached_block,
-    preempted,
-    inflight_prefill,
-    placeholders,
-    in_flight,
-    stale,
-    last_sched_seq,
-    drop_stale,
-    turn,
-    sent
-});

@@ -81,7 +81,8 @@ unsafe impl<T: Copy> Bitwise for super::side::SideVal<T> {
 /// `clone_fields!` for a record whose every field is [`Bitwise`]: `clone_from` copies the whole
 /// record in one `memcpy` when both records are inline, field by field otherwise; and the
 /// record is `Bitwise` itself (inline iff every field is). The record must have no `Drop` of
-/// its own.
+/// its own. A state record invokes it through `pack_fields!(clone_bitwise ..)`
+/// (`collections::pack`), the one field list for this and its `Pack`.
 macro_rules! clone_bitwise {
     ($t:ident { $($f:ident),* $(,)? }) => {
         impl Clone for $t {

@@ -22,7 +22,8 @@ pub mod vec_map;
 /// checker's search writes each successor into a reused engine (`System::apply_into`), so the
 /// vectors of a state are copied, not allocated, for every successor it then drops. Both
 /// methods destructure the struct without `..`: a field added later and not listed here is a
-/// compile error, never a field silently left uncopied.
+/// compile error, never a field silently left uncopied. A state type invokes it through
+/// `pack_fields!(clone ..)` (`pack`), the one field list for this and its `Pack`.
 macro_rules! clone_fields {
     ($t:ident { $($f:ident),* $(,)? }) => {
         impl Clone for $t {

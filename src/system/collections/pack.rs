@@ -14,6 +14,11 @@
 //! data unpacks as off, a `#[serde(skip)]` field (`pack_fields!`'s `skip`) as its `Default`,
 //! as serde's derive decodes them.
 //!
+//! A struct's `Pack` is `pack_fields!` beside its definition (or in a `pack.rs` beside it);
+//! a type whose `Clone` is field-wise too gets that from the same list
+//! (`pack_fields!(clone ..)`, `pack_fields!(clone_bitwise ..)`), so each type lists its fields
+//! once.
+//!
 //! [`Pack::unpack`] decodes *in place*: vectors keep their buffers, an `Option` already `Some`
 //! is decoded into, so decoding a frontier state into the engine the search reuses allocates
 //! nothing once the engine has grown. It returns `None` on bytes it cannot have written (too
@@ -264,7 +269,23 @@ where
 /// compile error, never a field silently left out of the state's bytes. Fields listed after
 /// `skip` are not state (`#[serde(skip)]`): they pack to nothing and unpack to their
 /// `Default`, as serde's derive decodes a skipped field (in place too).
+///
+/// A leading mode makes the one field list serve the type's `Clone` as well, so a state type
+/// lists its fields once:
+/// - `pack_fields!(clone T { .. } skip { .. })`: also `clone_fields!` (`collections`) over
+///   every field, the skipped ones too (a clone copies them like the others).
+/// - `pack_fields!(clone_bitwise T { .. })`: also `clone_bitwise!` (`collections::bitwise`:
+///   `Clone` and `Bitwise` for a record copied in one `memcpy` while it owns no heap memory);
+///   no `skip`.
 macro_rules! pack_fields {
+    (clone $t:ident { $($f:ident),* $(,)? } $(skip { $($s:ident),* $(,)? })?) => {
+        $crate::system::collections::clone_fields!($t { $($f,)* $($($s,)*)? });
+        $crate::system::collections::pack::pack_fields!($t { $($f,)* } $(skip { $($s,)* })?);
+    };
+    (clone_bitwise $t:ident { $($f:ident),* $(,)? }) => {
+        $crate::system::collections::bitwise::clone_bitwise!($t { $($f,)* });
+        $crate::system::collections::pack::pack_fields!($t { $($f,)* });
+    };
     ($t:ident { $($f:ident),* $(,)? } $(skip { $($s:ident),* $(,)? })?) => {
         impl $crate::system::collections::pack::Pack for $t {
             #[inline]

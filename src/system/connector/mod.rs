@@ -22,7 +22,7 @@ use super::request::ReqState;
 use super::rules::Rules;
 use super::types::{BlockId, JobId, ReqId};
 use super::workload::Workload;
-use crate::system::collections::clone_fields;
+use crate::system::collections::pack::pack_fields;
 use std::collections::BTreeSet;
 
 pub use super::collections::bit_set::BitSet;
@@ -301,7 +301,7 @@ pub struct Scheduled {
     pub negative: u32,
 }
 
-clone_fields!(Scheduled { req, start, tokens, blocks, full_table, samples, resumed, negative });
+pack_fields!(clone Scheduled { req, start, tokens, blocks, full_table, samples, resumed, negative });
 
 /// The parts of `SchedulerOutput` the connector and the worker read.
 #[derive(Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -315,7 +315,7 @@ pub struct SchedOut {
     pub resumed_after_new: bool,
 }
 
-clone_fields!(SchedOut { scheduled, preempted, finished, resumed_after_new });
+pack_fields!(clone SchedOut { scheduled, preempted, finished, resumed_after_new });
 
 impl SchedOut {
     /// `yield_req_data` order (Model Runner V2): `scheduled_new_reqs`, then the cached

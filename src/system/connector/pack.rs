@@ -1,15 +1,13 @@
 //! The packed form (`collections::pack`) of the connector an engine runs and of what the
-//! scheduler hands it each step (an in-flight batch keeps its `SchedOut`).
+//! scheduler hands it each step (an in-flight batch keeps its `SchedOut`; its field list, and
+//! `Scheduled`'s, is beside the type: `pack_fields!(clone ..)`).
 //!
 //! [`Connector`]: a one-byte tag, the variant's index in declaration order, then the boxed
 //! state. The same variant decodes into its box (its vectors reused), another one into a new
 //! box.
 
-use super::{Connector, SchedOut, Scheduled};
-use crate::system::collections::pack::{pack_fields, put, Pack, Reader};
-
-pack_fields!(Scheduled { req, start, tokens, blocks, full_table, samples, resumed, negative });
-pack_fields!(SchedOut { scheduled, preempted, finished, resumed_after_new });
+use super::{Connector, Scheduled};
+use crate::system::collections::pack::{put, Pack, Reader};
 
 impl Pack for Connector {
     fn pack(&self, out: &mut Vec<u8>) {

@@ -4,7 +4,9 @@
 //! expands the state (the checker's hooks, src/check/hooks.rs).
 //!
 //! Every field in declaration order, each as its type packs it (next to the type, or in a
-//! `pack.rs` beside it). What is not state packs to nothing: the trace-replay side data
+//! `pack.rs` beside it). The engine's field list (and its batch's) is beside its definition
+//! (`pack_fields!(clone ..)`: one list for its field-wise `Clone` and its `Pack`); this file
+//! keeps the decoders' starting values. What is not state packs to nothing: the trace-replay side data
 //! (`Side`) decodes as off, and the step memo's [`Stamp`](crate::system::collections::side::Stamp)
 //! (`#[serde(skip)]`) as unstamped, as serde's derive decodes a skipped field; the search then
 //! stamps the decoded engine afresh.
@@ -13,33 +15,8 @@
 //! [`Pack::unpack`]: crate::system::collections::pack::Pack::unpack
 
 use super::{Batch, Engine};
-use crate::system::collections::pack::pack_fields;
 use crate::system::connector::Connector;
 use crate::system::gpu_pool::GpuPool;
-
-pack_fields!(Batch { out, wout });
-pack_fields!(Engine {
-    pool,
-    reqs,
-    running,
-    waiting,
-    kv_holding,
-    finished_since,
-    finished_recving,
-    failed_recving,
-    conn,
-    ghost,
-    batches,
-    sched_seq,
-    processed_seq,
-    deferred_frees,
-    streaming_waiting,
-    aux,
-    reads,
-    pd
-} skip {
-    stamp
-});
 
 /// Decoders' starting values (every field is then decoded).
 impl Default for Batch {

@@ -1,12 +1,12 @@
-//! The pool's packed form (`collections::pack`): its fields in order, the block records as one
-//! length and their bytes (`slots.rs`), replay's cached map (empty in the checker) and change
-//! log (off) as their collections pack them.
+//! The pool's packed form (`collections::pack`): its fields in order (listed once, beside the
+//! type: `pack_fields!(clone ..)`), the block records as one length and their bytes
+//! (`slots.rs`), replay's cached map (empty in the checker) and change log (off) as their
+//! collections pack them.
 
 use super::{GpuPool, Medium, Slots, NIL};
-use crate::system::collections::pack::{pack_fields, pack_unit_enum};
+use crate::system::collections::pack::pack_unit_enum;
 
 pack_unit_enum!(Medium { Gpu, Cpu });
-pack_fields!(GpuPool { medium, slots, head, tail, num_free, cached, log });
 
 /// A decoder's starting value (every field is then decoded): no blocks.
 impl Default for GpuPool {

@@ -36,7 +36,7 @@ mod store;
 use super::host_arc::ArcLists;
 use super::reference_order::{RefOrder, RefPlace};
 use crate::system::choice::Point;
-use crate::system::collections::clone_fields;
+use crate::system::collections::pack::pack_fields;
 use crate::system::collections::pos_map::PosMap;
 use crate::system::collections::rank_set::RankSet;
 use crate::system::collections::side::{HostLog, KeyMap, KeyMapIter, Side};
@@ -69,7 +69,7 @@ pub struct HostEntry {
     pub content: Contents,
 }
 
-crate::system::collections::bitwise::clone_bitwise!(HostEntry { ref_cnt, slot, rank, content });
+pack_fields!(clone_bitwise HostEntry { ref_cnt, slot, rank, content });
 
 /// The manager's per-request context (`ReqContext` + `_RequestCacheAccess` + `_RequestRank`).
 #[derive(PartialEq, Eq, Hash, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -87,7 +87,7 @@ pub struct ReqAccess {
     pub store_missed: KeySet,
 }
 
-crate::system::collections::bitwise::clone_bitwise!(ReqAccess { rank, seen, finished, inserted, reused, store_missed });
+pack_fields!(clone_bitwise ReqAccess { rank, seen, finished, inserted, reused, store_missed });
 
 /// A request's set of host keys (ARC's bookkeeping): ordered, compared and hashed as a
 /// `BTreeSet`.
@@ -124,7 +124,7 @@ pub struct HostTier {
     pub log: Side<HostLog>,
 }
 
-clone_fields!(HostTier {
+pack_fields!(clone HostTier {
     capacity,
     num_allocated,
     free_list,

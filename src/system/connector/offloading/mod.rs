@@ -17,9 +17,9 @@ mod recycle;
 pub mod reference_order;
 pub mod worker;
 
-use crate::system::collections::bitwise::clone_bitwise;
 use crate::system::collections::inline_vec::InlineVec;
 use crate::system::collections::opt_vec::OptVec;
+use crate::system::collections::pack::pack_fields;
 use crate::system::collections::side::{SideVal, WordHasher};
 use crate::system::collections::vec_map::VecMap;
 use crate::system::connector::offloading::host_tier::{HostTier, Key, Lookup, ReqAccess};
@@ -60,7 +60,7 @@ pub struct OffloadingReq {
     pub(crate) load_failed: bool,
 }
 
-clone_bitwise!(OffloadingReq {
+pack_fields!(clone_bitwise OffloadingReq {
     num_keys,
     mirror,
     mirror_ok,
@@ -118,7 +118,7 @@ pub struct Job {
 }
 
 crate::system::collections::bitwise::bitwise_copy!(JobKind, Phase);
-clone_bitwise!(Job { id, req, kind, keys, blocks, slots, phase, snapshot, torn, invalid_from, block_offset });
+pack_fields!(clone_bitwise Job { id, req, kind, keys, blocks, slots, phase, snapshot, torn, invalid_from, block_offset });
 
 impl Job {
     pub fn is_store(&self) -> bool {

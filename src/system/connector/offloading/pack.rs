@@ -1,23 +1,11 @@
 //! The OffloadingConnector's packed form (`collections::pack`): its part of the engine's (the
-//! search frontier's format), decoded in place into the box the search's engine reuses.
+//! search frontier's format), decoded in place into the box the search's engine reuses. The
+//! per-request record and the job list their fields beside their definitions
+//! (`pack_fields!(clone_bitwise ..)`: one list for their `Clone` and `Pack`).
 
-use super::{Held, Job, JobKind, OffloadingReq, OffloadingState, Phase};
+use super::{Held, Job, JobKind, OffloadingState, Phase};
 use crate::system::collections::pack::{pack_fields, pack_unit_enum, put, Pack, Reader};
 
-pack_fields!(OffloadingReq {
-    num_keys,
-    mirror,
-    mirror_ok,
-    cursor,
-    transfer_jobs,
-    finished_signaled,
-    num_local,
-    access,
-    owed,
-    refused,
-    load_failed
-});
-pack_fields!(Job { id, req, kind, keys, blocks, slots, phase, snapshot, torn, invalid_from, block_offset });
 pack_fields!(Held { req, waiting });
 pack_fields!(OffloadingState { reqs, jobs, next_job, fences, host, held });
 pack_unit_enum!(Phase { Built, Queued, Submitted, Done, Failed, Reported });

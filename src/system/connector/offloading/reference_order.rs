@@ -14,7 +14,7 @@
 //! eviction-order fails when the host tier picked others.
 
 use super::host_tier::{Key, Rank};
-use crate::system::collections::clone_fields;
+use crate::system::collections::pack::pack_fields;
 use crate::system::collections::rank_queue::{first_n, RankQueue};
 use crate::system::collections::side::Side;
 use crate::system::rules::HostLru;
@@ -27,7 +27,7 @@ pub struct RefOrder {
     indexed: Side<Indexed>,
 }
 
-clone_fields!(RefOrder { list, indexed });
+pack_fields!(clone RefOrder { list, indexed });
 
 /// The list, indexed: a key's place is (order rank, arrival sequence), so "after every key
 /// whose rank is not above" is "after every key with a smaller place". Appends (the 0.24 and
@@ -249,5 +249,4 @@ impl RefOrder {
     }
 }
 
-crate::system::collections::pack::pack_fields!(RefOrder { list, indexed });
-crate::system::collections::pack::pack_fields!(RefPlace { seq, rank });
+pack_fields!(RefPlace { seq, rank });

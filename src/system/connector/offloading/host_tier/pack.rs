@@ -1,26 +1,9 @@
 //! The host tier's packed form (`collections::pack`): its part of the search frontier's bytes.
+//! The tier's and its records' field lists are beside their definitions (`pack_fields!`, one
+//! list for each type's `Clone` and `Pack`); here, the decoders' starting values.
 
-use super::{HostEntry, HostTier, ReqAccess};
-use crate::system::collections::pack::pack_fields;
+use super::{HostEntry, HostTier};
 use crate::system::rules::HostLru;
-
-pack_fields!(HostEntry { ref_cnt, slot, rank, content });
-pack_fields!(ReqAccess { rank, seen, finished, inserted, reused, store_missed });
-pack_fields!(HostTier {
-    capacity,
-    num_allocated,
-    free_list,
-    entries,
-    evictable,
-    next_rank,
-    num_evictable,
-    num_write_pending,
-    policy,
-    evict_mru,
-    order,
-    arc,
-    log
-});
 
 /// A decoder's starting value (every field is then decoded).
 impl Default for HostEntry {
