@@ -153,8 +153,9 @@ fn a_starving_mutation_is_found_as_a_lasso() {
     }
 }
 
-/// The checker's hooks, with every encoding of a frontier state checked: it is bincode's, it
-/// decodes to an equal state with the same fingerprint, and decoded in place over the state decoded before (the
+/// The checker's hooks, with every encoding of a frontier state checked: it is the engine's
+/// packed form, it decodes to an equal state with the same fingerprint (and the engine's serde
+/// form round-trips through bincode), and decoded in place over the state decoded before (the
 /// search's way) it equals the state decoded whole.
 struct RoundTrip(kvmc::check::hooks::KvHooks);
 

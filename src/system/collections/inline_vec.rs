@@ -8,7 +8,8 @@ use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 
-#[derive(Serialize)]
+/// Serialized as `SmallVec`'s sequence (so as a slice or a `Vec`).
+#[derive(Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct InlineVec<T: Copy, const N: usize>(pub SmallVec<[T; N]>);
 
@@ -25,20 +26,6 @@ impl<T: Copy, const N: usize> InlineVec<T, N> {
     #[inline]
     pub fn retain(&mut self, mut f: impl FnMut(&T) -> bool) {
         self.0.retain(|x| f(x))
-    }
-}
-
-/// `SmallVec`'s format (a sequence); decoded in place (the search's reused engine, see
-/// src/check/hooks.rs) into the vector there, without a new heap buffer when it has room.
-impl<'de, T: Copy + Deserialize<'de>, const N: usize> Deserialize<'de> for InlineVec<T, N> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut v = Self::new();
-        Self::deserialize_in_place(d, &mut v)?;
-        Ok(v)
-    }
-
-    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        d.deserialize_seq(super::in_place::Seq(&mut place.0))
     }
 }
 
@@ -198,5 +185,26 @@ mod tests {
             }
             assert_eq!(a.clone(), a);
         }
+    }
+
+    /// The serde forms are the slice's (JSON and bincode), inline and spilled, and read back
+    /// equal.
+    #[test]
+    fn serde_form_is_the_slices() {
+        use bincode::Options;
+        let codec = bincode::DefaultOptions::new().with_fixint_encoding();
+        for n in 0..6u16 {
+            let v: Vec<u16> = (10..10 + n).collect();
+            let a: InlineVec<u16, 2> = v.iter().copied().collect();
+            let json = serde_json::to_string(&a).unwrap();
+            assert_eq!(json, serde_json::to_string(&v).unwrap());
+            assert_eq!(serde_json::from_str::<InlineVec<u16, 2>>(&json).unwrap(), a);
+            let bytes = codec.serialize(&a).unwrap();
+            assert_eq!(bytes, codec.serialize(&v).unwrap());
+            assert_eq!(codec.deserialize::<InlineVec<u16, 2>>(&bytes).unwrap(), a);
+        }
+        let a = InlineVec::<u16, 2>::from_slice(&[1, 2, 3]);
+        assert_eq!(serde_json::to_string(&a).unwrap(), "[1,2,3]");
+        assert_eq!(codec.serialize(&a).unwrap(), [3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 2, 0, 3, 0]);
     }
 }

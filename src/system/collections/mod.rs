@@ -7,7 +7,6 @@
 
 pub mod bit_set;
 pub mod bitwise;
-pub(crate) mod in_place;
 pub mod inline_vec;
 pub mod opt_vec;
 pub mod pack;

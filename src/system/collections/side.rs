@@ -8,7 +8,6 @@
 use super::vec_map::VecMap;
 use crate::system::types::{BlockHash, BlockHash as Key, BlockId};
 use std::collections::HashMap;
-use std::fmt;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// A hasher for keys that are already hashes or small integers (block hashes, block ids):
@@ -229,7 +228,12 @@ pub const KEY_MAP_INLINE: usize = 4;
 /// The hash form keeps an auxiliary value `A` next to each entry: replay's side data about
 /// the key, in the same cache line as the entry (the tree form has none). It is not part of
 /// the map's contents: equality and hashing ignore it.
-#[derive(Debug, serde::Serialize)]
+///
+/// Serialized as the derive writes an enum of two newtype variants (by index or by name), the
+/// hash form as a map from each key to its value and side value.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(bound(deserialize = "K: Ord + Hash + serde::Deserialize<'de>, V: serde::Deserialize<'de>, \
+                             A: serde::Deserialize<'de>"))]
 pub enum KeyMap<K, V, A = ()> {
     Tree(VecMap<K, V, KEY_MAP_INLINE>),
     Hash(FastMap<K, (V, A)>),
@@ -248,55 +252,6 @@ impl<K: Clone + Ord + super::bitwise::Bitwise, V: Clone + super::bitwise::Bitwis
             (KeyMap::Tree(a), KeyMap::Tree(b)) => a.clone_from(b),
             (a, b) => *a = b.clone(),
         }
-    }
-}
-
-/// The derive's format (an enum of two newtype variants, by index or name), decoded in place:
-/// a checker's map (`Tree`) decoded over a `Tree` keeps its buffer (the search decodes every
-/// frontier state into the engine it reuses, src/check/hooks.rs).
-impl<'de, K, V, A> serde::Deserialize<'de> for KeyMap<K, V, A>
-where
-    K: Ord + Hash + serde::Deserialize<'de>,
-    V: serde::Deserialize<'de>,
-    A: serde::Deserialize<'de>,
-{
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut m = KeyMap::default();
-        Self::deserialize_in_place(d, &mut m)?;
-        Ok(m)
-    }
-
-    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        use super::in_place::{Into, VariantOf};
-        use serde::de::{EnumAccess, VariantAccess, Visitor};
-        const VARIANTS: &[&str] = &["Tree", "Hash"];
-        struct InPlace<'a, K, V, A>(&'a mut KeyMap<K, V, A>);
-        impl<'de, K, V, A> Visitor<'de> for InPlace<'_, K, V, A>
-        where
-            K: Ord + Hash + serde::Deserialize<'de>,
-            V: serde::Deserialize<'de>,
-            A: serde::Deserialize<'de>,
-        {
-            type Value = ();
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("enum KeyMap")
-            }
-            fn visit_enum<E: EnumAccess<'de>>(self, data: E) -> Result<(), E::Error> {
-                let (i, v) = data.variant_seed(VariantOf(VARIANTS))?;
-                match (i, &mut *self.0) {
-                    (0, KeyMap::Tree(m)) => v.newtype_variant_seed(Into(m)),
-                    (0, place) => {
-                        *place = KeyMap::Tree(v.newtype_variant()?);
-                        Ok(())
-                    }
-                    (_, place) => {
-                        *place = KeyMap::Hash(v.newtype_variant()?);
-                        Ok(())
-                    }
-                }
-            }
-        }
-        d.deserialize_enum("KeyMap", VARIANTS, InPlace(place))
     }
 }
 
@@ -497,7 +452,7 @@ impl<K: Ord + Hash + Eq + Copy, V: Hash, A: Default> Hash for KeyMap<K, V, A> {
     }
 }
 
-/// Packed (`super::pack`): nothing (not state); decoded as off, as in the codec.
+/// Packed (`super::pack`): nothing (not state); decoded as off, as serde's form is.
 impl<T> super::pack::Pack for Side<T> {
     #[inline(always)]
     fn pack(&self, _: &mut Vec<u8>) {}
@@ -575,5 +530,74 @@ where
             }
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyMap;
+    use bincode::Options;
+
+    fn tree() -> KeyMap<u32, u16> {
+        let mut m = KeyMap::default();
+        m.insert(3, 30);
+        m.insert(1, 10);
+        m
+    }
+
+    /// The JSON text of both forms (the derive's: an enum of two newtype variants, the tree's
+    /// entries as pairs in key order, the hash form's as a map to a value and its side value),
+    /// and it reads back to an equal map of the same form.
+    #[test]
+    fn json_form() {
+        let t = tree();
+        let json = serde_json::to_string(&t).unwrap();
+        assert_eq!(json, r#"{"Tree":[[1,10],[3,30]]}"#);
+        let back = serde_json::from_str::<KeyMap<u32, u16>>(&json).unwrap();
+        assert!(back == t && matches!(back, KeyMap::Tree(_)));
+
+        let mut h = KeyMap::<u32, u16>::default();
+        h.insert(7, 70);
+        h.use_hash(4);
+        let json = serde_json::to_string(&h).unwrap();
+        assert_eq!(json, r#"{"Hash":{"7":[70,null]}}"#);
+        let back = serde_json::from_str::<KeyMap<u32, u16>>(&json).unwrap();
+        assert!(back == h && matches!(back, KeyMap::Hash(_)));
+        let mut two = tree();
+        two.use_hash(4);
+        let back = serde_json::from_str::<KeyMap<u32, u16>>(&serde_json::to_string(&two).unwrap()).unwrap();
+        assert!(back == two && matches!(back, KeyMap::Hash(_)));
+    }
+
+    /// Bincode's fixed-width form: the variant's index as a `u32`, then the entries (a `u64`
+    /// length, then each pair); it reads back to an equal map of the same form.
+    #[test]
+    fn bincode_form() {
+        let codec = bincode::DefaultOptions::new().with_fixint_encoding();
+        let bytes = codec.serialize(&tree()).unwrap();
+        assert_eq!(
+            bytes,
+            [&[0u8, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0][..], &[1, 0, 0, 0, 10, 0, 3, 0, 0, 0, 30, 0]].concat()
+        );
+        let back = codec.deserialize::<KeyMap<u32, u16>>(&bytes).unwrap();
+        assert!(back == tree() && matches!(back, KeyMap::Tree(_)));
+        let mut h = tree();
+        h.use_hash(4);
+        let bytes = codec.serialize(&h).unwrap();
+        assert_eq!(bytes[..4], [1, 0, 0, 0]);
+        let back = codec.deserialize::<KeyMap<u32, u16>>(&bytes).unwrap();
+        assert!(back == h && matches!(back, KeyMap::Hash(_)));
+    }
+
+    /// A variant index past the enum's, or an unknown name, is an error (never a panic or a
+    /// wrong variant).
+    #[test]
+    fn an_unknown_variant_is_an_error() {
+        let codec = bincode::DefaultOptions::new().with_fixint_encoding();
+        let mut bytes = codec.serialize(&KeyMap::<u32, u16>::default()).unwrap();
+        bytes[..4].copy_from_slice(&2u32.to_le_bytes());
+        assert!(codec.deserialize::<KeyMap<u32, u16>>(&bytes).is_err());
+        let err = serde_json::from_str::<KeyMap<u32, u16>>(r#"{"Vec":{}}"#).unwrap_err().to_string();
+        assert!(err.contains("unknown variant `Vec`"), "{err}");
     }
 }

@@ -14,7 +14,9 @@ use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 
 /// A sorted map with `N` entries inline; ordered, compared and hashed like a `BTreeMap<K, V>`.
-#[derive(PartialEq, Eq, Serialize)]
+/// Serialized as a newtype over `SmallVec`'s sequence of `(key, value)` pairs in key order (in
+/// bincode, a `BTreeMap`'s bytes); read back as written, the order not checked.
+#[derive(PartialEq, Eq, Serialize, Deserialize)]
 pub struct VecMap<K, V, const N: usize>(SmallVec<[(K, V); N]>);
 
 impl<K: Clone + Bitwise, V: Clone + Bitwise, const N: usize> Clone for VecMap<K, V, N> {
@@ -194,7 +196,9 @@ impl<K: std::fmt::Debug, V: std::fmt::Debug, const N: usize> std::fmt::Debug for
 }
 
 /// A sorted set with `N` elements inline; ordered, compared and hashed like a `BTreeSet<T>`.
-#[derive(PartialEq, Eq, Serialize)]
+/// Serialized as a newtype over `SmallVec`'s sequence of the elements in order (in bincode, a
+/// `BTreeSet`'s bytes); read back as written, the order not checked.
+#[derive(PartialEq, Eq, Serialize, Deserialize)]
 pub struct VecSet<T, const N: usize>(SmallVec<[T; N]>);
 
 impl<T: Copy, const N: usize> Clone for VecSet<T, N> {
@@ -327,29 +331,6 @@ impl<T: std::fmt::Debug, const N: usize> std::fmt::Debug for VecSet<T, N> {
     }
 }
 
-/// The derive's format (a newtype over `SmallVec`'s sequence), decoded in place (`in_place`).
-impl<'de, K: Deserialize<'de>, V: Deserialize<'de>, const N: usize> Deserialize<'de> for VecMap<K, V, N> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut m = VecMap(SmallVec::new());
-        Self::deserialize_in_place(d, &mut m)?;
-        Ok(m)
-    }
-    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        d.deserialize_newtype_struct("VecMap", super::in_place::Seq(&mut place.0))
-    }
-}
-
-impl<'de, T: Deserialize<'de>, const N: usize> Deserialize<'de> for VecSet<T, N> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut m = VecSet(SmallVec::new());
-        Self::deserialize_in_place(d, &mut m)?;
-        Ok(m)
-    }
-    fn deserialize_in_place<D: serde::Deserializer<'de>>(d: D, place: &mut Self) -> Result<(), D::Error> {
-        d.deserialize_newtype_struct("VecSet", super::in_place::Seq(&mut place.0))
-    }
-}
-
 /// Packed (`super::pack`): a length, then the entries in key order (decoded as written: the
 /// packer wrote them sorted).
 impl<K: super::pack::Pack + Default, V: super::pack::Pack + Default, const N: usize> super::pack::Pack
@@ -477,52 +458,62 @@ mod tests {
             }
         }
 
-        /// The written-out `Deserialize` reads what the derived `Serialize` writes (the
-        /// `BTreeMap`'s bytes, bincode and JSON), whole and in place over any earlier contents
-        /// (inline or spilled), for maps, sets and `KeyMap` in either form.
+        /// The serde forms round-trip (bincode and JSON), and bincode's bytes are the
+        /// `BTreeMap`'s / `BTreeSet`'s they stand in for.
         #[test]
-        fn in_place_decoding_reads_what_serialize_writes(
-            xs in proptest::collection::vec((0u32..40, any::<u16>()), 0..8),
-            ys in proptest::collection::vec((0u32..40, any::<u16>()), 0..8),
-        ) {
+        fn serde_round_trips(xs in proptest::collection::vec((0u32..40, any::<u16>()), 0..8)) {
             use bincode::Options;
-            use crate::system::collections::side::KeyMap;
             let codec = bincode::DefaultOptions::new();
-            let build = |v: &[(u32, u16)]| {
-                let mut m = VecMap::<u32, u16, 2>::new();
-                for &(k, x) in v { m.insert(k, x); }
-                m
-            };
-            let (a, b) = (build(&xs), build(&ys));
+            let mut a = VecMap::<u32, u16, 2>::new();
+            for &(k, x) in &xs { a.insert(k, x); }
             let tree: BTreeMap<u32, u16> = a.iter().map(|(k, v)| (*k, *v)).collect();
             let bytes = codec.serialize(&a).unwrap();
             prop_assert_eq!(&bytes, &codec.serialize(&tree).unwrap());
-            let mut place = b.clone();
-            VecMap::deserialize_in_place(&mut bincode::Deserializer::from_slice(&bytes, codec), &mut place).unwrap();
-            prop_assert!(place == a);
+            prop_assert!(codec.deserialize::<VecMap<u32, u16, 2>>(&bytes).unwrap() == a);
             prop_assert!(serde_json::from_str::<VecMap<u32, u16, 2>>(&serde_json::to_string(&a).unwrap()).unwrap() == a);
 
-            let set = |m: &VecMap<u32, u16, 2>| { let mut s = VecSet::<u32, 2>::new(); for k in m.keys() { s.insert(*k); } s };
-            let (sa, mut sb) = (set(&a), set(&b));
-            let bytes = codec.serialize(&sa).unwrap();
-            VecSet::deserialize_in_place(&mut bincode::Deserializer::from_slice(&bytes, codec), &mut sb).unwrap();
-            prop_assert!(sb == sa);
-
-            let key_map = |m: &VecMap<u32, u16, 2>, hash: bool| {
-                let mut k = KeyMap::<u32, u16>::default();
-                for (x, v) in m.iter() { k.insert(*x, *v); }
-                if hash { k.use_hash(4); }
-                k
-            };
-            for (wa, wb) in [(false, false), (false, true), (true, false), (true, true)] {
-                let (ka, mut kb) = (key_map(&a, wa), key_map(&b, wb));
-                let bytes = codec.serialize(&ka).unwrap();
-                KeyMap::deserialize_in_place(&mut bincode::Deserializer::from_slice(&bytes, codec), &mut kb).unwrap();
-                prop_assert!(kb == ka);
-                prop_assert_eq!(matches!(kb, KeyMap::Hash(_)), wa);
-                let json = serde_json::to_string(&ka).unwrap();
-                prop_assert!(serde_json::from_str::<KeyMap<u32, u16>>(&json).unwrap() == ka);
-            }
+            let mut s = VecSet::<u32, 2>::new();
+            for k in a.keys() { s.insert(*k); }
+            let keys: BTreeSet<u32> = s.iter().copied().collect();
+            let bytes = codec.serialize(&s).unwrap();
+            prop_assert_eq!(&bytes, &codec.serialize(&keys).unwrap());
+            prop_assert!(codec.deserialize::<VecSet<u32, 2>>(&bytes).unwrap() == s);
+            prop_assert!(serde_json::from_str::<VecSet<u32, 2>>(&serde_json::to_string(&s).unwrap()).unwrap() == s);
         }
+    }
+
+    /// The JSON text: a map is its entries as pairs in key order, a set its elements in order
+    /// (inline and spilled alike); each reads back equal.
+    #[test]
+    fn json_form() {
+        let mut m = VecMap::<u32, u16, 2>::new();
+        assert_eq!(serde_json::to_string(&m).unwrap(), "[]");
+        for (k, v) in [(9, 90), (1, 10), (5, 50)] {
+            m.insert(k, v);
+        }
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(json, "[[1,10],[5,50],[9,90]]");
+        assert!(serde_json::from_str::<VecMap<u32, u16, 2>>(&json).unwrap() == m);
+        let s: VecSet<u64, 2> = [7, 3].into_iter().collect();
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(json, "[3,7]");
+        assert!(serde_json::from_str::<VecSet<u64, 2>>(&json).unwrap() == s);
+        assert!(serde_json::from_str::<VecSet<u64, 2>>("[]").unwrap() == VecSet::new());
+    }
+
+    /// Bincode's fixed-width form: a `u64` length, then the entries.
+    #[test]
+    fn bincode_form() {
+        use bincode::Options;
+        let codec = bincode::DefaultOptions::new().with_fixint_encoding();
+        let mut m = VecMap::<u32, u16, 2>::new();
+        m.insert(1, 10);
+        let bytes = codec.serialize(&m).unwrap();
+        assert_eq!(bytes, [1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 10, 0]);
+        assert!(codec.deserialize::<VecMap<u32, u16, 2>>(&bytes).unwrap() == m);
+        let s: VecSet<u16, 2> = [4].into_iter().collect();
+        let bytes = codec.serialize(&s).unwrap();
+        assert_eq!(bytes, [1, 0, 0, 0, 0, 0, 0, 0, 4, 0]);
+        assert!(codec.deserialize::<VecSet<u16, 2>>(&bytes).unwrap() == s);
     }
 }

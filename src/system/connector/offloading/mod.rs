@@ -132,7 +132,8 @@ impl Job {
 /// The connector's scheduler-side state plus its host tier.
 #[derive(PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 pub struct OffloadingState {
-    /// Decoded in place, a record over a record (`OptVec`).
+    /// Copied record over record, all in one `memcpy` while every record is inline (`OptVec`);
+    /// the packed form decodes a record over a record.
     pub(crate) reqs: OptVec<OffloadingReq>,
     /// Jobs not yet completed, ascending id.
     pub(crate) jobs: Vec<Job>,
