@@ -268,7 +268,7 @@ where
 /// methods destructure the struct without `..`: a field added later and not listed is a
 /// compile error, never a field silently left out of the state's bytes. Fields listed after
 /// `skip` are not state (`#[serde(skip)]`): they pack to nothing and unpack to their
-/// `Default`, as serde's derive decodes a skipped field (in place too).
+/// `Default`, as serde's derive decodes a skipped field.
 ///
 /// A leading mode makes the one field list serve the type's `Clone` as well, so a state type
 /// lists its fields once:
@@ -457,8 +457,8 @@ mod tests {
     }
     pack_fields!(WithSkip { a, b } skip { not_state });
 
-    /// A skipped field packs to nothing and unpacks to its default, as serde's derive decodes a
-    /// `#[serde(skip)]` field in place.
+    /// A skipped field packs to nothing and unpacks to its default (also over a value there), as
+    /// serde's derive decodes a `#[serde(skip)]` field.
     #[test]
     fn skipped_fields() {
         let v = WithSkip { a: 7, b: vec![1, 2], not_state: 9 };
