@@ -36,17 +36,19 @@
 //! # Parallelism and determinism
 //! Each level is cut into chunks of 8 to 31 states (16 where the merge fills them), handed
 //! whole to threads started once per run (the caller's and `threads - 1` helpers, each keeping
-//! its scratch buffers). Threads claim chunks in order and expand them (the model step, the
-//! properties, the representative, the fingerprint, and a look-up in the visited set, read
-//! while the merge writes it, that drops successors seen before; a successor two sources of
-//! the chunk reach is one candidate); the calling thread merges the chunks' candidate
-//! successors in chunk order as they come in (expanding a chunk itself while the next one in
-//! order is not ready): the first candidate of each new fingerprint gets the next node number
-//! and goes to the next level. Encoded candidates go there in the pieces the expanding thread
-//! cut them into, without a copy (`frontier::cut`). The merge visits sources in the order a sequential FIFO search pops them and
-//! applies every decision (first discovery, early stop, state bound) at that source, so every
-//! count and path is the sequential search's, whatever the threads did. Only the stop hook
-//! depends on timing: a run it stops keeps what was merged before the first unexamined state.
+//! its scratch buffers). Threads claim chunks in order and expand them in two passes
+//! (`expand`): the model step, the properties, the representative and the fingerprint of
+//! every successor of the chunk, its visited-set slot prefetched; then, in order, a look-up in
+//! the visited set (read while the merge writes it) that drops successors seen before (a
+//! successor two sources of the chunk reach is one candidate). The calling thread merges the
+//! chunks' candidate successors in chunk order as they come in (expanding a chunk itself while
+//! the next one in order is not ready): the first candidate of each new fingerprint gets the
+//! next node number and goes to the next level. Encoded candidates go there in the pieces the
+//! expanding thread cut them into, without a copy (`frontier::cut`). The merge visits sources
+//! in the order a sequential FIFO search pops them and applies every decision (first
+//! discovery, early stop, state bound) at that source, so every count and path is the
+//! sequential search's, whatever the threads did. Only the stop hook depends on timing: a run
+//! it stops keeps what was merged before the first unexamined state.
 //!
 //! # Liveness
 //! When a property is `Eventually`, the search records the state graph (edges as node indices,

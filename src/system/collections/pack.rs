@@ -78,7 +78,7 @@ pub fn put<const N: usize>(out: &mut Vec<u8>, b: [u8; N]) {
 /// The first byte of a length of [`LONG_LEN`] or more, a `u32` after it.
 const LONG_LEN: u8 = u8::MAX;
 
-/// A length: one byte below [`LONG_LEN`] (nearly every container of a checker state: most are
+/// A length: one byte below `LONG_LEN` (nearly every container of a checker state: most are
 /// empty), else that byte and a `u32` (a state's containers are far below 2^32 entries).
 #[inline(always)]
 pub fn put_len(out: &mut Vec<u8>, n: usize) {
