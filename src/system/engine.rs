@@ -139,22 +139,12 @@ impl Engine {
     pub fn new(cfg: &EngineConfig, wl: &Workload, rules: &Rules) -> Self {
         let n = wl.requests.len();
         let conn = Connector::new(cfg, n, rules);
+        // The rest as a decoder starts from (`Default`, engine/pack.rs): empty queues, no
+        // batch in flight, counters at 0.
         Engine {
             pool: GpuPool::new(cfg.num_gpu_blocks),
             reqs: vec![ReqState::new(); n],
-            running: Vec::new(),
-            waiting: Vec::new(),
-            kv_holding: Vec::new(),
-            finished_since: Vec::new(),
-            finished_recving: Vec::new(),
-            failed_recving: Vec::new(),
             conn,
-            ghost: Ghost::default(),
-            batches: Vec::new(),
-            sched_seq: 0,
-            processed_seq: 0,
-            deferred_frees: Vec::new(),
-            streaming_waiting: 0,
             aux: cfg.router_replay.as_ref().map(|c| {
                 // 0.33 `AuxOutputSchedulerConnector.__init__`: `num_blocks * (2 if kv_connector
                 // else 1)`, for any KV connector (OffloadingConnector, SimpleCPU, Mooncake store).
@@ -168,9 +158,7 @@ impl Engine {
                     rules.aux_store_grows,
                 ))
             }),
-            reads: Side::default(),
-            pd: None,
-            stamp: Stamp::default(),
+            ..Engine::default()
         }
     }
 

@@ -153,18 +153,13 @@ pub struct SimpleCpuState {
 impl SimpleCpuState {
     /// `lazy_target`: `_target_free` in lazy mode, 0 in eager mode.
     pub fn new(num_reqs: usize, cpu_blocks: u32, lazy_target: u32) -> Self {
+        // The rest as a decoder starts from (`Default`, pack.rs): no job, counters at 0.
         SimpleCpuState {
             cpu: GpuPool::new_cpu(cpu_blocks),
             reqs: vec![SimpleCpuReq::default(); num_reqs],
-            stores: Vec::new(),
-            loads: Vec::new(),
-            in_flight: Vec::new(),
-            pending_finished: Vec::new(),
-            next_store: 0,
-            next_load: 0,
             fifo: (1..cpu_blocks).collect(),
             lazy_target,
-            cursor: None,
+            ..SimpleCpuState::default()
         }
     }
 
