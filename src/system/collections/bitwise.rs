@@ -5,9 +5,10 @@
 //! items inline. While every container of a record is inline, the record owns no heap memory:
 //! a bitwise copy of it is a valid, equal record, and overwriting one drops nothing. The search
 //! copies a parent engine into a reused one for every successor (`clone_fields`), so such
-//! records are copied whole instead of container by container, and an `OptVec` slot that holds
-//! no record yet takes one without a fresh clone. A record with a spilled container falls back
-//! to the field-by-field copy.
+//! records (`clone_fields!(bitwise ..)`, whose fast path is [`copy_whole`]) are copied whole
+//! instead of container by container, and an `OptVec` slot that holds no record yet takes one
+//! without a fresh clone. A record with a spilled container falls back to the field-by-field
+//! copy.
 
 /// A value that says when it owns no heap memory.
 ///
@@ -78,44 +79,18 @@ unsafe impl<T: Copy> Bitwise for super::side::SideVal<T> {
     }
 }
 
-/// `clone_fields!` for a record whose every field is [`Bitwise`]: `clone_from` copies the whole
-/// record in one `memcpy` when both records are inline, field by field otherwise; and the
-/// record is `Bitwise` itself (inline iff every field is). The record must have no `Drop` of
-/// its own. A state record invokes it through `pack_fields!(clone_bitwise ..)`
-/// (`collections::pack`), the one field list for this and its `Pack`.
-macro_rules! clone_bitwise {
-    ($t:ident { $($f:ident),* $(,)? }) => {
-        impl Clone for $t {
-            #[inline]
-            fn clone(&self) -> Self {
-                let $t { $($f),* } = self;
-                $t { $($f: Clone::clone($f)),* }
-            }
-            #[inline]
-            fn clone_from(&mut self, src: &Self) {
-                use $crate::system::collections::bitwise::Bitwise;
-                if self.inline() && src.inline() {
-                    // SAFETY: both records own no heap memory (`Bitwise`), so the target drops
-                    // nothing by being overwritten and the copy is a valid equal record.
-                    unsafe { std::ptr::copy_nonoverlapping(src, self, 1) };
-                    return;
-                }
-                let $t { $($f),* } = self;
-                $( Clone::clone_from($f, &src.$f); )*
-            }
-        }
-        // SAFETY: every field is `Bitwise` (a field that is not fails to compile here), the
-        // record is inline only when all of them are, and it has no `Drop` of its own.
-        unsafe impl $crate::system::collections::bitwise::Bitwise for $t {
-            #[inline]
-            fn inline(&self) -> bool {
-                let $t { $($f),* } = self;
-                true $( && $crate::system::collections::bitwise::Bitwise::inline($f) )*
-            }
-        }
-    };
+/// `*dst = src.clone()` by one `memcpy` when both own no heap memory (true), else nothing
+/// done (false: the caller copies field by field). `clone_fields!(bitwise ..)`'s fast path.
+#[inline(always)]
+pub fn copy_whole<T: Bitwise>(dst: &mut T, src: &T) -> bool {
+    if !(dst.inline() && src.inline()) {
+        return false;
+    }
+    // SAFETY: both values own no heap memory and have no drop side effect (`Bitwise`), so the
+    // target drops nothing by being overwritten and the copy is a valid equal value.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, 1) };
+    true
 }
-pub(crate) use clone_bitwise;
 
 /// `dst.clone_from(src)` for vectors of [`Bitwise`] items: one `memcpy` of the items when the
 /// lengths match and every item on both sides is inline, item by item otherwise (a target item
@@ -146,7 +121,7 @@ mod tests {
         items: InlineVec<u32, 2>,
         rank: Option<u64>,
     }
-    clone_bitwise!(Rec { a, items, rank });
+    crate::system::collections::clone_fields!(bitwise Rec { a, items, rank });
 
     fn rec() -> impl Strategy<Value = Rec> {
         // Up to 4 items: inline (at most 2) or spilled.

@@ -22,9 +22,28 @@ pub mod vec_map;
 /// vectors of a state are copied, not allocated, for every successor it then drops. Both
 /// methods destructure the struct without `..`: a field added later and not listed here is a
 /// compile error, never a field silently left uncopied. A state type invokes it through
-/// `pack_fields!(clone ..)` (`pack`), the one field list for this and its `Pack`.
+/// `pack_fields!(clone ..)` or `pack_fields!(clone_bitwise ..)` (`pack`), the one field list
+/// for this and its `Pack`.
 macro_rules! clone_fields {
     ($t:ident { $($f:ident),* $(,)? }) => {
+        $crate::system::collections::clone_fields!(@impl plain $t { $($f),* });
+    };
+    // A record whose every field is `Bitwise` (`bitwise`): `clone_from` copies the whole record
+    // in one `memcpy` when both records are inline, field by field otherwise, and the record is
+    // `Bitwise` itself (inline iff every field is). It must have no `Drop` of its own.
+    (bitwise $t:ident { $($f:ident),* $(,)? }) => {
+        $crate::system::collections::clone_fields!(@impl bitwise $t { $($f),* });
+        // SAFETY: every field is `Bitwise` (a field that is not fails to compile here), the
+        // record is inline only when all of them are, and it has no `Drop` of its own.
+        unsafe impl $crate::system::collections::bitwise::Bitwise for $t {
+            #[inline]
+            fn inline(&self) -> bool {
+                let $t { $($f),* } = self;
+                true $( && $crate::system::collections::bitwise::Bitwise::inline($f) )*
+            }
+        }
+    };
+    (@impl $mode:ident $t:ident { $($f:ident),* }) => {
         impl Clone for $t {
             #[inline]
             fn clone(&self) -> Self {
@@ -33,10 +52,19 @@ macro_rules! clone_fields {
             }
             #[inline]
             fn clone_from(&mut self, src: &Self) {
+                if $crate::system::collections::clone_fields!(@whole $mode self, src) {
+                    return;
+                }
                 let $t { $($f),* } = self;
                 $( Clone::clone_from($f, &src.$f); )*
             }
         }
+    };
+    (@whole plain $dst:expr, $src:expr) => {
+        false
+    };
+    (@whole bitwise $dst:expr, $src:expr) => {
+        $crate::system::collections::bitwise::copy_whole($dst, $src)
     };
 }
 pub(crate) use clone_fields;

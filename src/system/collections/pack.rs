@@ -274,7 +274,7 @@ where
 /// lists its fields once:
 /// - `pack_fields!(clone T { .. } skip { .. })`: also `clone_fields!` (`collections`) over
 ///   every field, the skipped ones too (a clone copies them like the others).
-/// - `pack_fields!(clone_bitwise T { .. })`: also `clone_bitwise!` (`collections::bitwise`:
+/// - `pack_fields!(clone_bitwise T { .. })`: also `clone_fields!(bitwise ..)` (`collections`:
 ///   `Clone` and `Bitwise` for a record copied in one `memcpy` while it owns no heap memory);
 ///   no `skip`.
 macro_rules! pack_fields {
@@ -283,7 +283,7 @@ macro_rules! pack_fields {
         $crate::system::collections::pack::pack_fields!($t { $($f,)* } $(skip { $($s,)* })?);
     };
     (clone_bitwise $t:ident { $($f:ident),* $(,)? }) => {
-        $crate::system::collections::bitwise::clone_bitwise!($t { $($f,)* });
+        $crate::system::collections::clone_fields!(bitwise $t { $($f,)* });
         $crate::system::collections::pack::pack_fields!($t { $($f,)* });
     };
     ($t:ident { $($f:ident),* $(,)? } $(skip { $($s:ident),* $(,)? })?) => {
